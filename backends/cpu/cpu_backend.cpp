@@ -1,0 +1,38 @@
+// CPU backend dispatch: routes each primitive to its family's kernels.
+#include "kiln/backends/cpu/cpu_backend.hpp"
+
+namespace kiln::cpu {
+
+std::shared_ptr<HostBuffer> allocate(const Aval& out) {
+  return HostBuffer::allocate(numel(out.shape) * size_of(out.dtype));
+}
+
+std::shared_ptr<Buffer> CpuBackend::eval(Prim p, const Params& params,
+                                         std::span<const Array> inputs,
+                                         const Aval& out) {
+  switch (family(p)) {
+    case PrimFamily::kUnary:
+      return eval_unary(p, params, inputs, out);
+    case PrimFamily::kBinary:
+      return eval_binary(p, params, inputs, out);
+    case PrimFamily::kWhere:
+      return eval_where(p, params, inputs, out);
+    case PrimFamily::kAstype:
+      return eval_astype(p, params, inputs, out);
+    case PrimFamily::kReduce:
+      return eval_reduce(p, params, inputs, out);
+    case PrimFamily::kArgReduce:
+      return eval_arg_reduce(p, params, inputs, out);
+    case PrimFamily::kMatmul:
+      return eval_matmul(p, params, inputs, out);
+    case PrimFamily::kLayout:
+      return eval_layout(p, params, inputs, out);
+    case PrimFamily::kIndex:
+      return eval_index(p, params, inputs, out);
+    case PrimFamily::kCreation:
+      return eval_creation(p, params, inputs, out);
+  }
+  return nullptr;
+}
+
+}  // namespace kiln::cpu

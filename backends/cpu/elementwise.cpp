@@ -1,0 +1,9 @@
+// TEMPORARY: replaced by the real kernels of this family.
+#include "kiln/backends/cpu/cpu_backend.hpp"
+#include "kiln/runtime/error.hpp"
+namespace kiln::cpu {
+std::shared_ptr<Buffer> eval_unary(Prim p, const Params&, std::span<const Array>, const Aval&) { throw Error(std::string("[cpu] no kernel yet for ") + std::string(name(p))); }
+std::shared_ptr<Buffer> eval_binary(Prim p, const Params&, std::span<const Array>, const Aval&) { throw Error(std::string("[cpu] no kernel yet for ") + std::string(name(p))); }
+std::shared_ptr<Buffer> eval_where(Prim p, const Params&, std::span<const Array>, const Aval&) { throw Error(std::string("[cpu] no kernel yet for ") + std::string(name(p))); }
+std::shared_ptr<Buffer> eval_astype(Prim p, const Params&, std::span<const Array>, const Aval&) { throw Error(std::string("[cpu] no kernel yet for ") + std::string(name(p))); }
+}

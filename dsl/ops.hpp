@@ -1,0 +1,215 @@
+// The array DSL: free functions and C++ operators over kiln::Array. Each function
+// checks its arguments (errors are prefixed with the op name and show shapes and
+// dtypes), computes the result's shape and dtype, and binds a primitive.
+//
+// dtype rules (docs/DTYPES.md): no implicit promotion between arrays; mixing dtypes
+// is a DTypeError naming both. A C++ scalar operand takes the array's dtype (an
+// integer array with a non-integral scalar is an error). Comparisons give bool.
+#pragma once
+
+#include <concepts>
+#include <cstdint>
+#include <initializer_list>
+#include <span>
+#include <vector>
+
+#include "kiln/runtime/array.hpp"
+
+namespace kiln {
+
+// An axis argument: one axis, a list of axes, or (default) all axes.
+class AxisArg {
+ public:
+  AxisArg() = default;  // all axes
+  AxisArg(std::int64_t axis) : all_(false), axes_{axis} {}  // NOLINT
+  AxisArg(int axis) : all_(false), axes_{axis} {}           // NOLINT
+  AxisArg(std::initializer_list<std::int64_t> axes) : all_(false), axes_(axes) {}
+  AxisArg(const Axes& axes) : all_(false), axes_(axes) {}  // NOLINT
+  AxisArg(bool) = delete;  // sum(a, true) is almost surely a keepdims mistake
+  bool all() const { return all_; }
+  const Axes& axes() const { return axes_; }
+
+ private:
+  bool all_ = true;
+  Axes axes_;
+};
+
+// ---- creation (on `device`, default: default_device()) ----
+Array zeros(const Shape& shape, DType dtype = f32);
+Array ones(const Shape& shape, DType dtype = f32);
+Array full(const Shape& shape, double value, DType dtype = f32);
+Array zeros(const Shape& shape, DType dtype, Device device);
+Array ones(const Shape& shape, DType dtype, Device device);
+Array full(const Shape& shape, double value, DType dtype, Device device);
+Array zeros_like(const Array& a);
+Array ones_like(const Array& a);
+Array full_like(const Array& a, double value);
+// [start, stop) by step, like numpy.arange.
+Array arange(double stop, DType dtype = i32);
+Array arange(double start, double stop, double step = 1.0, DType dtype = i32);
+
+// From host data (copied) onto the default device.
+template <class T>
+Array array(const std::vector<T>& data, const Shape& shape);
+template <class T>
+Array array(std::initializer_list<T> data);  // 1-D
+template <class T>
+Array scalar(T value);  // 0-D
+// Copies `a` to `device` (returns `a` itself when it is already there).
+Array to_device(const Array& a, Device device);
+
+// ---- unary elementwise ----
+Array neg(const Array& a);
+Array abs(const Array& a);
+Array exp(const Array& a);    // floating only
+Array log(const Array& a);    // floating only
+Array tanh(const Array& a);   // floating only
+Array sqrt(const Array& a);   // floating only
+Array rsqrt(const Array& a);  // floating only: 1/sqrt(a)
+Array sigmoid(const Array& a);  // floating only
+Array relu(const Array& a);   // numeric: max(a, 0)
+Array logical_not(const Array& a);  // bool only
+
+// ---- binary elementwise with numpy broadcasting ----
+Array add(const Array& a, const Array& b);
+Array subtract(const Array& a, const Array& b);
+Array multiply(const Array& a, const Array& b);
+// Floating: IEEE division. Integer: rounds toward zero; x / 0 gives 0.
+Array divide(const Array& a, const Array& b);
+Array power(const Array& a, const Array& b);  // floating only
+Array maximum(const Array& a, const Array& b);
+Array minimum(const Array& a, const Array& b);
+Array equal(const Array& a, const Array& b);
+Array not_equal(const Array& a, const Array& b);
+Array less(const Array& a, const Array& b);
+Array less_equal(const Array& a, const Array& b);
+Array greater(const Array& a, const Array& b);
+Array greater_equal(const Array& a, const Array& b);
+Array logical_and(const Array& a, const Array& b);  // bool only
+Array logical_or(const Array& a, const Array& b);   // bool only
+// Elementwise cond ? a : b; cond is bool; a and b share a dtype; all broadcast.
+Array where(const Array& cond, const Array& a, const Array& b);
+Array astype(const Array& a, DType dtype);
+
+// ---- reductions (numpy semantics; empty AxisArg = all axes) ----
+Array sum(const Array& a, AxisArg axes = {}, bool keepdims = false);
+Array mean(const Array& a, AxisArg axes = {}, bool keepdims = false);  // floating
+Array max(const Array& a, AxisArg axes = {}, bool keepdims = false);
+Array min(const Array& a, AxisArg axes = {}, bool keepdims = false);
+// Index (i32) of the first maximum along `axis`; without an axis, of the flattened
+// array.
+Array argmax(const Array& a);
+Array argmax(const Array& a, std::int64_t axis, bool keepdims = false);
+Array argmin(const Array& a);
+Array argmin(const Array& a, std::int64_t axis, bool keepdims = false);
+
+// ---- linear algebra ----
+// numpy.matmul: 1-D operands are promoted (and the added dim removed after),
+// leading (batch) dims broadcast. Floating dtypes; 2-D goes through BLAS.
+Array matmul(const Array& a, const Array& b);
+
+// ---- layout ----
+Array reshape(const Array& a, const Shape& shape);  // one dim may be -1
+Array transpose(const Array& a);                    // reverses the axes
+Array transpose(const Array& a, const Axes& perm);
+Array permute(const Array& a, const Axes& perm);  // = transpose(a, perm)
+Array broadcast_to(const Array& a, const Shape& shape);
+Array expand_dims(const Array& a, std::int64_t axis);
+Array squeeze(const Array& a, AxisArg axes = {});  // default: every size-1 axis
+Array concatenate(std::span<const Array> arrays, std::int64_t axis = 0);
+Array concatenate(std::initializer_list<Array> arrays, std::int64_t axis = 0);
+// Python-style a[start:stop:step] along one axis; negative start/stop count from
+// the end and out-of-range bounds are clamped, as in numpy. step > 0.
+Array slice(const Array& a, std::int64_t axis, std::int64_t start,
+            std::int64_t stop, std::int64_t step = 1);
+// Per-axis slice over the leading starts.size() axes.
+Array slice(const Array& a, const Shape& starts, const Shape& stops,
+            const Shape& steps = {});
+
+// ---- indexing ----
+// numpy.take(a, indices, axis): result shape a.shape[:axis] + indices.shape +
+// a.shape[axis+1:]. Indices are i32/u32; negative indices count from the end; out
+// of range is an IndexError.
+Array take(const Array& a, const Array& indices, std::int64_t axis);
+// numpy.take_along_axis: indices has a's rank and broadcasts on the other axes.
+Array take_along_axis(const Array& a, const Array& indices, std::int64_t axis);
+// One-hot encoding along a new last axis of size `depth`; indices outside
+// [0, depth) give an all-zero row (as jax.nn.one_hot).
+Array one_hot(const Array& indices, std::int64_t depth, DType dtype = f32);
+
+// ---- C++ operators ----
+Array operator-(const Array& a);
+Array operator!(const Array& a);  // logical_not
+Array operator+(const Array& a, const Array& b);
+Array operator-(const Array& a, const Array& b);
+Array operator*(const Array& a, const Array& b);
+Array operator/(const Array& a, const Array& b);
+Array operator==(const Array& a, const Array& b);
+Array operator!=(const Array& a, const Array& b);
+Array operator<(const Array& a, const Array& b);
+Array operator<=(const Array& a, const Array& b);
+Array operator>(const Array& a, const Array& b);
+Array operator>=(const Array& a, const Array& b);
+Array operator&(const Array& a, const Array& b);  // logical_and (bool)
+Array operator|(const Array& a, const Array& b);  // logical_or (bool)
+
+// Scalar operands take the array's dtype (see the header comment).
+Array scalar_like(const Array& like, double value, const char* op);
+
+template <class S>
+concept Scalar = std::is_arithmetic_v<S> && !std::is_same_v<S, bool>;
+
+#define KILN_SCALAR_BINARY_(OP, FN)                                    \
+  template <Scalar S>                                                  \
+  Array OP(const Array& a, S s) {                                      \
+    return FN(a, scalar_like(a, static_cast<double>(s), #FN));         \
+  }                                                                    \
+  template <Scalar S>                                                  \
+  Array OP(S s, const Array& a) {                                      \
+    return FN(scalar_like(a, static_cast<double>(s), #FN), a);         \
+  }
+KILN_SCALAR_BINARY_(operator+, add)
+KILN_SCALAR_BINARY_(operator-, subtract)
+KILN_SCALAR_BINARY_(operator*, multiply)
+KILN_SCALAR_BINARY_(operator/, divide)
+KILN_SCALAR_BINARY_(operator==, equal)
+KILN_SCALAR_BINARY_(operator!=, not_equal)
+KILN_SCALAR_BINARY_(operator<, less)
+KILN_SCALAR_BINARY_(operator<=, less_equal)
+KILN_SCALAR_BINARY_(operator>, greater)
+KILN_SCALAR_BINARY_(operator>=, greater_equal)
+KILN_SCALAR_BINARY_(add, add)
+KILN_SCALAR_BINARY_(subtract, subtract)
+KILN_SCALAR_BINARY_(multiply, multiply)
+KILN_SCALAR_BINARY_(divide, divide)
+KILN_SCALAR_BINARY_(power, power)
+KILN_SCALAR_BINARY_(maximum, maximum)
+KILN_SCALAR_BINARY_(minimum, minimum)
+#undef KILN_SCALAR_BINARY_
+
+// ---- template implementations ----
+template <class T>
+Array array(const std::vector<T>& data, const Shape& shape) {
+  return to_device(Array::from_data<T>(std::span<const T>(data), shape),
+                   default_device());
+}
+template <>
+inline Array array<bool>(const std::vector<bool>& data, const Shape& shape) {
+  std::vector<unsigned char> bytes(data.begin(), data.end());
+  detail::check_data_size(bytes.size(), shape);
+  auto buf = HostBuffer::allocate(bytes.size());
+  std::copy(bytes.begin(), bytes.end(),
+            static_cast<unsigned char*>(buf->host_data()));
+  return to_device(Array(DType::kBool, shape, std::move(buf)), default_device());
+}
+template <class T>
+Array array(std::initializer_list<T> data) {
+  return array(std::vector<T>(data),
+               Shape{static_cast<std::int64_t>(data.size())});
+}
+template <class T>
+Array scalar(T value) {
+  return array(std::vector<T>{value}, Shape{});
+}
+
+}  // namespace kiln

@@ -1,0 +1,11 @@
+// kiln: an embeddable C++20 tensor runtime with an array DSL. This umbrella header
+// is what an application includes. It stays light: no xtensor (that is in
+// <kiln/runtime/xtensor.hpp>), no backend internals.
+#pragma once
+
+#include "kiln/dsl/ops.hpp"
+#include "kiln/runtime/array.hpp"
+#include "kiln/runtime/device.hpp"
+#include "kiln/runtime/dtype.hpp"
+#include "kiln/runtime/error.hpp"
+#include "kiln/runtime/shape.hpp"

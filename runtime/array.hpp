@@ -1,0 +1,123 @@
+// Array: kiln's n-dimensional array handle. A cheap shared handle to immutable
+// contents (copying an Array never copies data). A default-constructed Array is null:
+// it is the pytree's None. Arrays are row-major and contiguous.
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <algorithm>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "kiln/runtime/buffer.hpp"
+#include "kiln/runtime/device.hpp"
+#include "kiln/runtime/dtype.hpp"
+#include "kiln/runtime/shape.hpp"
+
+namespace kiln {
+
+class Array;
+namespace detail {
+void check_data_size(std::size_t n, const Shape& shape);
+void check_item(const Array& a);
+}  // namespace detail
+
+// Abstract value: what is known of an array without its data.
+struct Aval {
+  DType dtype = DType::kF32;
+  Shape shape;
+  friend bool operator==(const Aval&, const Aval&) = default;
+  template <class H>
+  friend H AbslHashValue(H h, const Aval& a) {
+    return H::combine(std::move(h), a.dtype, a.shape);
+  }
+};
+
+struct ArrayImpl {
+  Aval aval;
+  std::shared_ptr<Buffer> buffer;
+};
+
+class Array {
+ public:
+  Array() = default;  // null: the tree's None
+  Array(DType dtype, Shape shape, std::shared_ptr<Buffer> buffer);
+
+  // Host array copied from `data`; `shape` must have data.size() elements.
+  template <class T>
+  static Array from_data(std::span<const T> data, Shape shape);
+
+  bool is_null() const { return impl_ == nullptr; }
+  DType dtype() const { return checked().aval.dtype; }
+  const Shape& shape() const { return checked().aval.shape; }
+  const Aval& aval() const { return checked().aval; }
+  std::int64_t ndim() const { return static_cast<std::int64_t>(shape().size()); }
+  std::int64_t size() const { return numel(shape()); }
+  std::size_t nbytes() const { return size() * size_of(dtype()); }
+  Device device() const;
+  const std::shared_ptr<Buffer>& buffer() const { return checked().buffer; }
+
+  // Host pointer for arrays on the CPU; throws DeviceError for other devices and
+  // DTypeError when T is not the array's element type.
+  template <class T>
+  const T* data() const;
+  // Copies the contents to the host (waits for the device); T must match dtype.
+  template <class T>
+  std::vector<T> to_vector() const;
+  // The single element of a size-1 array.
+  template <class T>
+  T item() const;
+
+  // True when both handles share the same contents (not elementwise ==).
+  bool same(const Array& other) const { return impl_ == other.impl_; }
+  const ArrayImpl* impl() const { return impl_.get(); }
+
+ private:
+  const ArrayImpl& checked() const;
+  void check_element_type(DType requested, const char* op) const;
+  const void* host_bytes(const char* op) const;
+  void read_bytes(void* dst) const;
+
+  std::shared_ptr<const ArrayImpl> impl_;
+};
+
+// numpy-style printing: values (elided past 1000 elements), dtype and shape.
+std::ostream& operator<<(std::ostream& os, const Array& a);
+
+// ---- template implementations ----
+template <class T>
+Array Array::from_data(std::span<const T> data, Shape shape) {
+  detail::check_data_size(data.size(), shape);
+  auto buf = HostBuffer::allocate(data.size() * sizeof(T));
+  std::copy(data.begin(), data.end(), static_cast<T*>(buf->host_data()));
+  return Array(dtype_of_v<T>, std::move(shape), std::move(buf));
+}
+
+template <class T>
+const T* Array::data() const {
+  check_element_type(dtype_of_v<T>, "data");
+  return static_cast<const T*>(host_bytes("data"));
+}
+
+template <class T>
+std::vector<T> Array::to_vector() const {
+  check_element_type(dtype_of_v<T>, "to_vector");
+  std::vector<T> out(static_cast<std::size_t>(size()));
+  if constexpr (std::is_same_v<T, bool>) {
+    std::vector<unsigned char> bytes(out.size());
+    read_bytes(bytes.data());
+    for (std::size_t i = 0; i < out.size(); ++i) out[i] = bytes[i] != 0;
+  } else {
+    read_bytes(out.data());
+  }
+  return out;
+}
+
+template <class T>
+T Array::item() const {
+  detail::check_item(*this);
+  return to_vector<T>()[0];
+}
+
+}  // namespace kiln

@@ -1,0 +1,55 @@
+// Device naming, parsing and the process-wide default.
+#include "kiln/runtime/device.hpp"
+
+#include <atomic>
+#include <cstdlib>
+#include <mutex>
+#include <optional>
+
+#include "absl/strings/numbers.h"
+#include "kiln/runtime/error.hpp"
+#include "kiln/runtime/strings.hpp"
+
+namespace kiln {
+
+std::string Device::to_string() const {
+  return kind == Kind::kCpu ? std::string("cpu")
+                            : detail::str_cat("vulkan:", index);
+}
+
+std::ostream& operator<<(std::ostream& os, const Device& d) {
+  return os << d.to_string();
+}
+
+Device parse_device(const std::string& text) {
+  if (text == "cpu") return Device::cpu();
+  if (text == "vulkan") return Device::vulkan(0);
+  int index = 0;
+  if (text.rfind("vulkan:", 0) == 0 &&
+      absl::SimpleAtoi(text.substr(7), &index) && index >= 0) {
+    return Device::vulkan(index);
+  }
+  throw DeviceError(detail::str_cat("[device] cannot parse device '", text,
+                                 "': expected cpu, vulkan or vulkan:N"));
+}
+
+namespace {
+std::mutex g_mu;
+std::optional<Device> g_default;
+}  // namespace
+
+Device default_device() {
+  std::lock_guard lock(g_mu);
+  if (!g_default) {
+    const char* env = std::getenv("KILN_DEVICE");
+    g_default = env && *env ? parse_device(env) : Device::cpu();
+  }
+  return *g_default;
+}
+
+void set_default_device(Device d) {
+  std::lock_guard lock(g_mu);
+  g_default = d;
+}
+
+}  // namespace kiln

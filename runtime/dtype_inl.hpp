@@ -1,0 +1,27 @@
+// Inline implementation of visit_dtype (kept out of dtype.hpp so that reads well).
+#pragma once
+
+#include "kiln/runtime/error.hpp"
+
+namespace kiln {
+
+template <class F>
+decltype(auto) visit_dtype(DType d, F&& f) {
+  switch (d) {
+    case DType::kBool:
+      return f(bool{});
+    case DType::kI32:
+      return f(std::int32_t{});
+    case DType::kU32:
+      return f(std::uint32_t{});
+    case DType::kF32:
+      return f(float{});
+    case DType::kF64:
+      return f(double{});
+    case DType::kF16:
+      break;
+  }
+  throw DTypeError("[dtype] f16 has no host element type; astype to f32 first");
+}
+
+}  // namespace kiln

@@ -1,0 +1,3 @@
+// doctest entry point shared by every suite binary.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>

@@ -1,0 +1,59 @@
+// DType facts and shape rules (broadcasting, axes).
+#include <doctest/doctest.h>
+
+#include <kiln/kiln.hpp>
+
+using namespace kiln;
+
+TEST_CASE("dtype sizes, names and kinds") {
+  CHECK(size_of(f32) == 4);
+  CHECK(size_of(f64) == 8);
+  CHECK(size_of(f16) == 2);
+  CHECK(size_of(bool_) == 1);
+  CHECK(name(i32) == "i32");
+  CHECK(name(bool_) == "bool");
+  CHECK(is_inexact(f32));
+  CHECK(is_inexact(f16));
+  CHECK_FALSE(is_inexact(i32));
+  CHECK(is_integer(u32));
+  CHECK_FALSE(is_integer(bool_));
+}
+
+TEST_CASE("shapes print like numpy tuples") {
+  CHECK(to_string(Shape{}) == "()");
+  CHECK(to_string(Shape{5}) == "(5,)");
+  CHECK(to_string(Shape{2, 3}) == "(2, 3)");
+  CHECK(numel(Shape{}) == 1);
+  CHECK(numel(Shape{2, 0, 3}) == 0);
+  CHECK(row_major_strides(Shape{2, 3, 4}) == Shape{12, 4, 1});
+}
+
+TEST_CASE("numpy broadcasting of shapes") {
+  CHECK(broadcast_shapes("add", {2, 3}, {3}) == Shape{2, 3});
+  CHECK(broadcast_shapes("add", {2, 1}, {1, 3}) == Shape{2, 3});
+  CHECK(broadcast_shapes("add", {}, {4, 5}) == Shape{4, 5});
+  CHECK(broadcast_shapes("add", {5, 1, 4}, {3, 1}) == Shape{5, 3, 4});
+  CHECK(broadcast_shapes("add", {0, 3}, {1, 3}) == Shape{0, 3});
+  CHECK_THROWS_WITH_AS(broadcast_shapes("add", {2, 3}, {4}),
+                       doctest::Contains("[add] shapes (2, 3) and (4,) cannot be broadcast"),
+                       ShapeError);
+}
+
+TEST_CASE("axes are normalised and checked") {
+  CHECK(normalize_axis("sum", -1, 3) == 2);
+  CHECK(normalize_axes("sum", std::vector<std::int64_t>{-1, 0}, 3) == Axes{0, 2});
+  CHECK_THROWS_WITH_AS(normalize_axis("sum", 3, 3),
+                       "[sum] axis 3 is out of range for an array of rank 3",
+                       ShapeError);
+  CHECK_THROWS_WITH_AS(normalize_axes("sum", std::vector<std::int64_t>{1, -2}, 3),
+                       doctest::Contains("[sum] repeated axis"), ShapeError);
+}
+
+TEST_CASE("devices parse and print") {
+  CHECK(parse_device("cpu") == Device::cpu());
+  CHECK(parse_device("vulkan") == Device::vulkan(0));
+  CHECK(parse_device("vulkan:2") == Device::vulkan(2));
+  CHECK(Device::vulkan(1).to_string() == "vulkan:1");
+  CHECK_THROWS_WITH_AS(parse_device("gpu"), doctest::Contains("cannot parse device 'gpu'"),
+                       DeviceError);
+}
