@@ -5,7 +5,7 @@ set -euo pipefail
 
 packages=(
   # build
-  meson ninja-build pkg-config g++ cmake
+  meson ninja-build pkg-config g++ cmake python3
   # CPU backend
   libxtensor-dev xtl-dev libxsimd-dev libxtensor-blas-dev libopenblas-dev
   # runtime

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs kiln into a scratch DESTDIR and builds tests/install/consumer.cpp against
+# it with pkg-config, as an embedding application would. Also checks that the
+# umbrella header stays light: <kiln/kiln.hpp> must not pull in xtensor.
+# usage: install_test.sh <build dir> <source dir> <c++ compiler>
+set -euo pipefail
+build=$(cd "$1" && pwd); src=$(cd "$2" && pwd); cxx=$3
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+
+meson install -C "$build" --no-rebuild --quiet --destdir "$tmp/root" >/dev/null
+pc=$(find "$tmp/root" -name kiln.pc | head -n1)
+[ -n "$pc" ] || { echo "FAIL: kiln.pc was not installed"; exit 1; }
+prefix=$(sed -n 's/^prefix=//p' "$pc")
+mkdir -p "$tmp/pc"
+sed "s|^prefix=.*|prefix=$tmp/root$prefix|" "$pc" >"$tmp/pc/kiln.pc"
+export PKG_CONFIG_PATH="$tmp/pc"
+
+header=$(find "$tmp/root" -path '*include/kiln/kiln.hpp' | head -n1)
+[ -n "$header" ] || { echo "FAIL: kiln/kiln.hpp was not installed"; exit 1; }
+
+# shellcheck disable=SC2046
+"$cxx" -std=c++20 "$src/tests/install/consumer.cpp" -o "$tmp/consumer" \
+  $(pkg-config --cflags --libs kiln)
+libdir=$(pkg-config --variable=libdir kiln)
+LD_LIBRARY_PATH="$libdir" "$tmp/consumer" | grep -qx 12 ||
+  { echo "FAIL: consumer printed the wrong value"; exit 1; }
+
+# shellcheck disable=SC2046
+deps=$("$cxx" -std=c++20 -M $(pkg-config --cflags kiln) "$src/tests/install/consumer.cpp")
+if grep -q xtensor <<<"$deps"; then
+  echo "FAIL: <kiln/kiln.hpp> pulls in xtensor:"; grep -o '[^ ]*xtensor[^ ]*' <<<"$deps" | head
+  exit 1
+fi
+echo "installed kiln builds and runs through pkg-config; kiln.hpp is xtensor-free"
