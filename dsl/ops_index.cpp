@@ -1,0 +1,97 @@
+// Indexing ops: take, take_along_axis, one_hot. The shape and dtype rules live
+// here; index values are checked by the backend, which is the first to see them.
+#include "kiln/dsl/ops.hpp"
+#include "kiln/dsl/primitive.hpp"
+#include "kiln/runtime/error.hpp"
+#include "kiln/runtime/strings.hpp"
+
+namespace kiln {
+namespace {
+
+void check_inputs(const char* op, const Array& a, const Array& indices) {
+  if (a.is_null() || indices.is_null()) {
+    throw ValueError(detail::str_cat("[", op, "] ",
+                                     a.is_null() ? "the array" : "the indices",
+                                     " input is None (a null Array)"));
+  }
+}
+
+void check_index_dtype(const char* op, const Array& indices) {
+  if (indices.dtype() != DType::kI32 && indices.dtype() != DType::kU32) {
+    throw DTypeError(detail::str_cat("[", op, "] indices must be i32 or u32, got ",
+                                     name(indices.dtype()), " indices of shape ",
+                                     to_string(indices.shape())));
+  }
+}
+
+}  // namespace
+
+Array take(const Array& a, const Array& indices, std::int64_t axis) {
+  check_inputs("take", a, indices);
+  check_index_dtype("take", indices);
+  const std::int64_t ax = normalize_axis("take", axis, a.ndim());
+  const Shape& in = a.shape();
+  Shape out(in.begin(), in.begin() + ax);
+  out.insert(out.end(), indices.shape().begin(), indices.shape().end());
+  out.insert(out.end(), in.begin() + ax + 1, in.end());
+  Params p;
+  p.axis = ax;
+  const Array inputs[] = {a, indices};
+  return detail::bind(Prim::kTake, p, inputs, Aval{a.dtype(), std::move(out)});
+}
+
+Array take_along_axis(const Array& a, const Array& indices, std::int64_t axis) {
+  check_inputs("take_along_axis", a, indices);
+  check_index_dtype("take_along_axis", indices);
+  const Shape& in = a.shape();
+  const Shape& is = indices.shape();
+  if (is.size() != in.size()) {
+    throw ShapeError(detail::str_cat("[take_along_axis] indices of shape ",
+                                     to_string(is),
+                                     " must have the same rank as the array of shape ",
+                                     to_string(in)));
+  }
+  const std::int64_t ax = normalize_axis("take_along_axis", axis, a.ndim());
+  // Non-axis dims broadcast (numpy pairs the indices with aranges over them).
+  Shape out(in.size());
+  for (std::size_t d = 0; d < in.size(); ++d) {
+    if (static_cast<std::int64_t>(d) == ax || in[d] == is[d] || in[d] == 1) {
+      out[d] = is[d];
+    } else if (is[d] == 1) {
+      out[d] = in[d];
+    } else {
+      throw ShapeError(detail::str_cat(
+          "[take_along_axis] indices of shape ", to_string(is),
+          " do not broadcast against the array of shape ", to_string(in),
+          " outside axis ", ax, " (dimension ", d, ": ", is[d], " vs ", in[d],
+          ")"));
+    }
+  }
+  Params p;
+  p.axis = ax;
+  const Array inputs[] = {a, indices};
+  return detail::bind(Prim::kTakeAlongAxis, p, inputs,
+                      Aval{a.dtype(), std::move(out)});
+}
+
+Array one_hot(const Array& indices, std::int64_t depth, DType dtype) {
+  if (indices.is_null()) {
+    throw ValueError("[one_hot] indices input is None (a null Array)");
+  }
+  check_index_dtype("one_hot", indices);
+  if (depth < 0) {
+    throw ValueError(detail::str_cat("[one_hot] depth must be >= 0, got ", depth,
+                                     " for indices of shape ",
+                                     to_string(indices.shape())));
+  }
+  Shape out = indices.shape();
+  out.push_back(depth);
+  Params p;
+  p.depth = depth;
+  p.dtype = dtype;
+  p.axis = static_cast<std::int64_t>(out.size()) - 1;
+  const Array inputs[] = {indices};
+  return detail::bind(Prim::kOneHot, p, inputs, Aval{dtype, std::move(out)});
+}
+
+}  // namespace kiln

@@ -1,6 +1,150 @@
-// TEMPORARY: replaced by the real kernels of this family.
+// CPU kernels for indexing primitives: take, take_along_axis, one_hot. Gathers are
+// plain loops over contiguous runs (clearer and faster here than an xtensor
+// expression), written once over the element size (bits.hpp). Index values are
+// only known now, so the range check that the shape rule cannot do happens here,
+// before anything is written: an IndexError leaves no partial result behind.
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "kiln/backends/cpu/bits.hpp"
 #include "kiln/backends/cpu/cpu_backend.hpp"
-#include "kiln/runtime/error.hpp"
+
 namespace kiln::cpu {
-std::shared_ptr<Buffer> eval_index(Prim p, const Params&, std::span<const Array>, const Aval&) { throw Error(std::string("[cpu] no kernel yet for ") + std::string(name(p))); }
+namespace {
+
+// Reads index values (i32 or u32) as int64.
+std::vector<std::int64_t> read_indices(const Array& indices) {
+  std::vector<std::int64_t> out(static_cast<std::size_t>(indices.size()));
+  if (indices.dtype() == DType::kI32) {
+    std::copy_n(indices.data<std::int32_t>(), out.size(), out.begin());
+  } else {
+    std::copy_n(indices.data<std::uint32_t>(), out.size(), out.begin());
+  }
+  return out;
 }
+
+// Maps negative indices onto [0, n) and rejects the rest of the out-of-range ones.
+void normalize_indices(Prim p, std::vector<std::int64_t>& idx, std::int64_t axis,
+                       std::int64_t n) {
+  for (auto& i : idx) {
+    if (i < -n || i >= n) {
+      throw IndexError(detail::str_cat("[", name(p), "] index ", i,
+                                       " is out of range for axis ", axis,
+                                       " of size ", n));
+    }
+    if (i < 0) i += n;
+  }
+}
+
+// out[o, j, :] = a[o, idx[j], :] with the array viewed as (outer, n, inner).
+std::shared_ptr<Buffer> take(const Params& params, const Array& a,
+                             const Array& indices, const Aval& out) {
+  const auto axis = static_cast<std::size_t>(params.axis);
+  const Shape& shape = a.shape();
+  const std::int64_t n = shape[axis];
+  auto idx = read_indices(indices);
+  normalize_indices(Prim::kTake, idx, params.axis, n);
+  auto buf = allocate(out);
+  if (numel(out.shape) == 0) return buf;
+  std::size_t outer = 1;
+  for (std::size_t d = 0; d < axis; ++d) outer *= shape[d];
+  std::size_t inner = 1;
+  for (std::size_t d = axis + 1; d < shape.size(); ++d) inner *= shape[d];
+  visit_element_size(out.dtype, [&](auto zero) {
+    using U = decltype(zero);
+    const U* src = host_elements<U>(a);
+    U* dst = static_cast<U*>(buf->host_data());
+    for (std::size_t o = 0; o < outer; ++o) {
+      const U* block = src + o * static_cast<std::size_t>(n) * inner;
+      for (const std::int64_t i : idx) {
+        dst = std::copy_n(block + static_cast<std::size_t>(i) * inner, inner, dst);
+      }
+    }
+  });
+  return buf;
+}
+
+// out[..., j, ...] = a[..., idx[..., j, ...], ...] where the non-axis dims of `a`
+// and of the indices broadcast to the output's (stride 0 on a size-1 dim).
+std::shared_ptr<Buffer> take_along_axis(const Params& params, const Array& a,
+                                        const Array& indices, const Aval& out) {
+  const auto axis = static_cast<std::size_t>(params.axis);
+  const std::int64_t n = a.shape()[axis];
+  auto idx = read_indices(indices);
+  normalize_indices(Prim::kTakeAlongAxis, idx, params.axis, n);
+  auto buf = allocate(out);
+  const std::size_t total = static_cast<std::size_t>(numel(out.shape));
+  if (total == 0) return buf;
+  const std::size_t rank = out.shape.size();
+  Shape a_strides = row_major_strides(a.shape());
+  Shape i_strides = row_major_strides(indices.shape());
+  for (std::size_t d = 0; d < rank; ++d) {
+    if (a.shape()[d] == 1) a_strides[d] = 0;
+    if (indices.shape()[d] == 1) i_strides[d] = 0;
+  }
+  const std::int64_t a_axis_stride = a_strides[axis];
+  a_strides[axis] = 0;  // the axis position comes from the index value
+  visit_element_size(out.dtype, [&](auto zero) {
+    using U = decltype(zero);
+    const U* src = host_elements<U>(a);
+    U* dst = static_cast<U*>(buf->host_data());
+    Shape pos(rank, 0);
+    std::int64_t a_off = 0;
+    std::int64_t i_off = 0;
+    for (std::size_t k = 0; k < total; ++k) {
+      dst[k] = src[a_off + idx[static_cast<std::size_t>(i_off)] * a_axis_stride];
+      // Odometer step over the output's multi-index, updating both offsets.
+      for (std::size_t d = rank; d-- > 0;) {
+        a_off += a_strides[d];
+        i_off += i_strides[d];
+        if (++pos[d] < out.shape[d]) break;
+        a_off -= a_strides[d] * pos[d];
+        i_off -= i_strides[d] * pos[d];
+        pos[d] = 0;
+      }
+    }
+  });
+  return buf;
+}
+
+// Out-of-range indices (negative ones included) leave their row all zero.
+std::shared_ptr<Buffer> one_hot(const Params& params, const Array& indices,
+                                const Aval& out) {
+  const auto idx = read_indices(indices);
+  const std::int64_t depth = params.depth;
+  auto buf = allocate(out);
+  if (numel(out.shape) == 0) return buf;
+  std::memset(buf->host_data(), 0, buf->nbytes());
+  visit_dtype(out.dtype, [&](auto zero) {
+    using T = decltype(zero);
+    T* dst = static_cast<T*>(buf->host_data());
+    for (std::size_t r = 0; r < idx.size(); ++r) {
+      if (idx[r] >= 0 && idx[r] < depth) {
+        dst[r * static_cast<std::size_t>(depth) + static_cast<std::size_t>(idx[r])] =
+            T{1};
+      }
+    }
+  });
+  return buf;
+}
+
+}  // namespace
+
+std::shared_ptr<Buffer> eval_index(Prim p, const Params& params,
+                                   std::span<const Array> inputs,
+                                   const Aval& out) {
+  switch (p) {
+    case Prim::kTake:
+      return take(params, inputs[0], inputs[1], out);
+    case Prim::kTakeAlongAxis:
+      return take_along_axis(params, inputs[0], inputs[1], out);
+    case Prim::kOneHot:
+      return one_hot(params, inputs[0], out);
+    default:
+      break;
+  }
+  throw Error(detail::str_cat("[cpu] ", name(p), " is not an indexing primitive"));
+}
+
+}  // namespace kiln::cpu

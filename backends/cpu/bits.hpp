@@ -1,0 +1,65 @@
+// Helpers for CPU kernels that move elements without looking at their values
+// (layout and gather primitives). Such a kernel only needs the element size, so it
+// is instantiated once per size (1, 2, 4, 8 bytes) rather than once per dtype:
+// bool travels as a byte, f32 as its 32 bits (bit-exact, NaN payloads included).
+// Internal to the CPU backend.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include <xtensor/xadapt.hpp>
+
+#include "kiln/runtime/array.hpp"
+#include "kiln/runtime/error.hpp"
+#include "kiln/runtime/strings.hpp"
+
+namespace kiln::cpu {
+
+// Calls f(U{}) with U the unsigned integer type of `dtype`'s element size.
+template <class F>
+decltype(auto) visit_element_size(DType dtype, F&& f) {
+  switch (size_of(dtype)) {
+    case 1:
+      return f(std::uint8_t{});
+    case 2:
+      return f(std::uint16_t{});
+    case 4:
+      return f(std::uint32_t{});
+    case 8:
+      return f(std::uint64_t{});
+    default:
+      break;
+  }
+  throw DTypeError(detail::str_cat("[cpu] no element mover for dtype ",
+                                   name(dtype)));
+}
+
+// xtensor wants unsigned extents.
+inline std::vector<std::size_t> xshape(const Shape& s) {
+  return std::vector<std::size_t>(s.begin(), s.end());
+}
+
+// The host elements of a CPU array reinterpreted as U (see visit_element_size).
+// Array::data<T>() would insist on the exact element type.
+template <class U>
+const U* host_elements(const Array& a) {
+  return static_cast<const U*>(a.buffer()->host_data());
+}
+
+// Read-only xtensor view of a CPU array's elements, shaped like the array.
+template <class U>
+auto adapt_input(const Array& a) {
+  return xt::adapt(host_elements<U>(a), static_cast<std::size_t>(a.size()),
+                   xt::no_ownership(), xshape(a.shape()));
+}
+
+// Writable xtensor view of an output buffer of `shape`.
+template <class U>
+auto adapt_output(void* data, const Shape& shape) {
+  return xt::adapt(static_cast<U*>(data), static_cast<std::size_t>(numel(shape)),
+                   xt::no_ownership(), xshape(shape));
+}
+
+}  // namespace kiln::cpu
