@@ -9,3 +9,4 @@
 #include "kiln/runtime/dtype.hpp"
 #include "kiln/runtime/error.hpp"
 #include "kiln/runtime/shape.hpp"
+#include "kiln/runtime/tree.hpp"

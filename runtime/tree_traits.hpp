@@ -1,0 +1,358 @@
+// How each C++ type is walked as a pytree: the flatten (type -> TreeDef records
+// + leaves) and unflatten (TreeDef + arrays -> type) rules for registered
+// structs, standard containers, kiln::Tree, Array and static leaves. Internal
+// to tree.hpp; flatten is on the jit's per-call path, so it only appends small
+// records.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <type_traits>
+#include <typeinfo>
+#include <utility>
+#include <vector>
+
+#include "kiln/runtime/array.hpp"
+#include "kiln/runtime/static.hpp"
+#include "kiln/runtime/tree_def.hpp"
+#include "kiln/runtime/tree_dynamic.hpp"
+
+namespace kiln {
+
+// ---- registration diagnostics (names show the offending type) ----
+template <class T>
+struct kiln_module_requires_default_constructor {
+  static_assert(
+      std::is_default_constructible_v<T>,
+      "kiln: a KILN_MODULE struct must be default-constructible: unflatten "
+      "default-constructs it and then assigns its fields. Add a default "
+      "constructor (e.g. `T() = default;`) next to your other constructors");
+};
+template <class T>
+struct kiln_module_registration_names_another_type {
+  static_assert(
+      detail::kAlwaysFalse<T>,
+      "kiln: this struct's KILN_MODULE registration belongs to another type "
+      "(a struct derived from a registered module inherits the base's "
+      "registration); add KILN_MODULE(Derived, fields...) to the derived "
+      "struct");
+};
+
+namespace detail {
+
+template <class T>
+concept Module = requires {
+  T::kiln_module_self();
+};
+template <class T>
+using ModuleSelf = std::remove_pointer_t<decltype(T::kiln_module_self())>;
+
+template <class T>
+using FieldsOf = decltype(std::declval<const T&>().kiln_fields());
+
+constexpr bool is_space(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
+constexpr std::size_t count_fields(std::string_view s) {
+  std::size_t n = 1;
+  for (char c : s) n += c == ',' ? 1 : 0;
+  return n;
+}
+template <std::size_t N>
+constexpr std::array<std::string_view, N> split_field_names(
+    std::string_view s) {
+  std::array<std::string_view, N> out{};
+  for (std::size_t i = 0; i < N; ++i) {
+    const std::size_t comma = s.find(',');
+    std::string_view part = s.substr(0, comma);
+    while (!part.empty() && is_space(part.front())) part.remove_prefix(1);
+    while (!part.empty() && is_space(part.back())) part.remove_suffix(1);
+    out[i] = part;
+    s = comma == std::string_view::npos ? std::string_view()
+                                        : s.substr(comma + 1);
+  }
+  return out;
+}
+
+template <class T>
+constexpr bool check_module() {
+  if constexpr (!std::is_same_v<ModuleSelf<T>, T>) {
+    (void)sizeof(kiln_module_registration_names_another_type<T>);
+    return false;
+  } else if constexpr (!std::is_default_constructible_v<T>) {
+    (void)sizeof(kiln_module_requires_default_constructor<T>);
+    return false;
+  } else {
+    return true;
+  }
+}
+
+template <class T>
+const StructInfo& struct_info() {
+  constexpr std::size_t kN = std::tuple_size_v<FieldsOf<T>>;
+  static_assert(count_fields(T::kiln_module_field_names()) == kN,
+                "kiln: KILN_MODULE(Type, fields...) takes plain field names");
+  static constexpr std::array<std::string_view, kN> kNames =
+      split_field_names<kN>(T::kiln_module_field_names());
+  static const StructInfo info{T::kiln_module_name(), kNames,
+                               hash_struct(T::kiln_module_name(), kNames)};
+  return info;
+}
+
+template <class T>
+struct IsVector : std::false_type {};
+template <class T, class A>
+struct IsVector<std::vector<T, A>> : std::true_type {};
+template <class T>
+struct IsStdArray : std::false_type {};
+template <class T, std::size_t N>
+struct IsStdArray<std::array<T, N>> : std::true_type {};
+template <class T>
+struct IsTupleLike : std::false_type {};
+template <class... Ts>
+struct IsTupleLike<std::tuple<Ts...>> : std::true_type {};
+template <class A, class B>
+struct IsTupleLike<std::pair<A, B>> : std::true_type {};
+template <class T>
+struct IsOptional : std::false_type {};
+template <class T>
+struct IsOptional<std::optional<T>> : std::true_type {};
+template <class T>
+struct IsStringMap : std::false_type {};
+template <class V, class C, class A>
+struct IsStringMap<std::map<std::string, V, C, A>> : std::true_type {};
+
+// Appends pre-order records to a fresh TreeDefData and, when asked, the leaves.
+class DefBuilder {
+ public:
+  // Reserves what the previous flatten on this thread needed: a program flattens
+  // the same structures over and over, so this is usually one allocation each.
+  explicit DefBuilder(std::vector<Array>* leaves)
+      : d_(std::make_shared<TreeDefData>()), leaves_(leaves) {
+    d_->nodes.reserve(hint().nodes);
+    d_->statics.reserve(hint().statics);
+    if (leaves_ != nullptr) leaves_->reserve(hint().leaves);
+  }
+
+  std::size_t open(NodeKind kind, std::size_t arity,
+                   const StructInfo* info = nullptr) {
+    const std::size_t idx = d_->nodes.size();
+    d_->nodes.push_back(DefNode{
+        kind, static_cast<std::uint32_t>(arity), 1,
+        kind == NodeKind::kDict ? static_cast<std::uint32_t>(d_->keys.size())
+                                : 0u,
+        info});
+    return idx;
+  }
+  void close(std::size_t idx) {
+    d_->nodes[idx].size = static_cast<std::uint32_t>(d_->nodes.size() - idx);
+  }
+  void key(const std::string& k) { d_->keys.push_back(k); }
+  void array(const Array& a) {
+    ++d_->num_slots;
+    if (a.is_null()) {
+      d_->nodes.push_back(DefNode{NodeKind::kNone});
+      return;
+    }
+    ++d_->num_leaves;
+    d_->nodes.push_back(DefNode{NodeKind::kArray});
+    if (leaves_ != nullptr) leaves_->push_back(a);
+  }
+  void static_leaf(StaticValue v) {
+    d_->nodes.push_back(
+        DefNode{NodeKind::kStatic, 0, 1,
+                static_cast<std::uint32_t>(d_->statics.size())});
+    d_->statics.push_back(std::move(v));
+  }
+  void empty() { d_->nodes.push_back(DefNode{NodeKind::kEmpty}); }
+  TreeDef finish();  // hashes the records
+
+ private:
+  struct SizeHint {
+    std::size_t nodes = 16;
+    std::size_t leaves = 8;
+    std::size_t statics = 2;
+  };
+  static SizeHint& hint() {
+    thread_local SizeHint h;
+    return h;
+  }
+
+  std::shared_ptr<TreeDefData> d_;
+  std::vector<Array>* leaves_;
+};
+
+// Walks a TreeDef while rebuilding a value. In per-slot mode `values` has one
+// entry per array slot (None slots included, nulls allowed anywhere); otherwise
+// it has one per array leaf and None slots read as null.
+struct Reader {
+  const TreeDef& def;
+  std::span<const Array> values;
+  bool per_slot = false;
+  std::size_t node = 0;
+  std::size_t value = 0;
+};
+
+[[noreturn]] void throw_unflatten_mismatch(const Reader& r,
+                                           const std::type_info& want);
+void flatten_tree(const Tree& t, DefBuilder& b);
+Tree read_tree(Reader& r);
+
+template <class T>
+void flatten_into(const T& v, DefBuilder& b) {
+  if constexpr (std::is_same_v<T, Array>) {
+    b.array(v);
+  } else if constexpr (std::is_same_v<T, Tree>) {
+    flatten_tree(v, b);
+  } else if constexpr (std::is_same_v<T, StaticValue>) {
+    b.static_leaf(v);  // already type-erased (a jit or Tree static)
+  } else if constexpr (Module<T>) {
+    if constexpr (std::is_same_v<ModuleSelf<T>, T>) {
+      const auto fields = v.kiln_fields();
+      using Fields = decltype(fields);
+      const std::size_t idx = b.open(
+          NodeKind::kStruct, std::tuple_size_v<Fields>, &struct_info<T>());
+      [&]<std::size_t... I>(std::index_sequence<I...>) {
+        (flatten_into<std::remove_cvref_t<std::tuple_element_t<I, Fields>>>(
+             std::get<I>(fields), b),
+         ...);
+      }
+      (std::make_index_sequence<std::tuple_size_v<Fields>>());
+      b.close(idx);
+    }
+    // After the fields, so that a bad field type is diagnosed first (it is
+    // often why the struct is not default-constructible, e.g. a capturing
+    // lambda).
+    check_module<T>();
+  } else if constexpr (IsVector<T>::value || IsStdArray<T>::value) {
+    const std::size_t idx = b.open(NodeKind::kList, v.size());
+    for (const auto& e : v) flatten_into<typename T::value_type>(e, b);
+    b.close(idx);
+  } else if constexpr (IsTupleLike<T>::value) {
+    const std::size_t idx = b.open(NodeKind::kTuple, std::tuple_size_v<T>);
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      (flatten_into<std::tuple_element_t<I, T>>(std::get<I>(v), b), ...);
+    }
+    (std::make_index_sequence<std::tuple_size_v<T>>());
+    b.close(idx);
+  } else if constexpr (IsOptional<T>::value) {
+    if (v.has_value()) {
+      flatten_into<typename T::value_type>(*v, b);
+    } else {
+      b.empty();
+    }
+  } else if constexpr (IsStringMap<T>::value) {
+    const std::size_t idx = b.open(NodeKind::kDict, v.size());
+    for (const auto& kv : v) b.key(kv.first);
+    for (const auto& kv : v)
+      flatten_into<typename T::mapped_type>(kv.second, b);
+    b.close(idx);
+  } else {
+    check_static_leaf<T>();
+    if constexpr (StaticLeaf<T>) b.static_leaf(StaticValue::of(v));
+  }
+}
+
+template <class T>
+T unflatten_from(Reader& r);
+
+template <class T, std::size_t... I>
+void assign_fields(T& out, Reader& r, std::index_sequence<I...>) {
+  auto fields = out.kiln_fields();
+  // The comma fold reads the fields left to right, in pre-order.
+  ((std::get<I>(fields) = unflatten_from<
+        std::remove_cvref_t<std::tuple_element_t<I, decltype(fields)>>>(r)),
+   ...);
+}
+
+template <class T>
+T unflatten_from(Reader& r) {
+  const DefNode n = r.def.nodes()[r.node];
+  if constexpr (std::is_same_v<T, Array>) {
+    if (n.kind != NodeKind::kArray && n.kind != NodeKind::kNone) {
+      throw_unflatten_mismatch(r, typeid(T));
+    }
+    ++r.node;
+    if (r.per_slot || n.kind == NodeKind::kArray) return r.values[r.value++];
+    return Array();
+  } else if constexpr (std::is_same_v<T, Tree>) {
+    return read_tree(r);
+  } else if constexpr (std::is_same_v<T, StaticValue>) {
+    if (n.kind != NodeKind::kStatic) throw_unflatten_mismatch(r, typeid(T));
+    ++r.node;
+    return r.def.static_values()[n.aux];
+  } else if constexpr (Module<T>) {
+    check_module<T>();
+    if (n.kind != NodeKind::kStruct ||
+        !same_struct(n.info, &struct_info<T>())) {
+      throw_unflatten_mismatch(r, typeid(T));
+    }
+    ++r.node;
+    T out{};
+    assign_fields(out, r,
+                  std::make_index_sequence<std::tuple_size_v<FieldsOf<T>>>());
+    return out;
+  } else if constexpr (IsVector<T>::value) {
+    if (n.kind != NodeKind::kList) throw_unflatten_mismatch(r, typeid(T));
+    ++r.node;
+    T out;
+    out.reserve(n.arity);
+    for (std::uint32_t i = 0; i < n.arity; ++i) {
+      out.push_back(unflatten_from<typename T::value_type>(r));
+    }
+    return out;
+  } else if constexpr (IsStdArray<T>::value) {
+    if (n.kind != NodeKind::kList || n.arity != std::tuple_size_v<T>) {
+      throw_unflatten_mismatch(r, typeid(T));
+    }
+    ++r.node;
+    // Braced initialisation evaluates left to right, in pre-order.
+    return [&r]<std::size_t... I>(std::index_sequence<I...>) {
+      return T{((void)I, unflatten_from<typename T::value_type>(r))...};
+    }
+    (std::make_index_sequence<std::tuple_size_v<T>>());
+  } else if constexpr (IsTupleLike<T>::value) {
+    if (n.kind != NodeKind::kTuple || n.arity != std::tuple_size_v<T>) {
+      throw_unflatten_mismatch(r, typeid(T));
+    }
+    ++r.node;
+    return [&r]<std::size_t... I>(std::index_sequence<I...>) {
+      return T{unflatten_from<std::tuple_element_t<I, T>>(r)...};
+    }
+    (std::make_index_sequence<std::tuple_size_v<T>>());
+  } else if constexpr (IsOptional<T>::value) {
+    if (n.kind == NodeKind::kEmpty) {
+      ++r.node;
+      return T();
+    }
+    return T(std::in_place, unflatten_from<typename T::value_type>(r));
+  } else if constexpr (IsStringMap<T>::value) {
+    if (n.kind != NodeKind::kDict) throw_unflatten_mismatch(r, typeid(T));
+    ++r.node;
+    T out;
+    const auto& keys = r.def.data().keys;
+    for (std::uint32_t i = 0; i < n.arity; ++i) {
+      out.emplace_hint(out.end(), keys[n.aux + i],
+                       unflatten_from<typename T::mapped_type>(r));
+    }
+    return out;
+  } else {
+    check_static_leaf<T>();
+    const T* p = n.kind == NodeKind::kStatic
+                     ? r.def.static_values()[n.aux].template get_if<T>()
+                     : nullptr;
+    if (p == nullptr) throw_unflatten_mismatch(r, typeid(T));
+    ++r.node;
+    return *p;
+  }
+}
+
+}  // namespace detail
+}  // namespace kiln
