@@ -1,5 +1,6 @@
 // Indexing ops: take, take_along_axis, one_hot. The shape and dtype rules live
-// here; index values are checked by the backend, which is the first to see them.
+// here; index values are checked by the backend, which is the first to see
+// them.
 #include "kiln/dsl/ops.hpp"
 #include "kiln/dsl/primitive.hpp"
 #include "kiln/runtime/error.hpp"
@@ -18,9 +19,9 @@ void check_inputs(const char* op, const Array& a, const Array& indices) {
 
 void check_index_dtype(const char* op, const Array& indices) {
   if (indices.dtype() != DType::kI32 && indices.dtype() != DType::kU32) {
-    throw DTypeError(detail::str_cat("[", op, "] indices must be i32 or u32, got ",
-                                     name(indices.dtype()), " indices of shape ",
-                                     to_string(indices.shape())));
+    throw DTypeError(detail::str_cat(
+        "[", op, "] indices must be i32 or u32, got ", name(indices.dtype()),
+        " indices of shape ", to_string(indices.shape())));
   }
 }
 
@@ -46,10 +47,9 @@ Array take_along_axis(const Array& a, const Array& indices, std::int64_t axis) {
   const Shape& in = a.shape();
   const Shape& is = indices.shape();
   if (is.size() != in.size()) {
-    throw ShapeError(detail::str_cat("[take_along_axis] indices of shape ",
-                                     to_string(is),
-                                     " must have the same rank as the array of shape ",
-                                     to_string(in)));
+    throw ShapeError(detail::str_cat(
+        "[take_along_axis] indices of shape ", to_string(is),
+        " must have the same rank as the array of shape ", to_string(in)));
   }
   const std::int64_t ax = normalize_axis("take_along_axis", axis, a.ndim());
   // Non-axis dims broadcast (numpy pairs the indices with aranges over them).
@@ -60,11 +60,11 @@ Array take_along_axis(const Array& a, const Array& indices, std::int64_t axis) {
     } else if (is[d] == 1) {
       out[d] = in[d];
     } else {
-      throw ShapeError(detail::str_cat(
-          "[take_along_axis] indices of shape ", to_string(is),
-          " do not broadcast against the array of shape ", to_string(in),
-          " outside axis ", ax, " (dimension ", d, ": ", is[d], " vs ", in[d],
-          ")"));
+      throw ShapeError(
+          detail::str_cat("[take_along_axis] indices of shape ", to_string(is),
+                          " do not broadcast against the array of shape ",
+                          to_string(in), " outside axis ", ax, " (dimension ",
+                          d, ": ", is[d], " vs ", in[d], ")"));
     }
   }
   Params p;
@@ -80,8 +80,8 @@ Array one_hot(const Array& indices, std::int64_t depth, DType dtype) {
   }
   check_index_dtype("one_hot", indices);
   if (depth < 0) {
-    throw ValueError(detail::str_cat("[one_hot] depth must be >= 0, got ", depth,
-                                     " for indices of shape ",
+    throw ValueError(detail::str_cat("[one_hot] depth must be >= 0, got ",
+                                     depth, " for indices of shape ",
                                      to_string(indices.shape())));
   }
   Shape out = indices.shape();

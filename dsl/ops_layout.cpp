@@ -1,8 +1,8 @@
 // Layout ops: reshape, transpose/permute, broadcast_to, expand_dims, squeeze,
-// concatenate, slice. Each resolves its result shape here (the primitive's params
-// carry it fully resolved: no -1, no negative axes, clamped slice bounds), so a
-// backend never repeats a shape rule. expand_dims, squeeze and permute are
-// composites over the reshape and transpose primitives.
+// concatenate, slice. Each resolves its result shape here (the primitive's
+// params carry it fully resolved: no -1, no negative axes, clamped slice
+// bounds), so a backend never repeats a shape rule. expand_dims, squeeze and
+// permute are composites over the reshape and transpose primitives.
 #include <algorithm>
 #include <vector>
 
@@ -16,7 +16,8 @@ namespace {
 
 void check_not_null(const char* op, const Array& a) {
   if (a.is_null()) {
-    throw ValueError(detail::str_cat("[", op, "] input is None (a null Array)"));
+    throw ValueError(
+        detail::str_cat("[", op, "] input is None (a null Array)"));
   }
 }
 
@@ -46,10 +47,9 @@ Array reshape_as(const char* op, const Array& a, const Shape& shape) {
   }
   if (inferred != out.size()) {
     if (known == 0) {  // numpy: any size fits a zero-size remainder
-      throw ShapeError(detail::str_cat("[", op, "] cannot infer the -1 in ",
-                                       to_string(shape), " for ",
-                                       to_string(a.shape()),
-                                       ": the other dimensions have size 0"));
+      throw ShapeError(detail::str_cat(
+          "[", op, "] cannot infer the -1 in ", to_string(shape), " for ",
+          to_string(a.shape()), ": the other dimensions have size 0"));
     }
     out[inferred] = a.size() / known;
   }
@@ -75,10 +75,9 @@ Array transpose_as(const char* op, const Array& a, const Axes& perm) {
     ok = sorted[i] == static_cast<std::int64_t>(i);
   }
   if (!ok) {
-    throw ShapeError(detail::str_cat("[", op, "] permutation ", to_string(perm),
-                                     " is not a permutation of ", rank,
-                                     " axes (array of shape ",
-                                     to_string(a.shape()), ")"));
+    throw ShapeError(detail::str_cat(
+        "[", op, "] permutation ", to_string(perm), " is not a permutation of ",
+        rank, " axes (array of shape ", to_string(a.shape()), ")"));
   }
   Shape out;
   for (auto ax : axes) out.push_back(a.shape()[ax]);
@@ -87,8 +86,8 @@ Array transpose_as(const char* op, const Array& a, const Axes& perm) {
   return bind_unary(Prim::kTranspose, p, a, std::move(out));
 }
 
-// Python slice bound semantics for a positive step: negative counts from the end,
-// then clamp into [0, n].
+// Python slice bound semantics for a positive step: negative counts from the
+// end, then clamp into [0, n].
 std::int64_t clamp_bound(std::int64_t i, std::int64_t n) {
   if (i < 0) i += n;
   return std::clamp<std::int64_t>(i, 0, n);
@@ -121,7 +120,8 @@ Array broadcast_to(const Array& a, const Shape& shape) {
   const std::size_t lead = shape.size() - std::min(shape.size(), in.size());
   bool ok = in.size() <= shape.size();
   for (std::size_t i = 0; ok && i < shape.size(); ++i) {
-    ok = shape[i] >= 0 && (i < lead || in[i - lead] == shape[i] || in[i - lead] == 1);
+    ok = shape[i] >= 0 &&
+         (i < lead || in[i - lead] == shape[i] || in[i - lead] == 1);
   }
   if (!ok) {
     throw ShapeError(detail::str_cat(
@@ -138,10 +138,10 @@ Array expand_dims(const Array& a, std::int64_t axis) {
   check_not_null("expand_dims", a);
   const std::int64_t rank = a.ndim() + 1;  // axis counts in the result
   if (axis < -rank || axis >= rank) {
-    throw ShapeError(detail::str_cat("[expand_dims] axis ", axis,
-                                     " is out of range for expanding an array of shape ",
-                                     to_string(a.shape()), " (valid: ", -rank,
-                                     " to ", rank - 1, ")"));
+    throw ShapeError(detail::str_cat(
+        "[expand_dims] axis ", axis,
+        " is out of range for expanding an array of shape ",
+        to_string(a.shape()), " (valid: ", -rank, " to ", rank - 1, ")"));
   }
   if (axis < 0) axis += rank;
   Shape out = a.shape();
@@ -184,7 +184,8 @@ Array concatenate(std::span<const Array> arrays, std::int64_t axis) {
   }
   const Array& first = arrays[0];
   if (first.ndim() == 0) {
-    throw ShapeError("[concatenate] zero-dimensional arrays cannot be concatenated");
+    throw ShapeError(
+        "[concatenate] zero-dimensional arrays cannot be concatenated");
   }
   const std::int64_t ax = normalize_axis("concatenate", axis, first.ndim());
   Shape out = first.shape();
@@ -192,9 +193,9 @@ Array concatenate(std::span<const Array> arrays, std::int64_t axis) {
   for (std::size_t i = 0; i < arrays.size(); ++i) {
     const Array& x = arrays[i];
     if (x.dtype() != first.dtype()) {
-      throw DTypeError(detail::str_cat("[concatenate] array ", i, " has dtype ",
-                                       name(x.dtype()), " but array 0 has dtype ",
-                                       name(first.dtype())));
+      throw DTypeError(detail::str_cat(
+          "[concatenate] array ", i, " has dtype ", name(x.dtype()),
+          " but array 0 has dtype ", name(first.dtype())));
     }
     bool ok = x.ndim() == first.ndim();
     for (std::int64_t d = 0; ok && d < first.ndim(); ++d) {
@@ -215,7 +216,8 @@ Array concatenate(std::span<const Array> arrays, std::int64_t axis) {
 }
 
 Array concatenate(std::initializer_list<Array> arrays, std::int64_t axis) {
-  return concatenate(std::span<const Array>(arrays.begin(), arrays.size()), axis);
+  return concatenate(std::span<const Array>(arrays.begin(), arrays.size()),
+                     axis);
 }
 
 Array slice(const Array& a, std::int64_t axis, std::int64_t start,
@@ -236,10 +238,10 @@ Array slice(const Array& a, const Shape& starts, const Shape& stops,
   check_not_null("slice", a);
   if (starts.size() != stops.size() ||
       (!steps.empty() && steps.size() != starts.size())) {
-    throw ValueError(detail::str_cat("[slice] starts ", to_string(starts),
-                                     ", stops ", to_string(stops), " and steps ",
-                                     to_string(steps),
-                                     " must have the same length (steps may be empty)"));
+    throw ValueError(
+        detail::str_cat("[slice] starts ", to_string(starts), ", stops ",
+                        to_string(stops), " and steps ", to_string(steps),
+                        " must have the same length (steps may be empty)"));
   }
   const Shape& in = a.shape();
   if (starts.size() > in.size()) {
@@ -254,15 +256,15 @@ Array slice(const Array& a, const Shape& starts, const Shape& stops,
   for (std::size_t d = 0; d < starts.size(); ++d) {
     const std::int64_t step = steps.empty() ? 1 : steps[d];
     if (step <= 0) {
-      throw ValueError(detail::str_cat("[slice] step must be positive, got ", step,
-                                       " for axis ", d, " of shape ",
+      throw ValueError(detail::str_cat("[slice] step must be positive, got ",
+                                       step, " for axis ", d, " of shape ",
                                        to_string(in)));
     }
     const std::int64_t lo = clamp_bound(starts[d], in[d]);
     const std::int64_t hi = clamp_bound(stops[d], in[d]);
     p.shape[d] = hi > lo ? (hi - lo + step - 1) / step : 0;
-    // An empty extent's start and step are irrelevant; canonical values keep the
-    // params of equal slices equal.
+    // An empty extent's start and step are irrelevant; canonical values keep
+    // the params of equal slices equal.
     p.starts[d] = p.shape[d] == 0 ? 0 : lo;
     p.steps[d] = p.shape[d] == 0 ? 1 : step;
   }

@@ -1,6 +1,6 @@
-// Linear algebra ops: matmul with numpy.matmul semantics. The primitive only sees
-// operands of rank >= 2; the 1-D cases are reshapes around it, so backends and
-// autodiff have one batched rule to implement.
+// Linear algebra ops: matmul with numpy.matmul semantics. The primitive only
+// sees operands of rank >= 2; the 1-D cases are reshapes around it, so backends
+// and autodiff have one batched rule to implement.
 #include "kiln/dsl/ops.hpp"
 #include "kiln/dsl/primitive.hpp"
 #include "kiln/runtime/error.hpp"
@@ -10,7 +10,8 @@ namespace kiln {
 
 Array matmul(const Array& a, const Array& b) {
   if (a.is_null() || b.is_null()) {
-    throw ValueError(detail::str_cat("[matmul] the ", a.is_null() ? "first" : "second",
+    throw ValueError(detail::str_cat("[matmul] the ",
+                                     a.is_null() ? "first" : "second",
                                      " input is None (a null Array)"));
   }
   if (a.dtype() != b.dtype()) {
@@ -19,18 +20,19 @@ Array matmul(const Array& a, const Array& b) {
                                      "; convert one with astype()"));
   }
   if (a.dtype() != DType::kF32 && a.dtype() != DType::kF64) {
-    throw DTypeError(detail::str_cat("[matmul] needs floating inputs (f32 or f64), got ",
-                                     name(a.dtype()), " inputs of shapes ",
-                                     to_string(a.shape()), " and ",
-                                     to_string(b.shape())));
+    throw DTypeError(
+        detail::str_cat("[matmul] needs floating inputs (f32 or f64), got ",
+                        name(a.dtype()), " inputs of shapes ",
+                        to_string(a.shape()), " and ", to_string(b.shape())));
   }
   if (a.ndim() == 0 || b.ndim() == 0) {
-    throw ShapeError(detail::str_cat("[matmul] inputs must have at least one dimension, got shapes ",
-                                     to_string(a.shape()), " and ",
-                                     to_string(b.shape()),
-                                     "; use multiply() for scalars"));
+    throw ShapeError(detail::str_cat(
+        "[matmul] inputs must have at least one dimension, got shapes ",
+        to_string(a.shape()), " and ", to_string(b.shape()),
+        "; use multiply() for scalars"));
   }
-  // numpy: a 1-D left operand is a row (1, k), a 1-D right operand a column (k, 1).
+  // numpy: a 1-D left operand is a row (1, k), a 1-D right operand a column (k,
+  // 1).
   const Array a2 = a.ndim() == 1 ? reshape(a, Shape{1, a.shape()[0]}) : a;
   const Array b2 = b.ndim() == 1 ? reshape(b, Shape{b.shape()[0], 1}) : b;
   const Shape& as = a2.shape();
@@ -47,15 +49,16 @@ Array matmul(const Array& a, const Array& b) {
     out = broadcast_shapes("matmul", Shape(as.begin(), as.end() - 2),
                            Shape(bs.begin(), bs.end() - 2));
   } catch (const ShapeError&) {
-    throw ShapeError(detail::str_cat("[matmul] batch dimensions of the first input ",
-                                     to_string(a.shape()),
-                                     " and the second input ", to_string(b.shape()),
-                                     " cannot be broadcast together"));
+    throw ShapeError(
+        detail::str_cat("[matmul] batch dimensions of the first input ",
+                        to_string(a.shape()), " and the second input ",
+                        to_string(b.shape()), " cannot be broadcast together"));
   }
   out.push_back(as[as.size() - 2]);
   out.push_back(bs[bs.size() - 1]);
   const Array inputs[] = {a2, b2};
-  Array result = detail::bind(Prim::kMatmul, Params{}, inputs, Aval{a.dtype(), out});
+  Array result =
+      detail::bind(Prim::kMatmul, Params{}, inputs, Aval{a.dtype(), out});
   if (a.ndim() > 1 && b.ndim() > 1) return result;
   // Remove the dims that the 1-D promotion added.
   Shape final_shape(out.begin(), out.end() - 2);

@@ -3,9 +3,8 @@
 #include <doctest/doctest.h>
 
 #include <cstdint>
-#include <vector>
-
 #include <kiln/kiln.hpp>
+#include <vector>
 
 using namespace kiln;
 
@@ -14,7 +13,8 @@ using I = std::int32_t;
 using U = std::uint32_t;
 }  // namespace
 
-TEST_CASE("take along axis 0 picks rows, negative indices counting from the end") {
+TEST_CASE(
+    "take along axis 0 picks rows, negative indices counting from the end") {
   Array a = array<I>({0, 1, 2, 3, 4, 5}, {3, 2});
   Array t = take(a, array<I>({-1, 0, 1, -1}), 0);
   CHECK(t.shape() == Shape{4, 2});
@@ -26,10 +26,12 @@ TEST_CASE("take along axis 1 picks columns of every row") {
   Array t = take(a, array<I>({4, -5, 2}), 1);
   CHECK(t.shape() == Shape{2, 3});
   CHECK(t.to_vector<I>() == std::vector<I>{4, 0, 2, 9, 5, 7});
-  CHECK(take(a, array<U>({1, 1}), -1).to_vector<I>() == std::vector<I>{1, 1, 6, 6});
+  CHECK(take(a, array<U>({1, 1}), -1).to_vector<I>() ==
+        std::vector<I>{1, 1, 6, 6});
 }
 
-TEST_CASE("take with a 2-D index array puts the index shape in place of the axis") {
+TEST_CASE(
+    "take with a 2-D index array puts the index shape in place of the axis") {
   Array v = array<float>({10, 20, 30, 40});
   Array t = take(v, array<I>({0, 3, 1, 1}, {2, 2}), 0);
   CHECK(t.shape() == Shape{2, 2});
@@ -66,16 +68,19 @@ TEST_CASE("take rejects out-of-range indices, bad index dtypes and None") {
   CHECK_THROWS_WITH_AS(take(a, array<U>({2}), 0),
                        "[take] index 2 is out of range for axis 0 of size 2",
                        IndexError);
-  CHECK_THROWS_WITH_AS(take(a, array<float>({0}), 0),
-                       doctest::Contains("[take] indices must be i32 or u32, got f32"),
-                       DTypeError);
+  CHECK_THROWS_WITH_AS(
+      take(a, array<float>({0}), 0),
+      doctest::Contains("[take] indices must be i32 or u32, got f32"),
+      DTypeError);
   CHECK_THROWS_WITH_AS(take(a, array<I>({0}), 2),
                        "[take] axis 2 is out of range for an array of rank 2",
                        ShapeError);
   CHECK_THROWS_WITH_AS(take(Array(), array<I>({0}), 0),
-                       "[take] the array input is None (a null Array)", ValueError);
+                       "[take] the array input is None (a null Array)",
+                       ValueError);
   CHECK_THROWS_WITH_AS(take(a, Array(), 0),
-                       "[take] the indices input is None (a null Array)", ValueError);
+                       "[take] the indices input is None (a null Array)",
+                       ValueError);
 }
 
 TEST_CASE("take_along_axis gathers per position along the axis") {
@@ -90,8 +95,9 @@ TEST_CASE("take_along_axis gathers per position along the axis") {
   CHECK(down.shape() == Shape{1, 3});
   CHECK(down.to_vector<I>() == std::vector<I>{60, 30, 50});
   // Negative axis and negative indices.
-  CHECK(take_along_axis(a, array<I>({-1, -3, 0, 0}, {2, 2}), -1).to_vector<I>() ==
-        std::vector<I>{20, 10, 60, 60});
+  CHECK(
+      take_along_axis(a, array<I>({-1, -3, 0, 0}, {2, 2}), -1).to_vector<I>() ==
+      std::vector<I>{20, 10, 60, 60});
 }
 
 TEST_CASE("take_along_axis broadcasts the array and the indices off the axis") {
@@ -112,25 +118,30 @@ TEST_CASE("take_along_axis broadcasts the array and the indices off the axis") {
 
 TEST_CASE("take_along_axis errors name the shapes and the bad index") {
   Array a = zeros({2, 3});
-  CHECK_THROWS_WITH_AS(take_along_axis(a, array<I>({0, 1}), 1),
-                       "[take_along_axis] indices of shape (2,) must have the same "
-                       "rank as the array of shape (2, 3)",
-                       ShapeError);
-  CHECK_THROWS_WITH_AS(take_along_axis(a, zeros({3, 1}, i32), 1),
-                       doctest::Contains("[take_along_axis] indices of shape (3, 1) "
-                                         "do not broadcast against the array of "
-                                         "shape (2, 3)"),
-                       ShapeError);
-  CHECK_THROWS_WITH_AS(take_along_axis(a, array<I>({3, 0}, {2, 1}), 1),
-                       "[take_along_axis] index 3 is out of range for axis 1 of size 3",
-                       IndexError);
-  CHECK_THROWS_WITH_AS(take_along_axis(a, zeros({2, 1}, bool_), 1),
-                       doctest::Contains("[take_along_axis] indices must be i32 or "
-                                         "u32, got bool"),
-                       DTypeError);
-  CHECK_THROWS_WITH_AS(take_along_axis(Array(), zeros({1}, i32), 0),
-                       doctest::Contains("[take_along_axis] the array input is None"),
-                       ValueError);
+  CHECK_THROWS_WITH_AS(
+      take_along_axis(a, array<I>({0, 1}), 1),
+      "[take_along_axis] indices of shape (2,) must have the same "
+      "rank as the array of shape (2, 3)",
+      ShapeError);
+  CHECK_THROWS_WITH_AS(
+      take_along_axis(a, zeros({3, 1}, i32), 1),
+      doctest::Contains("[take_along_axis] indices of shape (3, 1) "
+                        "do not broadcast against the array of "
+                        "shape (2, 3)"),
+      ShapeError);
+  CHECK_THROWS_WITH_AS(
+      take_along_axis(a, array<I>({3, 0}, {2, 1}), 1),
+      "[take_along_axis] index 3 is out of range for axis 1 of size 3",
+      IndexError);
+  CHECK_THROWS_WITH_AS(
+      take_along_axis(a, zeros({2, 1}, bool_), 1),
+      doctest::Contains("[take_along_axis] indices must be i32 or "
+                        "u32, got bool"),
+      DTypeError);
+  CHECK_THROWS_WITH_AS(
+      take_along_axis(Array(), zeros({1}, i32), 0),
+      doctest::Contains("[take_along_axis] the array input is None"),
+      ValueError);
 }
 
 TEST_CASE("one_hot sets a 1 at each index along a new last axis") {
@@ -156,12 +167,14 @@ TEST_CASE("one_hot gives an all-zero row for indices outside [0, depth)") {
 }
 
 TEST_CASE("one_hot rejects negative depth, non-integer indices and None") {
-  CHECK_THROWS_WITH_AS(one_hot(array<I>({0}), -1),
-                       doctest::Contains("[one_hot] depth must be >= 0, got -1"),
-                       ValueError);
-  CHECK_THROWS_WITH_AS(one_hot(array<float>({0}), 2),
-                       doctest::Contains("[one_hot] indices must be i32 or u32, got f32"),
-                       DTypeError);
-  CHECK_THROWS_WITH_AS(one_hot(Array(), 2), "[one_hot] indices input is None (a null Array)",
+  CHECK_THROWS_WITH_AS(
+      one_hot(array<I>({0}), -1),
+      doctest::Contains("[one_hot] depth must be >= 0, got -1"), ValueError);
+  CHECK_THROWS_WITH_AS(
+      one_hot(array<float>({0}), 2),
+      doctest::Contains("[one_hot] indices must be i32 or u32, got f32"),
+      DTypeError);
+  CHECK_THROWS_WITH_AS(one_hot(Array(), 2),
+                       "[one_hot] indices input is None (a null Array)",
                        ValueError);
 }

@@ -1,12 +1,11 @@
 // Layout ops: reshape, transpose/permute, broadcast_to, expand_dims, squeeze,
-// concatenate, slice, on every dtype, and their errors. Expected values follow the
-// numpy rules, written out by hand or from index formulas.
+// concatenate, slice, on every dtype, and their errors. Expected values follow
+// the numpy rules, written out by hand or from index formulas.
 #include <doctest/doctest.h>
 
 #include <cstdint>
-#include <vector>
-
 #include <kiln/kiln.hpp>
+#include <vector>
 
 using namespace kiln;
 
@@ -36,23 +35,26 @@ TEST_CASE("reshape infers one -1 dimension and keeps the element order") {
 
 TEST_CASE("reshape errors name both shapes") {
   Array a = arange(6);
-  CHECK_THROWS_WITH_AS(reshape(reshape(a, {2, 3}), {4, 2}),
-                       "[reshape] cannot reshape (2, 3) (6 elements) into (4, 2)",
-                       ShapeError);
-  CHECK_THROWS_WITH_AS(reshape(a, {-1, -1}),
-                       doctest::Contains("[reshape] cannot reshape (6,) into (-1, "
-                                         "-1): only one dimension can be -1"),
-                       ShapeError);
+  CHECK_THROWS_WITH_AS(
+      reshape(reshape(a, {2, 3}), {4, 2}),
+      "[reshape] cannot reshape (2, 3) (6 elements) into (4, 2)", ShapeError);
+  CHECK_THROWS_WITH_AS(
+      reshape(a, {-1, -1}),
+      doctest::Contains("[reshape] cannot reshape (6,) into (-1, "
+                        "-1): only one dimension can be -1"),
+      ShapeError);
   CHECK_THROWS_WITH_AS(reshape(a, {-2, -3}),
-                       doctest::Contains("dimensions must be >= 0"), ShapeError);
-  CHECK_THROWS_WITH_AS(reshape(a, {4, -1}),
-                       "[reshape] cannot reshape (6,) (6 elements) into (4, -1)",
+                       doctest::Contains("dimensions must be >= 0"),
                        ShapeError);
-  CHECK_THROWS_WITH_AS(reshape(zeros({0}), {0, -1}),
-                       doctest::Contains("[reshape] cannot infer the -1 in (0, -1)"),
-                       ShapeError);
-  CHECK_THROWS_WITH_AS(reshape(Array(), {1}), "[reshape] input is None (a null Array)",
-                       ValueError);
+  CHECK_THROWS_WITH_AS(
+      reshape(a, {4, -1}),
+      "[reshape] cannot reshape (6,) (6 elements) into (4, -1)", ShapeError);
+  CHECK_THROWS_WITH_AS(
+      reshape(zeros({0}), {0, -1}),
+      doctest::Contains("[reshape] cannot infer the -1 in (0, -1)"),
+      ShapeError);
+  CHECK_THROWS_WITH_AS(reshape(Array(), {1}),
+                       "[reshape] input is None (a null Array)", ValueError);
 }
 
 TEST_CASE("transpose reverses the axes by default") {
@@ -64,7 +66,8 @@ TEST_CASE("transpose reverses the axes by default") {
       for (I i = 0; i < 2; ++i) expected.push_back(12 * i + 4 * j + k);
   CHECK(t.to_vector<I>() == expected);
   Array m = array<float>({1, 2, 3, 4, 5, 6}, {2, 3});
-  CHECK(transpose(m).to_vector<float>() == std::vector<float>{1, 4, 2, 5, 3, 6});
+  CHECK(transpose(m).to_vector<float>() ==
+        std::vector<float>{1, 4, 2, 5, 3, 6});
   CHECK(transpose(arange(3)).to_vector<I>() == std::vector<I>{0, 1, 2});
 }
 
@@ -89,21 +92,43 @@ TEST_CASE("transpose and permute follow an explicit permutation") {
   CHECK(transpose(a, {0, 1, 2}).to_vector<I>() == a.to_vector<I>());
 }
 
+TEST_CASE(
+    "transpose swaps the last two axes of large, unevenly sized batches") {
+  // Sizes that are not multiples of any tile size, with a batch dim in front.
+  const I b = 2, m = 37, n = 45;
+  Array a =
+      reshape(arange(b * m * n), {b, m, n});  // a[i, j, k] = m n i + n j + k
+  Array t = transpose(a, {0, 2, 1});
+  REQUIRE(t.shape() == Shape{b, n, m});
+  std::vector<I> expected;
+  for (I i = 0; i < b; ++i)
+    for (I k = 0; k < n; ++k)
+      for (I j = 0; j < m; ++j) expected.push_back(m * n * i + n * j + k);
+  CHECK(t.to_vector<I>() == expected);
+  Array w = reshape(arange(70 * 33, f64), {70, 33});
+  std::vector<double> wt;
+  for (int k = 0; k < 33; ++k)
+    for (int j = 0; j < 70; ++j) wt.push_back(33.0 * j + k);
+  CHECK(transpose(w).to_vector<double>() == wt);
+}
+
 TEST_CASE("transpose rejects anything but a permutation of the axes") {
   Array m = zeros({2, 3});
-  CHECK_THROWS_WITH_AS(transpose(m, {0, 0}),
-                       doctest::Contains("[transpose] permutation (0, 0) is not a "
-                                         "permutation of 2 axes"),
-                       ShapeError);
-  CHECK_THROWS_WITH_AS(transpose(m, {0}),
-                       doctest::Contains("[transpose] permutation (0,) is not a "
-                                         "permutation of 2 axes"),
-                       ShapeError);
-  CHECK_THROWS_WITH_AS(permute(m, {0, 2}),
-                       "[permute] axis 2 is out of range for an array of rank 2",
-                       ShapeError);
-  CHECK_THROWS_WITH_AS(transpose(Array()), "[transpose] input is None (a null Array)",
-                       ValueError);
+  CHECK_THROWS_WITH_AS(
+      transpose(m, {0, 0}),
+      doctest::Contains("[transpose] permutation (0, 0) is not a "
+                        "permutation of 2 axes"),
+      ShapeError);
+  CHECK_THROWS_WITH_AS(
+      transpose(m, {0}),
+      doctest::Contains("[transpose] permutation (0,) is not a "
+                        "permutation of 2 axes"),
+      ShapeError);
+  CHECK_THROWS_WITH_AS(
+      permute(m, {0, 2}),
+      "[permute] axis 2 is out of range for an array of rank 2", ShapeError);
+  CHECK_THROWS_WITH_AS(transpose(Array()),
+                       "[transpose] input is None (a null Array)", ValueError);
 }
 
 TEST_CASE("broadcast_to repeats size-1 and missing leading dimensions") {
@@ -117,25 +142,39 @@ TEST_CASE("broadcast_to repeats size-1 and missing leading dimensions") {
   CHECK(broadcast_to(scalar(7.0f), {2, 2}).to_vector<float>() ==
         std::vector<float>{7, 7, 7, 7});
   CHECK(broadcast_to(row, {3}).to_vector<I>() == std::vector<I>{1, 2, 3});
+  // A size-1 middle dim and a new leading dim: out[n, i, j, k] = a[i, 0, k] = 3
+  // i + k.
+  Array mid = broadcast_to(reshape(arange(6), {2, 1, 3}), {2, 2, 4, 3});
+  std::vector<I> expected;
+  for (I n = 0; n < 2; ++n)
+    for (I i = 0; i < 2; ++i)
+      for (I j = 0; j < 4; ++j)
+        for (I k = 0; k < 3; ++k) expected.push_back(3 * i + k);
+  CHECK(mid.to_vector<I>() == expected);
+
   CHECK(broadcast_to(zeros({1, 3}), {0, 3}).shape() == Shape{0, 3});
 }
 
 TEST_CASE("broadcast_to rejects shapes numpy cannot broadcast to") {
-  CHECK_THROWS_WITH_AS(broadcast_to(zeros({2, 3}), {4, 3}),
-                       doctest::Contains("[broadcast_to] cannot broadcast shape "
-                                         "(2, 3) to shape (4, 3)"),
-                       ShapeError);
-  CHECK_THROWS_WITH_AS(broadcast_to(zeros({3}), {3, 2}),
-                       doctest::Contains("cannot broadcast shape (3,) to shape (3, 2)"),
-                       ShapeError);
-  CHECK_THROWS_WITH_AS(broadcast_to(zeros({2, 3}), {3}),
-                       doctest::Contains("cannot broadcast shape (2, 3) to shape (3,)"),
-                       ShapeError);
+  CHECK_THROWS_WITH_AS(
+      broadcast_to(zeros({2, 3}), {4, 3}),
+      doctest::Contains("[broadcast_to] cannot broadcast shape "
+                        "(2, 3) to shape (4, 3)"),
+      ShapeError);
+  CHECK_THROWS_WITH_AS(
+      broadcast_to(zeros({3}), {3, 2}),
+      doctest::Contains("cannot broadcast shape (3,) to shape (3, 2)"),
+      ShapeError);
+  CHECK_THROWS_WITH_AS(
+      broadcast_to(zeros({2, 3}), {3}),
+      doctest::Contains("cannot broadcast shape (2, 3) to shape (3,)"),
+      ShapeError);
   CHECK_THROWS_WITH_AS(broadcast_to(zeros({1}), {-1}),
                        doctest::Contains("to shape (-1,)"), ShapeError);
 }
 
-TEST_CASE("expand_dims inserts a size-1 axis, counting negative axes from the end") {
+TEST_CASE(
+    "expand_dims inserts a size-1 axis, counting negative axes from the end") {
   Array a = reshape(arange(6), {2, 3});
   CHECK(expand_dims(a, 0).shape() == Shape{1, 2, 3});
   CHECK(expand_dims(a, 1).shape() == Shape{2, 1, 3});
@@ -144,12 +183,13 @@ TEST_CASE("expand_dims inserts a size-1 axis, counting negative axes from the en
   CHECK(expand_dims(a, -3).shape() == Shape{1, 2, 3});
   CHECK(expand_dims(a, -1).to_vector<I>() == a.to_vector<I>());
   CHECK(expand_dims(scalar(1.0f), 0).shape() == Shape{1});
-  CHECK_THROWS_WITH_AS(expand_dims(a, 3),
-                       doctest::Contains("[expand_dims] axis 3 is out of range for "
-                                         "expanding an array of shape (2, 3)"),
-                       ShapeError);
-  CHECK_THROWS_WITH_AS(expand_dims(a, -4), doctest::Contains("[expand_dims] axis -4"),
-                       ShapeError);
+  CHECK_THROWS_WITH_AS(
+      expand_dims(a, 3),
+      doctest::Contains("[expand_dims] axis 3 is out of range for "
+                        "expanding an array of shape (2, 3)"),
+      ShapeError);
+  CHECK_THROWS_WITH_AS(expand_dims(a, -4),
+                       doctest::Contains("[expand_dims] axis -4"), ShapeError);
 }
 
 TEST_CASE("squeeze removes size-1 axes: all by default, or the named ones") {
@@ -161,13 +201,16 @@ TEST_CASE("squeeze removes size-1 axes: all by default, or the named ones") {
   CHECK(squeeze(a, {0, -2}).shape() == Shape{2, 3});
   CHECK(squeeze(zeros({1, 1})).shape() == Shape{});
   CHECK(squeeze(zeros({2, 3})).shape() == Shape{2, 3});
-  CHECK_THROWS_WITH_AS(squeeze(a, 1),
-                       "[squeeze] cannot squeeze axis 1 of shape (1, 2, 1, 3): its "
-                       "size is 2, not 1",
+  CHECK_THROWS_WITH_AS(
+      squeeze(a, 1),
+      "[squeeze] cannot squeeze axis 1 of shape (1, 2, 1, 3): its "
+      "size is 2, not 1",
+      ShapeError);
+  CHECK_THROWS_WITH_AS(squeeze(a, {0, -4}),
+                       doctest::Contains("[squeeze] repeated axis"),
                        ShapeError);
-  CHECK_THROWS_WITH_AS(squeeze(a, {0, -4}), doctest::Contains("[squeeze] repeated axis"),
-                       ShapeError);
-  CHECK_THROWS_WITH_AS(squeeze(a, 4), doctest::Contains("[squeeze] axis 4 is out of range"),
+  CHECK_THROWS_WITH_AS(squeeze(a, 4),
+                       doctest::Contains("[squeeze] axis 4 is out of range"),
                        ShapeError);
 }
 
@@ -211,30 +254,36 @@ TEST_CASE("concatenate skips empty arrays and can produce an empty result") {
 
 TEST_CASE("concatenate errors name the offending array and both shapes") {
   Array a = zeros({2, 2});
-  CHECK_THROWS_WITH_AS(concatenate({a, zeros({2, 2}), zeros({2, 3})}),
-                       "[concatenate] array 2 has shape (2, 3) but array 0 has shape "
-                       "(2, 2): all dimensions except axis 0 must match",
-                       ShapeError);
-  CHECK_THROWS_WITH_AS(concatenate({a, zeros({2})}),
-                       doctest::Contains("[concatenate] array 1 has shape (2,) but "
-                                         "array 0 has shape (2, 2)"),
-                       ShapeError);
-  CHECK_THROWS_WITH_AS(concatenate({a, zeros({2, 2}, i32)}),
-                       "[concatenate] array 1 has dtype i32 but array 0 has dtype f32",
-                       DTypeError);
+  CHECK_THROWS_WITH_AS(
+      concatenate({a, zeros({2, 2}), zeros({2, 3})}),
+      "[concatenate] array 2 has shape (2, 3) but array 0 has shape "
+      "(2, 2): all dimensions except axis 0 must match",
+      ShapeError);
+  CHECK_THROWS_WITH_AS(
+      concatenate({a, zeros({2})}),
+      doctest::Contains("[concatenate] array 1 has shape (2,) but "
+                        "array 0 has shape (2, 2)"),
+      ShapeError);
+  CHECK_THROWS_WITH_AS(
+      concatenate({a, zeros({2, 2}, i32)}),
+      "[concatenate] array 1 has dtype i32 but array 0 has dtype f32",
+      DTypeError);
   CHECK_THROWS_WITH_AS(concatenate(std::span<const Array>()),
                        "[concatenate] needs at least one array", ValueError);
   CHECK_THROWS_WITH_AS(concatenate({a, Array()}),
-                       "[concatenate] array 1 is None (a null Array)", ValueError);
-  CHECK_THROWS_WITH_AS(concatenate({scalar(1.0f), scalar(2.0f)}),
-                       doctest::Contains("[concatenate] zero-dimensional arrays"),
-                       ShapeError);
-  CHECK_THROWS_WITH_AS(concatenate({a, a}, 2),
-                       "[concatenate] axis 2 is out of range for an array of rank 2",
-                       ShapeError);
+                       "[concatenate] array 1 is None (a null Array)",
+                       ValueError);
+  CHECK_THROWS_WITH_AS(
+      concatenate({scalar(1.0f), scalar(2.0f)}),
+      doctest::Contains("[concatenate] zero-dimensional arrays"), ShapeError);
+  CHECK_THROWS_WITH_AS(
+      concatenate({a, a}, 2),
+      "[concatenate] axis 2 is out of range for an array of rank 2",
+      ShapeError);
 }
 
-TEST_CASE("slice follows Python start:stop:step with negative and clamped bounds") {
+TEST_CASE(
+    "slice follows Python start:stop:step with negative and clamped bounds") {
   Array a = arange(10);
   CHECK(slice(a, 0, 2, 8, 3).to_vector<I>() == std::vector<I>{2, 5});
   CHECK(slice(a, 0, -3, 10).to_vector<I>() == std::vector<I>{7, 8, 9});
@@ -268,12 +317,12 @@ TEST_CASE("slice along an inner axis and over several axes") {
 
 TEST_CASE("slice errors: non-positive step, mismatched bound lists, bad axes") {
   Array m = zeros({3, 4});
-  CHECK_THROWS_WITH_AS(slice(m, 0, 0, 3, 0),
-                       doctest::Contains("[slice] step must be positive, got 0"),
-                       ValueError);
-  CHECK_THROWS_WITH_AS(slice(m, 1, 3, 0, -1),
-                       doctest::Contains("[slice] step must be positive, got -1"),
-                       ValueError);
+  CHECK_THROWS_WITH_AS(
+      slice(m, 0, 0, 3, 0),
+      doctest::Contains("[slice] step must be positive, got 0"), ValueError);
+  CHECK_THROWS_WITH_AS(
+      slice(m, 1, 3, 0, -1),
+      doctest::Contains("[slice] step must be positive, got -1"), ValueError);
   CHECK_THROWS_WITH_AS(slice(m, Shape{0, 1}, Shape{2}),
                        doctest::Contains("[slice] starts (0, 1), stops (2,)"),
                        ValueError);
@@ -283,8 +332,8 @@ TEST_CASE("slice errors: non-positive step, mismatched bound lists, bad axes") {
   CHECK_THROWS_WITH_AS(slice(m, 2, 0, 1),
                        "[slice] axis 2 is out of range for an array of rank 2",
                        ShapeError);
-  CHECK_THROWS_WITH_AS(slice(Array(), 0, 0, 1), "[slice] input is None (a null Array)",
-                       ValueError);
+  CHECK_THROWS_WITH_AS(slice(Array(), 0, 0, 1),
+                       "[slice] input is None (a null Array)", ValueError);
 }
 
 TEST_CASE("layout ops move bool elements unchanged") {
@@ -292,7 +341,8 @@ TEST_CASE("layout ops move bool elements unchanged") {
   CHECK(transpose(b).to_vector<bool>() ==
         std::vector<bool>{true, true, false, true, false, false});
   CHECK(concatenate({b, slice(b, 0, 1, 2)}).to_vector<bool>() ==
-        std::vector<bool>{true, false, false, true, true, false, true, true, false});
+        std::vector<bool>{true, false, false, true, true, false, true, true,
+                          false});
   CHECK(broadcast_to(slice(b, 1, 0, 1), {2, 2}).to_vector<bool>() ==
         std::vector<bool>{true, true, true, true});
   CHECK(reshape(b, {3, 2}).dtype() == bool_);
@@ -304,10 +354,12 @@ TEST_CASE("layout ops move 4- and 8-byte elements bit for bit") {
   CHECK(transpose(u).to_vector<std::uint32_t>() ==
         std::vector<std::uint32_t>{0xffffffffu, 2, 1, 3});
   Array d = array<double>({0.5, -1.25, 1e300, 3}, {2, 2});
-  CHECK(transpose(d).to_vector<double>() == std::vector<double>{0.5, 1e300, -1.25, 3});
+  CHECK(transpose(d).to_vector<double>() ==
+        std::vector<double>{0.5, 1e300, -1.25, 3});
   CHECK(slice(d, 1, 1, 2).to_vector<double>() == std::vector<double>{-1.25, 3});
   CHECK(concatenate({d, d}, 1).to_vector<double>() ==
         std::vector<double>{0.5, -1.25, 0.5, -1.25, 1e300, 3, 1e300, 3});
   Array n = array<I>({-1, -2}, {2});
-  CHECK(broadcast_to(n, {2, 2}).to_vector<I>() == std::vector<I>{-1, -2, -1, -2});
+  CHECK(broadcast_to(n, {2, 2}).to_vector<I>() ==
+        std::vector<I>{-1, -2, -1, -2});
 }

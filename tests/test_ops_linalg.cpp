@@ -1,10 +1,9 @@
-// matmul: numpy.matmul semantics (1-D promotion, batch broadcasting, empty dims)
-// and its errors. Expected values are worked out by hand.
+// matmul: numpy.matmul semantics (1-D promotion, batch broadcasting, empty
+// dims) and its errors. Expected values are worked out by hand.
 #include <doctest/doctest.h>
 
-#include <vector>
-
 #include <kiln/kiln.hpp>
+#include <vector>
 
 using namespace kiln;
 
@@ -20,7 +19,8 @@ TEST_CASE("matmul of two matrices is the row-by-column product") {
   Array c = matmul(a23(), b32());
   CHECK(c.dtype() == f32);
   CHECK(c.shape() == Shape{2, 2});
-  // [1*7 + 2*9 + 3*11, 1*8 + 2*10 + 3*12], [4*7 + 5*9 + 6*11, 4*8 + 5*10 + 6*12]
+  // [1*7 + 2*9 + 3*11, 1*8 + 2*10 + 3*12], [4*7 + 5*9 + 6*11, 4*8 + 5*10 +
+  // 6*12]
   CHECK(c.to_vector<float>() == std::vector<float>{58, 64, 139, 154});
 }
 
@@ -38,12 +38,13 @@ TEST_CASE("matmul broadcasts batch dimensions") {
   Array b = array<float>({1, 2, 3, 4, 0, 1, 1, 0, 1, 1, 1, 1}, {3, 2, 2});
   Array c = matmul(a, b);
   CHECK(c.shape() == Shape{2, 3, 2, 2});
-  CHECK(c.to_vector<float>() ==
-        std::vector<float>{1, 2, 3, 4, 0, 1, 1, 0, 1, 1, 1, 1,
-                           2, 4, 6, 8, 0, 2, 2, 0, 2, 2, 2, 2});
+  CHECK(c.to_vector<float>() == std::vector<float>{1, 2, 3, 4, 0, 1, 1, 0,
+                                                   1, 1, 1, 1, 2, 4, 6, 8,
+                                                   0, 2, 2, 0, 2, 2, 2, 2});
 }
 
-TEST_CASE("matmul of a batch against one matrix multiplies each batch element") {
+TEST_CASE(
+    "matmul of a batch against one matrix multiplies each batch element") {
   Array a = array<float>({1, 2, 3, 4, 5, 6, 1, 0, 0, 0, 1, 0}, {2, 2, 3});
   Array c = matmul(a, b32());
   CHECK(c.shape() == Shape{2, 2, 2});
@@ -68,7 +69,8 @@ TEST_CASE("matmul promotes a 1-D first operand to a row and drops it after") {
   CHECK(c.to_vector<float>() == std::vector<float>{58, 64});
 }
 
-TEST_CASE("matmul promotes a 1-D second operand to a column and drops it after") {
+TEST_CASE(
+    "matmul promotes a 1-D second operand to a column and drops it after") {
   Array c = matmul(a23(), array<float>({1, 1, 1}));
   CHECK(c.shape() == Shape{2});
   CHECK(c.to_vector<float>() == std::vector<float>{6, 15});
@@ -96,11 +98,13 @@ TEST_CASE("matmul over an empty inner dimension gives zeros") {
   CHECK(batched.to_vector<double>() == std::vector<double>(4, 0.0));
 }
 
-TEST_CASE("matmul with an empty outer or batch dimension gives an empty result") {
+TEST_CASE(
+    "matmul with an empty outer or batch dimension gives an empty result") {
   CHECK(matmul(zeros({0, 3}), zeros({3, 2})).shape() == Shape{0, 2});
   CHECK(matmul(zeros({2, 3}), zeros({3, 0})).shape() == Shape{2, 0});
   CHECK(matmul(zeros({0, 2, 3}), zeros({3, 4})).shape() == Shape{0, 2, 4});
-  CHECK(matmul(zeros({0, 1, 1, 3}), zeros({5, 3, 4})).shape() == Shape{0, 5, 1, 4});
+  CHECK(matmul(zeros({0, 1, 1, 3}), zeros({5, 3, 4})).shape() ==
+        Shape{0, 5, 1, 4});
 }
 
 TEST_CASE("matmul rejects mismatched inner dimensions naming both shapes") {
@@ -117,27 +121,31 @@ TEST_CASE("matmul rejects mismatched inner dimensions naming both shapes") {
 }
 
 TEST_CASE("matmul rejects batch dimensions that do not broadcast") {
-  CHECK_THROWS_WITH_AS(matmul(zeros({2, 2, 3}), zeros({3, 3, 4})),
-                       doctest::Contains("[matmul] batch dimensions of the first "
-                                         "input (2, 2, 3) and the second input "
-                                         "(3, 3, 4) cannot be broadcast"),
-                       ShapeError);
+  CHECK_THROWS_WITH_AS(
+      matmul(zeros({2, 2, 3}), zeros({3, 3, 4})),
+      doctest::Contains("[matmul] batch dimensions of the first "
+                        "input (2, 2, 3) and the second input "
+                        "(3, 3, 4) cannot be broadcast"),
+      ShapeError);
 }
 
 TEST_CASE("matmul rejects non-floating, mixed, 0-d and None inputs") {
   Array i = array<std::int32_t>({1, 2, 3, 4}, {2, 2});
-  CHECK_THROWS_WITH_AS(matmul(i, i),
-                       doctest::Contains("[matmul] needs floating inputs (f32 or "
-                                         "f64), got i32"),
-                       DTypeError);
-  CHECK_THROWS_WITH_AS(matmul(zeros({2, 2}), zeros({2, 2}, f64)),
-                       doctest::Contains("[matmul] inputs have different dtypes "
-                                         "f32 and f64"),
-                       DTypeError);
-  CHECK_THROWS_WITH_AS(matmul(scalar(2.0f), zeros({2})),
-                       doctest::Contains("[matmul] inputs must have at least one "
-                                         "dimension, got shapes () and (2,)"),
-                       ShapeError);
+  CHECK_THROWS_WITH_AS(
+      matmul(i, i),
+      doctest::Contains("[matmul] needs floating inputs (f32 or "
+                        "f64), got i32"),
+      DTypeError);
+  CHECK_THROWS_WITH_AS(
+      matmul(zeros({2, 2}), zeros({2, 2}, f64)),
+      doctest::Contains("[matmul] inputs have different dtypes "
+                        "f32 and f64"),
+      DTypeError);
+  CHECK_THROWS_WITH_AS(
+      matmul(scalar(2.0f), zeros({2})),
+      doctest::Contains("[matmul] inputs must have at least one "
+                        "dimension, got shapes () and (2,)"),
+      ShapeError);
   CHECK_THROWS_WITH_AS(matmul(Array(), zeros({2})),
                        "[matmul] the first input is None (a null Array)",
                        ValueError);

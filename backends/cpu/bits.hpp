@@ -1,15 +1,12 @@
 // Helpers for CPU kernels that move elements without looking at their values
-// (layout and gather primitives). Such a kernel only needs the element size, so it
-// is instantiated once per size (1, 2, 4, 8 bytes) rather than once per dtype:
-// bool travels as a byte, f32 as its 32 bits (bit-exact, NaN payloads included).
-// Internal to the CPU backend.
+// (layout and gather primitives). Such a kernel only needs the element size, so
+// it is instantiated once per size (1, 2, 4, 8 bytes) rather than once per
+// dtype: bool travels as a byte, f32 as its 32 bits (bit-exact, NaN payloads
+// included). Internal to the CPU backend.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
-#include <vector>
-
-#include <xtensor/xadapt.hpp>
 
 #include "kiln/runtime/array.hpp"
 #include "kiln/runtime/error.hpp"
@@ -32,13 +29,8 @@ decltype(auto) visit_element_size(DType dtype, F&& f) {
     default:
       break;
   }
-  throw DTypeError(detail::str_cat("[cpu] no element mover for dtype ",
-                                   name(dtype)));
-}
-
-// xtensor wants unsigned extents.
-inline std::vector<std::size_t> xshape(const Shape& s) {
-  return std::vector<std::size_t>(s.begin(), s.end());
+  throw DTypeError(
+      detail::str_cat("[cpu] no element mover for dtype ", name(dtype)));
 }
 
 // The host elements of a CPU array reinterpreted as U (see visit_element_size).
@@ -46,20 +38,6 @@ inline std::vector<std::size_t> xshape(const Shape& s) {
 template <class U>
 const U* host_elements(const Array& a) {
   return static_cast<const U*>(a.buffer()->host_data());
-}
-
-// Read-only xtensor view of a CPU array's elements, shaped like the array.
-template <class U>
-auto adapt_input(const Array& a) {
-  return xt::adapt(host_elements<U>(a), static_cast<std::size_t>(a.size()),
-                   xt::no_ownership(), xshape(a.shape()));
-}
-
-// Writable xtensor view of an output buffer of `shape`.
-template <class U>
-auto adapt_output(void* data, const Shape& shape) {
-  return xt::adapt(static_cast<U*>(data), static_cast<std::size_t>(numel(shape)),
-                   xt::no_ownership(), xshape(shape));
 }
 
 }  // namespace kiln::cpu

@@ -1,8 +1,9 @@
-// CPU kernels for indexing primitives: take, take_along_axis, one_hot. Gathers are
-// plain loops over contiguous runs (clearer and faster here than an xtensor
+// CPU kernels for indexing primitives: take, take_along_axis, one_hot. Gathers
+// are plain loops over contiguous runs (clearer and faster here than an xtensor
 // expression), written once over the element size (bits.hpp). Index values are
-// only known now, so the range check that the shape rule cannot do happens here,
-// before anything is written: an IndexError leaves no partial result behind.
+// only known now, so the range check that the shape rule cannot do happens
+// here, before anything is written: an IndexError leaves no partial result
+// behind.
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -24,9 +25,10 @@ std::vector<std::int64_t> read_indices(const Array& indices) {
   return out;
 }
 
-// Maps negative indices onto [0, n) and rejects the rest of the out-of-range ones.
-void normalize_indices(Prim p, std::vector<std::int64_t>& idx, std::int64_t axis,
-                       std::int64_t n) {
+// Maps negative indices onto [0, n) and rejects the rest of the out-of-range
+// ones.
+void normalize_indices(Prim p, std::vector<std::int64_t>& idx,
+                       std::int64_t axis, std::int64_t n) {
   for (auto& i : idx) {
     if (i < -n || i >= n) {
       throw IndexError(detail::str_cat("[", name(p), "] index ", i,
@@ -57,16 +59,21 @@ std::shared_ptr<Buffer> take(const Params& params, const Array& a,
     U* dst = static_cast<U*>(buf->host_data());
     for (std::size_t o = 0; o < outer; ++o) {
       const U* block = src + o * static_cast<std::size_t>(n) * inner;
+      if (inner == 1) {  // a gather of single elements: skip copy_n's overhead
+        for (const std::int64_t i : idx) *dst++ = block[i];
+        continue;
+      }
       for (const std::int64_t i : idx) {
-        dst = std::copy_n(block + static_cast<std::size_t>(i) * inner, inner, dst);
+        dst = std::copy_n(block + static_cast<std::size_t>(i) * inner, inner,
+                          dst);
       }
     }
   });
   return buf;
 }
 
-// out[..., j, ...] = a[..., idx[..., j, ...], ...] where the non-axis dims of `a`
-// and of the indices broadcast to the output's (stride 0 on a size-1 dim).
+// out[..., j, ...] = a[..., idx[..., j, ...], ...] where the non-axis dims of
+// `a` and of the indices broadcast to the output's (stride 0 on a size-1 dim).
 std::shared_ptr<Buffer> take_along_axis(const Params& params, const Array& a,
                                         const Array& indices, const Aval& out) {
   const auto axis = static_cast<std::size_t>(params.axis);
@@ -89,13 +96,21 @@ std::shared_ptr<Buffer> take_along_axis(const Params& params, const Array& a,
     using U = decltype(zero);
     const U* src = host_elements<U>(a);
     U* dst = static_cast<U*>(buf->host_data());
-    Shape pos(rank, 0);
+    // Odometer over all but the last output dim; the last dim is a tight loop.
+    const std::size_t outer_dims = rank - 1;
+    const std::int64_t len = out.shape[rank - 1];
+    const std::int64_t a_last = a_strides[rank - 1];
+    const std::int64_t i_last = i_strides[rank - 1];
+    Shape pos(outer_dims, 0);
     std::int64_t a_off = 0;
     std::int64_t i_off = 0;
-    for (std::size_t k = 0; k < total; ++k) {
-      dst[k] = src[a_off + idx[static_cast<std::size_t>(i_off)] * a_axis_stride];
-      // Odometer step over the output's multi-index, updating both offsets.
-      for (std::size_t d = rank; d-- > 0;) {
+    for (std::size_t k = 0; k < total; k += static_cast<std::size_t>(len)) {
+      for (std::int64_t j = 0; j < len; ++j) {
+        const auto at = static_cast<std::size_t>(i_off + j * i_last);
+        dst[k + static_cast<std::size_t>(j)] =
+            src[a_off + j * a_last + idx[at] * a_axis_stride];
+      }
+      for (std::size_t d = outer_dims; d-- > 0;) {
         a_off += a_strides[d];
         i_off += i_strides[d];
         if (++pos[d] < out.shape[d]) break;
@@ -121,8 +136,8 @@ std::shared_ptr<Buffer> one_hot(const Params& params, const Array& indices,
     T* dst = static_cast<T*>(buf->host_data());
     for (std::size_t r = 0; r < idx.size(); ++r) {
       if (idx[r] >= 0 && idx[r] < depth) {
-        dst[r * static_cast<std::size_t>(depth) + static_cast<std::size_t>(idx[r])] =
-            T{1};
+        dst[r * static_cast<std::size_t>(depth) +
+            static_cast<std::size_t>(idx[r])] = T{1};
       }
     }
   });
@@ -144,7 +159,8 @@ std::shared_ptr<Buffer> eval_index(Prim p, const Params& params,
     default:
       break;
   }
-  throw Error(detail::str_cat("[cpu] ", name(p), " is not an indexing primitive"));
+  throw Error(
+      detail::str_cat("[cpu] ", name(p), " is not an indexing primitive"));
 }
 
 }  // namespace kiln::cpu

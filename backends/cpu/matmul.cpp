@@ -1,7 +1,7 @@
-// CPU kernel for batched matmul: one BLAS gemm per batch element, called directly
-// on the arrays' buffers (cblas from OpenBLAS, the library xtensor-blas wraps), so
-// no operand is copied. Broadcast batch dims are walked with stride 0 rather than
-// materialised.
+// CPU kernel for batched matmul: one BLAS gemm per batch element, called
+// directly on the arrays' buffers (cblas from OpenBLAS, the library
+// xtensor-blas wraps), so no operand is copied. Broadcast batch dims are walked
+// with stride 0 rather than materialised.
 #include <cblas.h>
 
 #include <algorithm>
@@ -15,8 +15,8 @@ namespace {
 
 // C (m x n) = A (m x k) * B (k x n), all row-major and contiguous.
 template <class T>
-void gemm(std::int64_t m, std::int64_t n, std::int64_t k, const T* a, const T* b,
-          T* c) {
+void gemm(std::int64_t m, std::int64_t n, std::int64_t k, const T* a,
+          const T* b, T* c) {
   // BLAS rejects leading dimensions below 1 even when the matrix is empty.
   const auto lda = static_cast<blasint>(std::max<std::int64_t>(k, 1));
   const auto ldb = static_cast<blasint>(std::max<std::int64_t>(n, 1));
@@ -64,8 +64,10 @@ void batched_matmul(const Array& a, const Array& b, const Aval& out, T* c) {
     return;
   }
   // A single shared right operand and an unbroadcast left one: the batch folds
-  // into the rows of one large gemm, which BLAS runs far better than many small.
-  if (numel(Shape(bs.begin(), bs.end() - 2)) == 1 && a.size() == batch * m * k) {
+  // into the rows of one large gemm, which BLAS runs far better than many
+  // small.
+  if (numel(Shape(bs.begin(), bs.end() - 2)) == 1 &&
+      a.size() == batch * m * k) {
     gemm<T>(batch * m, n, k, pa, pb, c);
     return;
   }
@@ -105,8 +107,8 @@ std::shared_ptr<Buffer> eval_matmul(Prim, const Params&,
                      static_cast<double*>(buf->host_data()));
       break;
     default:
-      throw DTypeError(detail::str_cat("[matmul] the CPU backend has no kernel for ",
-                                       name(out.dtype)));
+      throw DTypeError(detail::str_cat(
+          "[matmul] the CPU backend has no kernel for ", name(out.dtype)));
   }
   return buf;
 }
