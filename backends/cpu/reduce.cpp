@@ -1,7 +1,330 @@
-// TEMPORARY: replaced by the real kernels of this family.
+// CPU kernels for reductions (sum, max, min over axes) and index reductions
+// (argmax, argmin along one axis).
+//
+// A reduction of a contiguous row-major array depends only on the runs of
+// reduced and kept dims, so the shape is collapsed first: size-1 dims dropped,
+// neighbours merged ((2, 3, 4) over {1, 2} is (2, 12) over {1}). Each run of
+// reduced dims is then an (outer, n, inner) reduction: with inner == 1
+// (everything or the trailing dims reduced: the common cases) a contiguous 1-D
+// reduction in SIMD lanes, otherwise a vectorized accumulation of whole rows.
+// (xtensor's reducers accumulate one element at a time, bound by the latency of
+// the add.)
+//
+// max/min propagate NaN (like numpy.max); argmax/argmin return the first NaN if
+// there is one, else the first occurrence of the extreme value. Sums stay in
+// the input dtype: f32 accumulates in f32 (in 256 lanes, which also keeps the
+// rounding error lower than a running sum), i32 wraps modulo 2^32 (summed as
+// u32).
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <type_traits>
+#include <vector>
+#include <xtensor/xadapt.hpp>
+#include <xtensor/xfixed.hpp>
+#include <xtensor/xnoalias.hpp>
+
+#include "kiln/backends/cpu/broadcast.hpp"
 #include "kiln/backends/cpu/cpu_backend.hpp"
 #include "kiln/runtime/error.hpp"
+#include "kiln/runtime/strings.hpp"
+
 namespace kiln::cpu {
-std::shared_ptr<Buffer> eval_reduce(Prim p, const Params&, std::span<const Array>, const Aval&) { throw Error(std::string("[cpu] no kernel yet for ") + std::string(name(p))); }
-std::shared_ptr<Buffer> eval_arg_reduce(Prim p, const Params&, std::span<const Array>, const Aval&) { throw Error(std::string("[cpu] no kernel yet for ") + std::string(name(p))); }
+namespace {
+
+// Reduction functors: operator() on scalars, simd_apply on xsimd batches.
+struct Plus {
+  template <class T>
+  T operator()(T x, T y) const {
+    return static_cast<T>(x + y);
+  }
+  template <class B>
+  B simd_apply(const B& x, const B& y) const {
+    return x + y;
+  }
+};
+// NaN wins (x != x is the NaN test for scalars and batches alike).
+struct NanMax {
+  template <class T>
+  T operator()(T x, T y) const {
+    return x > y || x != x ? x : y;
+  }
+  template <class B>
+  B simd_apply(const B& x, const B& y) const {
+    return xsimd::select((x > y) || (x != x), x, y);
+  }
+};
+struct NanMin {
+  template <class T>
+  T operator()(T x, T y) const {
+    return x < y || x != x ? x : y;
+  }
+  template <class B>
+  B simd_apply(const B& x, const B& y) const {
+    return xsimd::select((x < y) || (x != x), x, y);
+  }
+};
+
+// The identity of each reduction (-inf, not lowest(), so that max of [-inf]
+// works).
+template <class Op, class T>
+constexpr T identity() {
+  using L = std::numeric_limits<T>;
+  if constexpr (std::is_same_v<Op, Plus>) {
+    return T(0);
+  } else if constexpr (std::is_same_v<Op, NanMax>) {
+    return L::has_infinity ? -L::infinity() : L::lowest();
+  } else {
+    return L::has_infinity ? L::infinity() : L::max();
+  }
 }
+
+// Element types as the kernels see them: i32 sums wrap on u32 bits (no UB),
+// bool is its 0/1 byte.
+template <class T, class Op>
+using Stored =
+    std::conditional_t<std::is_same_v<T, bool>, std::uint8_t,
+                       std::conditional_t<std::is_same_v<T, std::int32_t> &&
+                                              std::is_same_v<Op, Plus>,
+                                          std::uint32_t, T>>;
+
+template <class S>
+const S* elements(const Array& a) {
+  return static_cast<const S*>(a.buffer()->host_data());
+}
+
+// Reduces p[0, n) with kLanes independent accumulators held in an
+// xtensor_fixed, so each step is one vectorized assignment.
+template <class Op, class T>
+T reduce_contiguous(const T* p, std::size_t n) {
+  constexpr std::size_t kLanes = 256;
+  constexpr T kInit = identity<Op, T>();
+  if (n < 2 * kLanes) return std::accumulate(p, p + n, kInit, Op{});
+  using Lanes = xt::xtensor_fixed<T, xt::xshape<kLanes>>;
+  const auto chunk = [p](std::size_t i) {
+    return xt::adapt(p + i, kLanes, xt::no_ownership(),
+                     std::array<std::size_t, 1>{kLanes});
+  };
+  Lanes acc = chunk(0);
+  std::size_t i = kLanes;
+  for (; i + kLanes <= n; i += kLanes) {
+    xt::noalias(acc) = xt::detail::make_xfunction<Op>(acc, chunk(i));
+  }
+  const T lanes = std::accumulate(acc.cbegin(), acc.cend(), kInit, Op{});
+  return std::accumulate(p + i, p + n, lanes, Op{});
+}
+
+// The input's dims with size-1 dims dropped and neighbours merged when both are
+// reduced or both kept.
+struct Collapsed {
+  ShapeVec extents;
+  ShapeVec axes;  // positions in `extents` that are reduced
+};
+
+Collapsed collapse(const Shape& shape, const Axes& axes) {
+  Collapsed c;
+  bool last_reduced = false;
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] == 1) continue;
+    const bool reduced = std::find(axes.begin(), axes.end(),
+                                   static_cast<std::int64_t>(i)) != axes.end();
+    if (!c.extents.empty() && reduced == last_reduced) {
+      c.extents.back() *= static_cast<std::size_t>(shape[i]);
+    } else {
+      c.extents.push_back(static_cast<std::size_t>(shape[i]));
+      if (reduced) c.axes.push_back(c.extents.size() - 1);
+    }
+    last_reduced = reduced;
+  }
+  return c;
+}
+
+// S may be const: inputs are read-only views, outputs writable ones (the
+// pointer goes to xt::adapt as a prvalue, which the adaptor copies).
+template <class S>
+auto flat(S* p, std::size_t n) {
+  return xt::adapt(static_cast<S*>(p), n, xt::no_ownership(),
+                   std::array<std::size_t, 1>{n});
+}
+
+// Below this many kept elements per step, rows are combined element by element
+// rather than by one vectorized assignment per row.
+constexpr std::size_t kMinRow = 16;
+
+// out[o, i] = Op over k of in[o, k, i], for an (outer, n, inner) array.
+template <class Op, class S>
+void reduce_middle(const S* in, S* out, std::size_t outer, std::size_t n,
+                   std::size_t inner) {
+  if (inner == 1) {
+    for (std::size_t o = 0; o < outer; ++o)
+      out[o] = reduce_contiguous<Op>(in + o * n, n);
+    return;
+  }
+  for (std::size_t o = 0; o < outer; ++o) {
+    const S* base = in + o * n * inner;
+    S* dst = out + o * inner;
+    std::copy(base, base + inner, dst);
+    if (inner >= kMinRow) {
+      auto acc = flat(dst, inner);
+      for (std::size_t k = 1; k < n; ++k) {
+        xt::noalias(acc) =
+            xt::detail::make_xfunction<Op>(acc, flat(base + k * inner, inner));
+      }
+    } else {
+      for (std::size_t k = 1; k < n; ++k) {
+        std::transform(dst, dst + inner, base + k * inner, dst, Op{});
+      }
+    }
+  }
+}
+
+// Reduces the runs of c.axes one at a time, the last first (each pass shrinks
+// the data, so the first pass dominates). xt::reduce is not used: besides
+// accumulating serially, xtensor 0.24 built as C++20 types the result of a
+// dynamic-rank reduction as a rank-4 xtensor (its xtype_for_shape guard only
+// covers C++17) and writes out of bounds.
+template <class Op, class S>
+void reduce_kernel(const S* in, S* out, std::size_t out_size,
+                   const Collapsed& c) {
+  if (c.axes.empty()) {  // only size-1 dims were reduced
+    std::memcpy(out, in, out_size * sizeof(S));
+    return;
+  }
+  ShapeVec extents = c.extents;
+  std::vector<S> scratch[2];
+  const S* src = in;
+  for (std::size_t j = c.axes.size(); j-- > 0;) {
+    const std::size_t ax = c.axes[j];
+    const auto product = [&](std::size_t from, std::size_t to) {
+      return std::accumulate(
+          extents.begin() + static_cast<std::ptrdiff_t>(from),
+          extents.begin() + static_cast<std::ptrdiff_t>(to), std::size_t{1},
+          std::multiplies<>());
+    };
+    const std::size_t outer = product(0, ax);
+    const std::size_t inner = product(ax + 1, extents.size());
+    S* dst = out;
+    if (j > 0) {
+      scratch[j % 2].resize(outer * inner);
+      dst = scratch[j % 2].data();
+    }
+    reduce_middle<Op>(src, dst, outer, extents[ax], inner);
+    extents.erase(extents.begin() + static_cast<std::ptrdiff_t>(ax));
+    src = dst;
+  }
+}
+
+// Index of the first extreme value along the middle dim of (outer, n, inner),
+// NaN first. xt::argmax is not used: it copies non-leading axes, ignores NaN,
+// and in xtensor 0.24 answers argmin for 1-D input.
+template <bool kMax, class S>
+void arg_reduce_kernel(const S* in, std::int32_t* out, std::size_t outer,
+                       std::size_t n, std::size_t inner) {
+  const auto better = [](S x, S best) {
+    const bool x_nan = x != x;  // NOLINT: NaN test (always false for integers)
+    const bool best_nan = best != best;
+    if (best_nan) return false;
+    return x_nan || (kMax ? x > best : x < best);
+  };
+  std::vector<S> best(inner);
+  for (std::size_t o = 0; o < outer; ++o) {
+    const S* base = in + o * n * inner;
+    std::int32_t* idx = out + o * inner;
+    std::copy(base, base + inner, best.begin());
+    std::fill(idx, idx + inner, 0);
+    for (std::size_t k = 1; k < n; ++k) {
+      const S* row = base + k * inner;
+      for (std::size_t i = 0; i < inner; ++i) {
+        if (better(row[i], best[i])) {
+          best[i] = row[i];
+          idx[i] = static_cast<std::int32_t>(k);
+        }
+      }
+    }
+  }
+}
+
+void check_host_dtype(Prim p, DType d) {
+  if (d == DType::kF16) {
+    throw DTypeError(
+        detail::str_cat("[", name(p),
+                        "] f16 is not supported by the CPU backend; reduce in "
+                        "f32 (astype on a device with f16)"));
+  }
+}
+
+}  // namespace
+
+std::shared_ptr<Buffer> eval_reduce(Prim p, const Params& params,
+                                    std::span<const Array> inputs,
+                                    const Aval& out) {
+  const Array& a = inputs[0];
+  check_host_dtype(p, a.dtype());
+  auto buf = allocate(out);
+  const auto out_size = static_cast<std::size_t>(numel(out.shape));
+  if (out_size == 0) return buf;
+  if (a.size() ==
+      0) {  // sum over an empty extent (max/min were refused by the op)
+    std::memset(buf->host_data(), 0, buf->nbytes());
+    return buf;
+  }
+  const Collapsed c = collapse(a.shape(), params.axes);
+  const auto run = [&]<class Op>(Op) {
+    visit_dtype(a.dtype(), [&](auto zero) {
+      using S = Stored<decltype(zero), Op>;
+      if constexpr (std::is_same_v<Op, Plus> &&
+                    std::is_same_v<decltype(zero), bool>) {
+        throw DTypeError(
+            "[sum] the CPU backend does not sum bool; astype first");
+      } else {
+        reduce_kernel<Op>(elements<S>(a), static_cast<S*>(buf->host_data()),
+                          out_size, c);
+      }
+    });
+  };
+  switch (p) {
+    case Prim::kSum:
+      run(Plus{});
+      break;
+    case Prim::kMax:
+      run(NanMax{});
+      break;
+    case Prim::kMin:
+      run(NanMin{});
+      break;
+    default:
+      throw Error(detail::str_cat("[", name(p), "] is not a reduction"));
+  }
+  return buf;
+}
+
+std::shared_ptr<Buffer> eval_arg_reduce(Prim p, const Params& params,
+                                        std::span<const Array> inputs,
+                                        const Aval& out) {
+  const Array& a = inputs[0];
+  check_host_dtype(p, a.dtype());
+  auto buf = allocate(out);
+  if (numel(out.shape) == 0) return buf;
+  const auto axis = static_cast<std::size_t>(params.axis);
+  std::size_t outer = 1;
+  std::size_t inner = 1;
+  for (std::size_t i = 0; i < axis; ++i)
+    outer *= static_cast<std::size_t>(a.shape()[i]);
+  for (std::size_t i = axis + 1; i < a.shape().size(); ++i) {
+    inner *= static_cast<std::size_t>(a.shape()[i]);
+  }
+  const auto n = static_cast<std::size_t>(a.shape()[axis]);
+  auto* idx = static_cast<std::int32_t*>(buf->host_data());
+  visit_dtype(a.dtype(), [&](auto zero) {
+    using S = Stored<decltype(zero), NanMax>;
+    if (p == Prim::kArgmax) {
+      arg_reduce_kernel<true>(elements<S>(a), idx, outer, n, inner);
+    } else {
+      arg_reduce_kernel<false>(elements<S>(a), idx, outer, n, inner);
+    }
+  });
+  return buf;
+}
+
+}  // namespace kiln::cpu
