@@ -223,8 +223,9 @@ void unary_apply(F f, const Array& a, void* out) {
 }
 
 // Below this many elements per output row, broadcasting goes through xtensor's
-// steppers rather than one flat assignment per row.
-constexpr std::size_t kMinRow = 16;
+// steppers rather than one flat assignment per row (each costs ~30 ns): measured
+// on (4096, 8) + (4096, 1) rows win 2x, on (65536, 2) + (2,) steppers win 10x.
+constexpr std::size_t kMinRow = 8;
 
 // out = f(x, y) with numpy broadcasting. Scalars are passed as lvalues that
 // outlive the assignment (xtensor keeps a reference to them).
