@@ -120,8 +120,8 @@ Array concatenate(std::span<const Array> arrays, std::int64_t axis = 0);
 Array concatenate(std::initializer_list<Array> arrays, std::int64_t axis = 0);
 // Python-style a[start:stop:step] along one axis; negative start/stop count from
 // the end and out-of-range bounds are clamped, as in numpy. step > 0.
-Array slice(const Array& a, std::int64_t axis, std::int64_t start,
-            std::int64_t stop, std::int64_t step = 1);
+Array slice_axis(const Array& a, std::int64_t axis, std::int64_t start,
+                 std::int64_t stop, std::int64_t step = 1);
 // Per-axis slice over the leading starts.size() axes.
 Array slice(const Array& a, const Shape& starts, const Shape& stops,
             const Shape& steps = {});

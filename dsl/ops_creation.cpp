@@ -95,6 +95,9 @@ Array to_device(const Array& a, Device device) {
 }
 
 Array scalar_like(const Array& like, double value, const char* op) {
+  if (like.is_null()) {
+    throw ValueError(detail::str_cat("[", op, "] array operand is None (a null Array)"));
+  }
   check_representable(op, value, like.dtype());
   return full(Shape{}, value, like.dtype(), like.device());
 }

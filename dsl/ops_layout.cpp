@@ -220,7 +220,7 @@ Array concatenate(std::initializer_list<Array> arrays, std::int64_t axis) {
                      axis);
 }
 
-Array slice(const Array& a, std::int64_t axis, std::int64_t start,
+Array slice_axis(const Array& a, std::int64_t axis, std::int64_t start,
             std::int64_t stop, std::int64_t step) {
   check_not_null("slice", a);
   const std::int64_t ax = normalize_axis("slice", axis, a.ndim());

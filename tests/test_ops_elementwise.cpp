@@ -595,3 +595,10 @@ TEST_CASE(
       doctest::Contains("[astype] f16 is not supported by the CPU backend"),
       DTypeError);
 }
+
+TEST_CASE("a None operand combined with a C++ scalar names the op") {
+  CHECK_THROWS_WITH_AS(Array() + 1.0f, "[add] array operand is None (a null Array)",
+                       ValueError);
+  CHECK_THROWS_WITH_AS(2 * Array(), "[multiply] array operand is None (a null Array)",
+                       ValueError);
+}

@@ -285,24 +285,24 @@ TEST_CASE("concatenate errors name the offending array and both shapes") {
 TEST_CASE(
     "slice follows Python start:stop:step with negative and clamped bounds") {
   Array a = arange(10);
-  CHECK(slice(a, 0, 2, 8, 3).to_vector<I>() == std::vector<I>{2, 5});
-  CHECK(slice(a, 0, -3, 10).to_vector<I>() == std::vector<I>{7, 8, 9});
-  CHECK(slice(a, 0, -100, 100).to_vector<I>() == a.to_vector<I>());
-  CHECK(slice(a, 0, 5, 100, 2).to_vector<I>() == std::vector<I>{5, 7, 9});
-  CHECK(slice(a, 0, 8, -1).to_vector<I>() == std::vector<I>{8});
-  CHECK(slice(a, 0, 1, -1, 4).to_vector<I>() == std::vector<I>{1, 5});
-  CHECK(slice(a, 0, 0, 10, 20).to_vector<I>() == std::vector<I>{0});
-  Array empty = slice(a, 0, 7, 3);
+  CHECK(slice_axis(a, 0, 2, 8, 3).to_vector<I>() == std::vector<I>{2, 5});
+  CHECK(slice_axis(a, 0, -3, 10).to_vector<I>() == std::vector<I>{7, 8, 9});
+  CHECK(slice_axis(a, 0, -100, 100).to_vector<I>() == a.to_vector<I>());
+  CHECK(slice_axis(a, 0, 5, 100, 2).to_vector<I>() == std::vector<I>{5, 7, 9});
+  CHECK(slice_axis(a, 0, 8, -1).to_vector<I>() == std::vector<I>{8});
+  CHECK(slice_axis(a, 0, 1, -1, 4).to_vector<I>() == std::vector<I>{1, 5});
+  CHECK(slice_axis(a, 0, 0, 10, 20).to_vector<I>() == std::vector<I>{0});
+  Array empty = slice_axis(a, 0, 7, 3);
   CHECK(empty.shape() == Shape{0});
-  CHECK(slice(a, 0, 20, 30).shape() == Shape{0});
+  CHECK(slice_axis(a, 0, 20, 30).shape() == Shape{0});
 }
 
 TEST_CASE("slice along an inner axis and over several axes") {
   Array m = reshape(arange(12), {3, 4});  // m[i, j] = 4 i + j
-  Array cols = slice(m, 1, 1, -1);
+  Array cols = slice_axis(m, 1, 1, -1);
   CHECK(cols.shape() == Shape{3, 2});
   CHECK(cols.to_vector<I>() == std::vector<I>{1, 2, 5, 6, 9, 10});
-  CHECK(slice(m, -1, 3, 4).to_vector<I>() == std::vector<I>{3, 7, 11});
+  CHECK(slice_axis(m, -1, 3, 4).to_vector<I>() == std::vector<I>{3, 7, 11});
   Array both = slice(m, Shape{1, 0}, Shape{3, 4}, Shape{1, 2});
   CHECK(both.shape() == Shape{2, 2});
   CHECK(both.to_vector<I>() == std::vector<I>{4, 6, 8, 10});
@@ -318,10 +318,10 @@ TEST_CASE("slice along an inner axis and over several axes") {
 TEST_CASE("slice errors: non-positive step, mismatched bound lists, bad axes") {
   Array m = zeros({3, 4});
   CHECK_THROWS_WITH_AS(
-      slice(m, 0, 0, 3, 0),
+      slice_axis(m, 0, 0, 3, 0),
       doctest::Contains("[slice] step must be positive, got 0"), ValueError);
   CHECK_THROWS_WITH_AS(
-      slice(m, 1, 3, 0, -1),
+      slice_axis(m, 1, 3, 0, -1),
       doctest::Contains("[slice] step must be positive, got -1"), ValueError);
   CHECK_THROWS_WITH_AS(slice(m, Shape{0, 1}, Shape{2}),
                        doctest::Contains("[slice] starts (0, 1), stops (2,)"),
@@ -329,10 +329,10 @@ TEST_CASE("slice errors: non-positive step, mismatched bound lists, bad axes") {
   CHECK_THROWS_WITH_AS(slice(m, Shape{0, 0, 0}, Shape{1, 1, 1}),
                        "[slice] 3 axes given for an array of shape (3, 4)",
                        ShapeError);
-  CHECK_THROWS_WITH_AS(slice(m, 2, 0, 1),
+  CHECK_THROWS_WITH_AS(slice_axis(m, 2, 0, 1),
                        "[slice] axis 2 is out of range for an array of rank 2",
                        ShapeError);
-  CHECK_THROWS_WITH_AS(slice(Array(), 0, 0, 1),
+  CHECK_THROWS_WITH_AS(slice_axis(Array(), 0, 0, 1),
                        "[slice] input is None (a null Array)", ValueError);
 }
 
@@ -340,10 +340,10 @@ TEST_CASE("layout ops move bool elements unchanged") {
   Array b = array<bool>({true, false, false, true, true, false}, {2, 3});
   CHECK(transpose(b).to_vector<bool>() ==
         std::vector<bool>{true, true, false, true, false, false});
-  CHECK(concatenate({b, slice(b, 0, 1, 2)}).to_vector<bool>() ==
+  CHECK(concatenate({b, slice_axis(b, 0, 1, 2)}).to_vector<bool>() ==
         std::vector<bool>{true, false, false, true, true, false, true, true,
                           false});
-  CHECK(broadcast_to(slice(b, 1, 0, 1), {2, 2}).to_vector<bool>() ==
+  CHECK(broadcast_to(slice_axis(b, 1, 0, 1), {2, 2}).to_vector<bool>() ==
         std::vector<bool>{true, true, true, true});
   CHECK(reshape(b, {3, 2}).dtype() == bool_);
   CHECK(squeeze(expand_dims(b, 1)).to_vector<bool>() == b.to_vector<bool>());
@@ -356,7 +356,7 @@ TEST_CASE("layout ops move 4- and 8-byte elements bit for bit") {
   Array d = array<double>({0.5, -1.25, 1e300, 3}, {2, 2});
   CHECK(transpose(d).to_vector<double>() ==
         std::vector<double>{0.5, 1e300, -1.25, 3});
-  CHECK(slice(d, 1, 1, 2).to_vector<double>() == std::vector<double>{-1.25, 3});
+  CHECK(slice_axis(d, 1, 1, 2).to_vector<double>() == std::vector<double>{-1.25, 3});
   CHECK(concatenate({d, d}, 1).to_vector<double>() ==
         std::vector<double>{0.5, -1.25, 0.5, -1.25, 1e300, 3, 1e300, 3});
   Array n = array<I>({-1, -2}, {2});
