@@ -3,6 +3,7 @@
 // <kiln/runtime/xtensor.hpp>), no backend internals.
 #pragma once
 
+#include "kiln/dsl/autodiff.hpp"
 #include "kiln/dsl/ops.hpp"
 #include "kiln/runtime/array.hpp"
 #include "kiln/runtime/device.hpp"

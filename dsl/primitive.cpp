@@ -2,6 +2,7 @@
 #include "kiln/dsl/primitive.hpp"
 
 #include "kiln/dsl/backend.hpp"
+#include "kiln/dsl/trace.hpp"
 #include "kiln/runtime/error.hpp"
 #include "kiln/runtime/strings.hpp"
 
@@ -35,6 +36,8 @@ PrimFamily family(Prim p) {
       return PrimFamily::kIndex;
     case Prim::kFull: case Prim::kArange:
       return PrimFamily::kCreation;
+    case Prim::kStopGradient:
+      return PrimFamily::kIdentity;
   }
   return PrimFamily::kUnary;
 }
@@ -84,6 +87,7 @@ std::string_view name(Prim p) {
     case Prim::kOneHot: return "one_hot";
     case Prim::kFull: return "full";
     case Prim::kArange: return "arange";
+    case Prim::kStopGradient: return "stop_gradient";
   }
   return "?";
 }
@@ -92,6 +96,9 @@ namespace detail {
 
 Array bind(Prim p, const Params& params, std::span<const Array> inputs,
            Aval out) {
+  if (Trace* trace = current_trace()) {
+    return trace->record(p, params, inputs, std::move(out));
+  }
   Device device = params.device;
   if (!inputs.empty()) {
     device = inputs[0].device();

@@ -33,11 +33,13 @@ enum class Prim : std::uint8_t {
   kTake, kTakeAlongAxis, kOneHot,
   // creation (no inputs)
   kFull, kArange,
+  // identity whose gradient is zero
+  kStopGradient,
 };
 
 enum class PrimFamily : std::uint8_t {
   kUnary, kBinary, kWhere, kAstype, kReduce, kArgReduce, kMatmul, kLayout,
-  kIndex, kCreation
+  kIndex, kCreation, kIdentity
 };
 
 PrimFamily family(Prim p);
@@ -62,8 +64,9 @@ struct Params {
 };
 
 namespace detail {
-// Binds `p` to `inputs` producing an array with aval `out`. Eager today: runs the
-// primitive now on the inputs' device (all inputs must share one device).
+// Binds `p` to `inputs` producing an array with aval `out`. Inside a trace the
+// binding is recorded (dsl/trace.hpp); otherwise it runs now on the inputs'
+// device (all inputs must share one device).
 Array bind(Prim p, const Params& params, std::span<const Array> inputs,
            Aval out);
 }  // namespace detail

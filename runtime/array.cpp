@@ -30,18 +30,35 @@ void check_item(const Array& a) {
 
 }  // namespace detail
 
-Array::Array(DType dtype, Shape shape, std::shared_ptr<Buffer> buffer)
-    : impl_(std::make_shared<ArrayImpl>(
-          ArrayImpl{Aval{dtype, std::move(shape)}, std::move(buffer)})) {}
+Array::Array(DType dtype, Shape shape, std::shared_ptr<Buffer> buffer) {
+  const Device device = buffer ? buffer->device() : Device::cpu();
+  impl_ = std::make_shared<ArrayImpl>(
+      ArrayImpl{Aval{dtype, std::move(shape)}, std::move(buffer), device});
+}
+
+Array Array::tracer(Aval aval, Device device, std::uint64_t trace_id,
+                    std::int32_t value) {
+  Array a;
+  a.impl_ = std::make_shared<ArrayImpl>(
+      ArrayImpl{std::move(aval), nullptr, device, trace_id, value});
+  return a;
+}
+
+namespace {
+void check_concrete(const ArrayImpl& impl, const char* op) {
+  if (impl.trace_id != 0) {
+    throw ValueError(detail::str_cat(
+        "[", op, "] cannot read a traced array (", name(impl.aval.dtype),
+        to_string(impl.aval.shape),
+        ") inside grad/filter_jit: its value is not known while tracing; "
+        "return it from the traced function instead"));
+  }
+}
+}  // namespace
 
 const ArrayImpl& Array::checked() const {
   if (!impl_) throw ValueError("[array] use of a null Array (None)");
   return *impl_;
-}
-
-Device Array::device() const {
-  const auto& b = checked().buffer;
-  return b ? b->device() : Device::cpu();
 }
 
 void Array::check_element_type(DType requested, const char* op) const {
@@ -53,6 +70,7 @@ void Array::check_element_type(DType requested, const char* op) const {
 }
 
 const void* Array::host_bytes(const char* op) const {
+  check_concrete(checked(), op);
   void* p = checked().buffer ? checked().buffer->host_data() : nullptr;
   if (p == nullptr && size() != 0) {
     throw DeviceError(detail::str_cat("[", op, "] array lives on ",
@@ -63,6 +81,7 @@ const void* Array::host_bytes(const char* op) const {
 }
 
 void Array::read_bytes(void* dst) const {
+  check_concrete(checked(), "to_vector");
   if (size() != 0) checked().buffer->read(dst);
 }
 

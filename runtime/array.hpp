@@ -36,13 +36,21 @@ struct Aval {
 
 struct ArrayImpl {
   Aval aval;
-  std::shared_ptr<Buffer> buffer;
+  std::shared_ptr<Buffer> buffer;  // null for tracers
+  Device device;
+  // Tracers (arrays standing for a value of a program being traced) carry the
+  // id of their trace and their value in it; concrete arrays have trace_id 0.
+  std::uint64_t trace_id = 0;
+  std::int32_t value = -1;
 };
 
 class Array {
  public:
   Array() = default;  // null: the tree's None
   Array(DType dtype, Shape shape, std::shared_ptr<Buffer> buffer);
+  // A tracer: value `value` of the trace `trace_id` (see dsl/trace.hpp).
+  static Array tracer(Aval aval, Device device, std::uint64_t trace_id,
+                      std::int32_t value);
 
   // Host array copied from `data`; `shape` must have data.size() elements.
   template <class T>
@@ -55,7 +63,7 @@ class Array {
   std::int64_t ndim() const { return static_cast<std::int64_t>(shape().size()); }
   std::int64_t size() const { return numel(shape()); }
   std::size_t nbytes() const { return size() * size_of(dtype()); }
-  Device device() const;
+  Device device() const { return checked().device; }
   const std::shared_ptr<Buffer>& buffer() const { return checked().buffer; }
 
   // Host pointer for arrays on the CPU; throws DeviceError for other devices and

@@ -1,0 +1,60 @@
+// Reverse-mode evaluation of a traced program.
+#include "kiln/dsl/autodiff.hpp"
+
+#include "kiln/dsl/ops.hpp"
+#include "kiln/dsl/vjp.hpp"
+#include "kiln/runtime/error.hpp"
+#include "kiln/runtime/strings.hpp"
+
+namespace kiln {
+
+Array stop_gradient(const Array& a) {
+  if (a.is_null()) throw ValueError("[stop_gradient] argument is None (a null Array)");
+  return detail::bind(Prim::kStopGradient, Params{}, {&a, 1}, a.aval());
+}
+
+namespace detail {
+
+void check_grad_output(const Array& out) {
+  if (out.is_null()) throw ValueError("[grad] the function returned None");
+  if (out.size() != 1 || out.ndim() != 0) {
+    throw ShapeError(str_cat("[grad] the function must return a scalar (shape ()), got shape ",
+                             to_string(out.shape()),
+                             "; reduce it first (e.g. sum or mean)"));
+  }
+  if (!is_inexact(out.dtype())) {
+    throw DTypeError(str_cat("[grad] the function must return a floating scalar, got dtype ",
+                             name(out.dtype())));
+  }
+}
+
+std::pair<std::vector<Array>, std::vector<Array>> value_and_grad_program(
+    const Program& p, std::span<const Array> inputs) {
+  std::vector<Array> env = eval_all(p, inputs);
+  std::vector<Array> ct(p.num_values());
+  const ValueId loss = p.outputs.front();
+  ct[loss] = ones_like(env[loss]);
+  absl::InlinedVector<Array, 3> args;
+  for (auto it = p.equations.rbegin(); it != p.equations.rend(); ++it) {
+    const Array& g = ct[it->output];
+    if (g.is_null() || !is_inexact(p.avals[it->output].dtype)) continue;
+    args.clear();
+    for (ValueId in : it->inputs) args.push_back(env[in]);
+    std::vector<Array> in_ct = vjp(*it, args, env[it->output], g);
+    for (std::size_t i = 0; i < it->inputs.size(); ++i) {
+      const ValueId v = it->inputs[i];
+      if (in_ct[i].is_null() || !is_inexact(p.avals[v].dtype)) continue;
+      ct[v] = ct[v].is_null() ? in_ct[i] : ct[v] + in_ct[i];
+    }
+  }
+  std::vector<Array> outs, grads;
+  for (ValueId v : p.outputs) outs.push_back(env[v]);
+  for (std::size_t i = 0; i < p.inputs.size(); ++i) {
+    const ValueId v = p.inputs[i];
+    grads.push_back(ct[v].is_null() ? zeros_like(inputs[i]) : ct[v]);
+  }
+  return {std::move(outs), std::move(grads)};
+}
+
+}  // namespace detail
+}  // namespace kiln

@@ -1,0 +1,257 @@
+// Program printing, evaluation and the optimisation passes.
+#include "kiln/dsl/program.hpp"
+
+#include <algorithm>
+#include <sstream>
+
+#include "absl/container/flat_hash_map.h"
+#include "kiln/dsl/trace.hpp"
+#include "kiln/runtime/error.hpp"
+#include "kiln/runtime/strings.hpp"
+
+namespace kiln {
+
+ValueId Program::new_value(const Aval& aval) {
+  avals.push_back(aval);
+  return static_cast<ValueId>(avals.size() - 1);
+}
+
+namespace {
+
+// a, b, ..., z, ba, bb, ... (jaxpr style)
+std::string value_name(ValueId v) {
+  std::string s;
+  do {
+    s.insert(s.begin(), static_cast<char>('a' + v % 26));
+    v /= 26;
+  } while (v > 0);
+  return s;
+}
+
+std::string aval_string(const Aval& a) {
+  return detail::str_cat(name(a.dtype), "[", detail::join(a.shape, ","), "]");
+}
+
+std::string tuple(const auto& xs) { return detail::str_cat("(", detail::join(xs, ", "), ")"); }
+
+// The static parameters that matter for `p`, canonical (also the CSE key).
+std::string params_string(Prim p, const Params& q) {
+  std::vector<std::string> parts;
+  switch (family(p)) {
+    case PrimFamily::kReduce:
+      parts.push_back("axes=" + tuple(q.axes));
+      if (q.keepdims) parts.push_back("keepdims=true");
+      break;
+    case PrimFamily::kArgReduce:
+      parts.push_back(detail::str_cat("axis=", q.axis));
+      if (q.keepdims) parts.push_back("keepdims=true");
+      break;
+    case PrimFamily::kAstype:
+      parts.push_back(detail::str_cat("dtype=", name(q.dtype)));
+      break;
+    case PrimFamily::kLayout:
+      if (p == Prim::kTranspose) parts.push_back("perm=" + tuple(q.axes));
+      if (p == Prim::kReshape || p == Prim::kBroadcastTo) parts.push_back("shape=" + tuple(q.shape));
+      if (p == Prim::kConcatenate) parts.push_back(detail::str_cat("axis=", q.axis));
+      if (p == Prim::kSlice) {
+        parts.push_back("starts=" + tuple(q.starts));
+        parts.push_back("steps=" + tuple(q.steps));
+        parts.push_back("shape=" + tuple(q.shape));
+      }
+      break;
+    case PrimFamily::kIndex:
+      parts.push_back(detail::str_cat("axis=", q.axis));
+      if (p == Prim::kOneHot) {
+        parts.push_back(detail::str_cat("depth=", q.depth));
+        parts.push_back(detail::str_cat("dtype=", name(q.dtype)));
+      }
+      break;
+    case PrimFamily::kCreation:
+      parts.push_back(detail::str_cat(p == Prim::kFull ? "value=" : "start=", q.value));
+      if (p == Prim::kArange) parts.push_back(detail::str_cat("step=", q.step));
+      parts.push_back("shape=" + tuple(q.shape));
+      parts.push_back(detail::str_cat("dtype=", name(q.dtype)));
+      parts.push_back(detail::str_cat("device=", q.device.to_string()));
+      break;
+    default:
+      break;
+  }
+  return parts.empty() ? std::string() : "[" + detail::join(parts, " ") + "]";
+}
+
+}  // namespace
+
+std::string to_string(const Program& p) {
+  std::ostringstream os;
+  auto decl = [&](ValueId v) { return value_name(v) + ":" + aval_string(p.avals[v]); };
+  os << "{ lambda";
+  for (std::size_t i = 0; i < p.constants.size(); ++i) {
+    os << " " << decl(p.constants[i]);
+    const Array& c = p.constant_values[i];
+    if (!is_tracer(c) && c.size() == 1) {
+      std::ostringstream v;
+      v << c;  // "Array(2, dtype=f32, shape=())": keep just the value
+      std::string s = v.str();
+      const auto open = s.find('('), comma = s.find(',');
+      if (open != std::string::npos && comma != std::string::npos) {
+        os << "=" << s.substr(open + 1, comma - open - 1);
+      }
+    }
+  }
+  os << " ;";
+  for (std::size_t i = 0; i < p.inputs.size(); ++i) {
+    os << " " << decl(p.inputs[i]);
+    if (i < p.input_names.size() && !p.input_names[i].empty()) os << " (" << p.input_names[i] << ")";
+  }
+  os << ". let\n";
+  for (const Equation& eq : p.equations) {
+    os << "    " << decl(eq.output) << " = " << name(eq.prim) << params_string(eq.prim, eq.params);
+    for (ValueId in : eq.inputs) os << " " << value_name(in);
+    os << "\n";
+  }
+  std::vector<std::string> outs;
+  for (std::size_t i = 0; i < p.outputs.size(); ++i) {
+    std::string s = value_name(p.outputs[i]);
+    if (i < p.output_names.size() && !p.output_names[i].empty()) s += " (" + p.output_names[i] + ")";
+    outs.push_back(s);
+  }
+  os << "  in (" << detail::join(outs, ", ") << ") }";
+  return os.str();
+}
+
+std::vector<Array> eval_all(const Program& p, std::span<const Array> inputs) {
+  if (inputs.size() != p.inputs.size()) {
+    throw ValueError(detail::str_cat("[eval] program takes ", p.inputs.size(),
+                                     " inputs, got ", inputs.size()));
+  }
+  std::vector<Array> env(p.num_values());
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    const Aval& want = p.avals[p.inputs[i]];
+    if (inputs[i].is_null() || inputs[i].aval() != want) {
+      const std::string got = inputs[i].is_null() ? "None" : aval_string(inputs[i].aval());
+      const std::string label = i < p.input_names.size() && !p.input_names[i].empty()
+                                    ? p.input_names[i]
+                                    : detail::str_cat("input ", i);
+      throw ValueError(detail::str_cat("[eval] ", label, ": expected ", aval_string(want),
+                                       ", got ", got));
+    }
+    env[p.inputs[i]] = inputs[i];
+  }
+  for (std::size_t i = 0; i < p.constants.size(); ++i) env[p.constants[i]] = p.constant_values[i];
+  absl::InlinedVector<Array, 3> args;
+  for (const Equation& eq : p.equations) {
+    args.clear();
+    for (ValueId in : eq.inputs) args.push_back(env[in]);
+    env[eq.output] = detail::bind(eq.prim, eq.params, args, p.avals[eq.output]);
+  }
+  return env;
+}
+
+std::vector<Array> eval(const Program& p, std::span<const Array> inputs) {
+  std::vector<Array> env = eval_all(p, inputs);
+  std::vector<Array> out;
+  out.reserve(p.outputs.size());
+  for (ValueId v : p.outputs) out.push_back(env[v]);
+  return out;
+}
+
+void eliminate_dead_code(Program& p) {
+  std::vector<bool> live(p.num_values(), false);
+  for (ValueId v : p.outputs) live[v] = true;
+  std::vector<Equation> kept;
+  for (auto it = p.equations.rbegin(); it != p.equations.rend(); ++it) {
+    if (!live[it->output]) continue;
+    for (ValueId in : it->inputs) live[in] = true;
+    kept.push_back(std::move(*it));
+  }
+  std::reverse(kept.begin(), kept.end());
+  p.equations = std::move(kept);
+  std::vector<ValueId> consts;
+  std::vector<Array> values;
+  for (std::size_t i = 0; i < p.constants.size(); ++i) {
+    if (!live[p.constants[i]]) continue;
+    consts.push_back(p.constants[i]);
+    values.push_back(p.constant_values[i]);
+  }
+  p.constants = std::move(consts);
+  p.constant_values = std::move(values);
+}
+
+namespace {
+
+// Rewrites every use of a value through `rename` (identity where absent).
+void apply_renames(Program& p, const std::vector<ValueId>& rename) {
+  for (Equation& eq : p.equations) {
+    for (ValueId& in : eq.inputs) in = rename[in];
+  }
+  for (ValueId& out : p.outputs) out = rename[out];
+}
+
+}  // namespace
+
+void eliminate_common_subexpressions(Program& p) {
+  std::vector<ValueId> rename(p.num_values());
+  for (std::size_t v = 0; v < rename.size(); ++v) rename[v] = static_cast<ValueId>(v);
+  absl::flat_hash_map<const ArrayImpl*, ValueId> const_ids;
+  for (std::size_t i = 0; i < p.constants.size(); ++i) {
+    auto [it, inserted] = const_ids.try_emplace(p.constant_values[i].impl(), p.constants[i]);
+    if (!inserted) rename[p.constants[i]] = it->second;
+  }
+  absl::flat_hash_map<std::string, ValueId> seen;
+  std::vector<Equation> kept;
+  for (Equation& eq : p.equations) {
+    for (ValueId& in : eq.inputs) in = rename[in];
+    std::string key = detail::str_cat(name(eq.prim), params_string(eq.prim, eq.params), "|",
+                                      aval_string(p.avals[eq.output]), "|",
+                                      detail::join(eq.inputs, ","));
+    auto [it, inserted] = seen.try_emplace(std::move(key), eq.output);
+    if (inserted) {
+      kept.push_back(std::move(eq));
+    } else {
+      rename[eq.output] = it->second;
+    }
+  }
+  p.equations = std::move(kept);
+  apply_renames(p, rename);
+  eliminate_dead_code(p);
+}
+
+void fold_scalar_constants(Program& p) {
+  std::vector<Array> known(p.num_values());
+  for (std::size_t i = 0; i < p.constants.size(); ++i) {
+    const Array& c = p.constant_values[i];
+    if (!is_tracer(c) && c.size() <= kFoldMaxElements) known[p.constants[i]] = c;
+  }
+  SuspendTracing eager;  // fold by running the ops now, even inside a trace
+  std::vector<Equation> kept;
+  for (Equation& eq : p.equations) {
+    const Aval& out = p.avals[eq.output];
+    bool foldable = numel(out.shape) <= kFoldMaxElements;
+    absl::InlinedVector<Array, 3> args;
+    for (ValueId in : eq.inputs) {
+      foldable = foldable && !known[in].is_null();
+      if (foldable) args.push_back(known[in]);
+    }
+    if (!foldable) {
+      kept.push_back(std::move(eq));
+      continue;
+    }
+    known[eq.output] = detail::bind(eq.prim, eq.params, args, out);
+    p.constants.push_back(eq.output);
+    p.constant_values.push_back(known[eq.output]);
+  }
+  p.equations = std::move(kept);
+  eliminate_dead_code(p);
+}
+
+void optimize(Program& p) {
+  std::size_t before;
+  do {
+    before = p.equations.size();
+    eliminate_dead_code(p);
+    eliminate_common_subexpressions(p);
+    fold_scalar_constants(p);
+  } while (p.equations.size() < before);
+}
+
+}  // namespace kiln

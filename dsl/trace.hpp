@@ -1,0 +1,60 @@
+// Tracing: while a Trace is active on this thread, every primitive binding is
+// recorded into its Program instead of being run (all ops, also creation ops:
+// "omnistaging"). Arrays produced inside are tracers: they have an aval and no data.
+// Arrays from outside (concrete, or tracers of an enclosing trace) become the
+// program's constants. Traces nest (grad of grad); the innermost one records.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "kiln/dsl/program.hpp"
+
+namespace kiln {
+
+class Trace {
+ public:
+  Trace();   // becomes the active trace of this thread
+  ~Trace();  // deactivates (if finish() did not)
+  Trace(const Trace&) = delete;
+  Trace& operator=(const Trace&) = delete;
+
+  // A new program input; returns the tracer standing for it.
+  Array input(const Aval& aval, Device device, std::string name = {});
+  // Records one binding (called by detail::bind while this trace is active).
+  Array record(Prim p, const Params& params, std::span<const Array> inputs,
+               Aval out);
+  // Deactivates the trace and returns the program computing `outputs`.
+  Program finish(std::span<const Array> outputs,
+                 std::vector<std::string> output_names = {});
+
+  std::uint64_t id() const { return id_; }
+
+ private:
+  ValueId value_of(const Array& a);
+
+  std::uint64_t id_;
+  Device device_;
+  bool active_ = true;
+  Program program_;
+  absl::flat_hash_map<const ArrayImpl*, ValueId> constant_ids_;
+};
+
+// The innermost active trace of this thread, or nullptr (also while suspended).
+Trace* current_trace();
+// True when `a` is a tracer (of any trace).
+bool is_tracer(const Array& a);
+
+// Runs ops eagerly inside its scope even if a trace is active (constant folding).
+class SuspendTracing {
+ public:
+  SuspendTracing();
+  ~SuspendTracing();
+  SuspendTracing(const SuspendTracing&) = delete;
+  SuspendTracing& operator=(const SuspendTracing&) = delete;
+};
+
+}  // namespace kiln

@@ -1,0 +1,202 @@
+// vjp rules for every primitive, in the DSL.
+#include "kiln/dsl/vjp.hpp"
+
+#include <numeric>
+
+#include "kiln/dsl/ops.hpp"
+#include "kiln/runtime/error.hpp"
+#include "kiln/runtime/strings.hpp"
+
+namespace kiln::detail {
+namespace {
+
+Array as_float(const Array& mask, DType dtype) { return astype(mask, dtype); }
+
+// numpy.swapaxes(-1, -2)
+Array swap_last(const Array& a) {
+  Axes perm(a.ndim());
+  std::iota(perm.begin(), perm.end(), 0);
+  std::swap(perm[perm.size() - 1], perm[perm.size() - 2]);
+  return transpose(a, perm);
+}
+
+// Moves the last axis of `a` to position `axis`.
+Array last_axis_to(const Array& a, std::int64_t axis) {
+  Axes perm;
+  for (std::int64_t i = 0; i < a.ndim() - 1; ++i) {
+    if (i == axis) perm.push_back(a.ndim() - 1);
+    perm.push_back(i);
+  }
+  if (axis == a.ndim() - 1) perm.push_back(a.ndim() - 1);
+  return transpose(a, perm);
+}
+
+// Indices with negative entries wrapped, as the gather kernels interpret them.
+Array wrap_indices(const Array& idx, std::int64_t size) {
+  if (idx.dtype() == DType::kU32) return idx;
+  return where(idx < 0, idx + static_cast<int>(size), idx);
+}
+
+// Transpose of a reduction: g (reduced shape) broadcast back to `shape`.
+Array expand_reduced(const Array& g, const Params& q, const Shape& shape) {
+  Shape kept = shape;
+  for (auto ax : q.axes) kept[ax] = 1;
+  return broadcast_to(reshape(g, kept), shape);
+}
+
+// Transpose of a strided slice along every axis: zeros with g at the sliced spots.
+Array unslice(const Array& g, const Params& q, const Shape& shape) {
+  Array out = g;
+  for (std::size_t ax = 0; ax < shape.size(); ++ax) {
+    const std::int64_t n = out.shape()[ax], start = q.starts[ax], step = q.steps[ax];
+    const std::int64_t full_len = shape[ax];
+    if (n == full_len) continue;
+    Array spread = out;
+    if (step > 1 && n > 0) {
+      // [.., n, ..] -> [.., n, step, ..] with g in slot 0 -> [.., n*step, ..]
+      Array e = expand_dims(out, static_cast<std::int64_t>(ax) + 1);
+      Shape zshape = e.shape();
+      zshape[ax + 1] = step - 1;
+      Array z = zeros(zshape, g.dtype(), g.device());
+      Array inter = concatenate({e, z}, static_cast<std::int64_t>(ax) + 1);
+      Shape flat = out.shape();
+      flat[ax] = n * step;
+      spread = reshape(inter, flat);
+    }
+    const std::int64_t len = spread.shape()[ax];
+    std::vector<Array> parts;
+    Shape before = spread.shape();
+    before[ax] = start;
+    if (start > 0) parts.push_back(zeros(before, g.dtype(), g.device()));
+    const std::int64_t keep = std::min(len, full_len - start);
+    parts.push_back(keep == len ? spread : slice_axis(spread, static_cast<std::int64_t>(ax), 0, keep));
+    Shape after = spread.shape();
+    after[ax] = full_len - start - keep;
+    if (after[ax] > 0) parts.push_back(zeros(after, g.dtype(), g.device()));
+    out = parts.size() == 1 ? parts[0] : concatenate(parts, static_cast<std::int64_t>(ax));
+  }
+  return out;
+}
+
+}  // namespace
+
+Array unbroadcast(const Array& g, const Shape& shape) {
+  if (g.shape() == shape) return g;
+  const std::int64_t lead = g.ndim() - static_cast<std::int64_t>(shape.size());
+  Axes axes;
+  for (std::int64_t i = 0; i < g.ndim(); ++i) {
+    if (i < lead || (shape[i - lead] == 1 && g.shape()[i] != 1)) axes.push_back(i);
+  }
+  Array s = axes.empty() ? g : sum(g, axes);
+  return reshape(s, shape);
+}
+
+std::vector<Array> vjp(const Equation& eq, std::span<const Array> in, const Array& y,
+                       const Array& g) {
+  const Array& x = in.empty() ? y : in[0];
+  const DType dt = g.dtype();
+  auto ub = [&](const Array& c, std::size_t i) { return unbroadcast(c, in[i].shape()); };
+  switch (eq.prim) {
+    case Prim::kNeg: return {-g};
+    case Prim::kAbs: return {g * (as_float(x > 0, dt) - as_float(x < 0, dt))};
+    case Prim::kExp: return {g * y};
+    case Prim::kLog: return {g / x};
+    case Prim::kTanh: return {g * (1.0 - y * y)};
+    case Prim::kSqrt: return {g * 0.5 / y};
+    case Prim::kRsqrt: return {g * -0.5 * y / x};
+    case Prim::kSigmoid: return {g * y * (1.0 - y)};
+    case Prim::kRelu: return {g * as_float(x > 0, dt)};
+    case Prim::kAdd: return {ub(g, 0), ub(g, 1)};
+    case Prim::kSub: return {ub(g, 0), ub(-g, 1)};
+    case Prim::kMul: return {ub(g * in[1], 0), ub(g * in[0], 1)};
+    case Prim::kDiv: return {ub(g / in[1], 0), ub(-g * y / in[1], 1)};
+    case Prim::kPow: {
+      const Array& a = in[0];
+      const Array& b = in[1];
+      Array da = g * b * power(a, b - 1.0);
+      // d/db a^b = a^b log a, taken as 0 where a == 0 (as JAX does).
+      Array safe_log = log(where(a == 0.0, ones_like(a), a));
+      Array db = g * y * safe_log;
+      return {ub(da, 0), ub(db, 1)};
+    }
+    case Prim::kMaximum:
+    case Prim::kMinimum: {
+      // Ties split the gradient evenly, as JAX does.
+      const Array& a = in[0];
+      const Array& b = in[1];
+      Array wins = eq.prim == Prim::kMaximum ? as_float(a > b, dt) : as_float(a < b, dt);
+      Array ties = as_float(a == b, dt) * 0.5;
+      Array wa = wins + ties;
+      return {ub(g * wa, 0), ub(g * (1.0 - wa), 1)};
+    }
+    case Prim::kWhere: {
+      Array zero = zeros_like(g);
+      return {Array(), ub(where(in[0], g, zero), 1), ub(where(in[0], zero, g), 2)};
+    }
+    case Prim::kAstype:
+      return {is_inexact(x.dtype()) ? astype(g, x.dtype()) : Array()};
+    case Prim::kSum: return {expand_reduced(g, eq.params, x.shape())};
+    case Prim::kMax:
+    case Prim::kMin: {
+      Array yb = expand_reduced(y, eq.params, x.shape());
+      Array mask = as_float(x == yb, dt);
+      Shape kept = x.shape();
+      for (auto ax : eq.params.axes) kept[ax] = 1;
+      Array count = reshape(sum(mask, eq.params.axes, true), kept);
+      return {expand_reduced(g, eq.params, x.shape()) * mask / broadcast_to(count, x.shape())};
+    }
+    case Prim::kMatmul: {
+      const Array& a = in[0];
+      const Array& b = in[1];
+      return {ub(matmul(g, swap_last(b)), 0), ub(matmul(swap_last(a), g), 1)};
+    }
+    case Prim::kReshape: return {reshape(g, x.shape())};
+    case Prim::kTranspose: {
+      Axes inv(eq.params.axes.size());
+      for (std::size_t i = 0; i < inv.size(); ++i) inv[eq.params.axes[i]] = static_cast<std::int64_t>(i);
+      return {transpose(g, inv)};
+    }
+    case Prim::kBroadcastTo: return {unbroadcast(g, x.shape())};
+    case Prim::kConcatenate: {
+      std::vector<Array> out;
+      std::int64_t offset = 0;
+      for (const Array& part : in) {
+        const std::int64_t n = part.shape()[eq.params.axis];
+        out.push_back(slice_axis(g, eq.params.axis, offset, offset + n));
+        offset += n;
+      }
+      return out;
+    }
+    case Prim::kSlice: return {unslice(g, eq.params, x.shape())};
+    case Prim::kTake: {
+      // grad[pre, j, post] = sum_k g[pre, k, post] * (idx_k == j)
+      const Array& idx = in[1];
+      const std::int64_t axis = eq.params.axis, n = x.shape()[axis];
+      Shape pre(x.shape().begin(), x.shape().begin() + axis);
+      Shape post(x.shape().begin() + axis + 1, x.shape().end());
+      const std::int64_t k = idx.size();
+      Array oh = one_hot(reshape(wrap_indices(idx, n), {k}), n, dt);  // [k, n]
+      Array g3 = reshape(g, {numel(pre), k, numel(post)});
+      Array gt = transpose(g3, {0, 2, 1});                  // [pre, post, k]
+      Array r = transpose(matmul(gt, oh), {0, 2, 1});       // [pre, n, post]
+      return {reshape(r, x.shape()), Array()};
+    }
+    case Prim::kTakeAlongAxis: {
+      const Array& idx = in[1];
+      const std::int64_t axis = eq.params.axis, n = x.shape()[axis];
+      Array oh = one_hot(wrap_indices(idx, n), n, dt);       // idx.shape + [n]
+      Array prod = expand_dims(g, -1) * oh;                  // out.shape + [n]
+      Array s = sum(prod, axis);                             // out \ axis + [n]
+      return {unbroadcast(last_axis_to(s, axis), x.shape()), Array()};
+    }
+    case Prim::kLogicalNot: case Prim::kEq: case Prim::kNe: case Prim::kLt:
+    case Prim::kLe: case Prim::kGt: case Prim::kGe: case Prim::kLogicalAnd:
+    case Prim::kLogicalOr: case Prim::kArgmax: case Prim::kArgmin:
+    case Prim::kOneHot: case Prim::kFull: case Prim::kArange:
+    case Prim::kStopGradient:
+      return std::vector<Array>(in.size());
+  }
+  throw Error(str_cat("[grad] no vjp rule for ", name(eq.prim)));
+}
+
+}  // namespace kiln::detail

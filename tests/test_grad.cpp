@@ -1,0 +1,242 @@
+// grad / value_and_grad: every primitive's vjp against central finite differences
+// (f64 on the CPU, fresh random inputs each run), tree semantics of the gradient,
+// higher-order gradients, and the error paths.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <functional>
+#include <kiln/dsl/autodiff.hpp>
+#include <kiln/kiln.hpp>
+#include <random>
+
+using namespace kiln;
+
+namespace {
+
+std::mt19937& rng() {
+  static std::mt19937 gen = [] {
+    const unsigned seed = std::random_device{}();
+    MESSAGE("finite-difference seed: " << seed);
+    return std::mt19937(seed);
+  }();
+  return gen;
+}
+
+// Uniform in [lo, hi), optionally kept away from 0 by `gap` (for abs/relu kinks).
+Array random(const Shape& shape, double lo = -1, double hi = 1, double gap = 0) {
+  std::uniform_real_distribution<double> d(lo, hi);
+  std::vector<double> v(numel(shape));
+  for (double& x : v) {
+    do x = d(rng());
+    while (std::abs(x) < gap);
+  }
+  return array<double>(v, shape);
+}
+
+// Checks grad(f) at x against central differences of f, elementwise.
+void check_fd(const std::function<Array(const std::vector<Array>&)>& f,
+              const std::vector<Array>& x, double tol = 1e-6, double eps = 1e-6) {
+  std::vector<Array> g = grad(f)(x);
+  REQUIRE(g.size() == x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    if (!is_inexact(x[i].dtype())) {
+      CHECK(g[i].is_null());
+      continue;
+    }
+    REQUIRE_FALSE(g[i].is_null());
+    REQUIRE(g[i].shape() == x[i].shape());
+    std::vector<double> base = x[i].to_vector<double>();
+    std::vector<double> got = g[i].to_vector<double>();
+    for (std::size_t k = 0; k < base.size(); ++k) {
+      auto at = [&](double delta) {
+        std::vector<double> v = base;
+        v[k] += delta;
+        std::vector<Array> xs = x;
+        xs[i] = array<double>(v, x[i].shape());
+        return f(xs).item<double>();
+      };
+      const double fd = (at(eps) - at(-eps)) / (2 * eps);
+      INFO("input " << i << " element " << k);
+      CHECK(got[k] == doctest::Approx(fd).epsilon(tol).scale(1.0));
+    }
+  }
+}
+
+// sum(out * w) with a fixed random w: a scalar whose gradient exercises every
+// element of out with a different weight.
+Array weighted(const Array& out) {
+  static std::map<std::string, Array> weights;
+  const std::string key = to_string(out.shape());
+  if (!weights.count(key)) weights[key] = random(out.shape());
+  return sum(out * astype(weights[key], out.dtype()));
+}
+
+}  // namespace
+
+TEST_CASE("vjp of every unary primitive matches finite differences") {
+  using U = Array (*)(const Array&);
+  const std::vector<std::pair<const char*, U>> ops = {
+      {"neg", neg}, {"abs", abs}, {"exp", exp}, {"tanh", tanh}, {"sigmoid", sigmoid},
+      {"relu", relu}};
+  for (auto [name, op] : ops) {
+    SUBCASE(name) {
+      check_fd([op](const std::vector<Array>& x) { return weighted(op(x[0])); },
+               {random({2, 3}, -2, 2, 0.05)});
+    }
+  }
+  SUBCASE("log, sqrt, rsqrt on positive inputs") {
+    for (U op : {static_cast<U>(log), static_cast<U>(sqrt), static_cast<U>(rsqrt)}) {
+      check_fd([op](const std::vector<Array>& x) { return weighted(op(x[0])); },
+               {random({3, 2}, 0.5, 2)});
+    }
+  }
+}
+
+TEST_CASE("vjp of binary primitives sums over broadcast dimensions") {
+  using B = Array (*)(const Array&, const Array&);
+  const std::vector<std::pair<const char*, B>> ops = {
+      {"add", add}, {"subtract", subtract}, {"multiply", multiply}, {"divide", divide},
+      {"maximum", maximum}, {"minimum", minimum}};
+  for (auto [name, op] : ops) {
+    SUBCASE(name) {
+      check_fd([op](const std::vector<Array>& x) { return weighted(op(x[0], x[1])); },
+               {random({2, 3}, 0.5, 2), random({3}, 0.5, 2)});
+      check_fd([op](const std::vector<Array>& x) { return weighted(op(x[0], x[1])); },
+               {random({2, 1}, 0.5, 2), random({1, 3}, 0.5, 2)});
+    }
+  }
+  SUBCASE("power") {
+    check_fd([](const std::vector<Array>& x) { return weighted(power(x[0], x[1])); },
+             {random({2, 3}, 0.5, 2), random({2, 3}, -1, 2)});
+  }
+}
+
+TEST_CASE("vjp of reductions, matmul and where") {
+  SUBCASE("sum over axes, keepdims") {
+    check_fd([](const std::vector<Array>& x) { return weighted(sum(x[0], {0, 2}, true)); },
+             {random({2, 3, 4})});
+  }
+  SUBCASE("mean") {
+    check_fd([](const std::vector<Array>& x) { return weighted(mean(x[0], 1)); },
+             {random({3, 4})});
+  }
+  SUBCASE("max and min (no ties)") {
+    check_fd([](const std::vector<Array>& x) { return weighted(max(x[0], 1)); },
+             {random({3, 4})});
+    check_fd([](const std::vector<Array>& x) { return weighted(min(x[0])); }, {random({3, 4})});
+  }
+  SUBCASE("batched matmul with broadcast batch dims and 1-D operands") {
+    check_fd([](const std::vector<Array>& x) { return weighted(matmul(x[0], x[1])); },
+             {random({2, 3, 4}), random({4, 5})});
+    check_fd([](const std::vector<Array>& x) { return weighted(matmul(x[0], x[1])); },
+             {random({4}), random({2, 4, 3})});
+  }
+  SUBCASE("where") {
+    Array cond = array<bool>({true, false, true}, {3});
+    check_fd([cond](const std::vector<Array>& x) { return weighted(where(cond, x[0], x[1])); },
+             {random({2, 3}), random({3})});
+  }
+}
+
+TEST_CASE("vjp of layout and indexing primitives") {
+  SUBCASE("reshape, transpose, broadcast_to") {
+    check_fd([](const std::vector<Array>& x) {
+      return weighted(broadcast_to(transpose(reshape(x[0], {3, 2}), {1, 0}), {4, 2, 3}));
+    }, {random({6})});
+  }
+  SUBCASE("concatenate") {
+    check_fd([](const std::vector<Array>& x) { return weighted(concatenate({x[0], x[1]}, 1)); },
+             {random({2, 1}), random({2, 3})});
+  }
+  SUBCASE("slice with steps and offsets on two axes") {
+    check_fd([](const std::vector<Array>& x) {
+      return weighted(slice(x[0], Shape{1, 0}, Shape{5, 3}, Shape{2, 2}));
+    }, {random({6, 4})});
+  }
+  SUBCASE("take with repeated and negative indices") {
+    Array idx = array<std::int32_t>({0, 2, -1, 0}, {2, 2});
+    check_fd([idx](const std::vector<Array>& x) { return weighted(take(x[0], idx, 1)); },
+             {random({2, 3, 2})});
+  }
+  SUBCASE("take_along_axis") {
+    Array idx = array<std::int32_t>({1, 0, 2, 2}, {2, 2});
+    check_fd([idx](const std::vector<Array>& x) {
+      return weighted(take_along_axis(x[0], idx, 1));
+    }, {random({2, 3})});
+  }
+  SUBCASE("astype between floating dtypes") {
+    check_fd([](const std::vector<Array>& x) {
+      return astype(weighted(astype(x[0], f32)), f64);
+    }, {random({3})}, 1e-3, 1e-2);  // f32 in the middle: a step f32 can resolve
+  }
+}
+
+namespace {
+
+struct Layer {
+  Array weight;
+  Array bias;
+  Array counts;  // i32: no gradient
+  Array (*activation)(const Array&) = tanh;
+  KILN_MODULE(Layer, weight, bias, counts, activation);
+};
+
+Array layer_loss(const Layer& l, const Array& x) {
+  return sum(l.activation(matmul(x, l.weight) + l.bias));
+}
+
+}  // namespace
+
+TEST_CASE("grad returns the argument's tree with None at integer, None and static leaves") {
+  Layer l{array<float>({0.1f, -0.2f, 0.3f, 0.4f}, {2, 2}), Array(),
+          array<std::int32_t>({1, 2}), tanh};
+  Array x = array<float>({1, 2}, {1, 2});
+  auto loss = [](const Layer& m, const Array& in) { return sum(m.activation(matmul(in, m.weight))); };
+  Layer g = grad(loss)(l, x);
+  CHECK(g.bias.is_null());
+  CHECK(g.counts.is_null());
+  CHECK(static_cast<bool>(g.activation == l.activation));
+  CHECK(tree::paths(g) == std::vector<std::string>{"weight"});
+  // d/dW sum(tanh(x W)) = x^T (1 - tanh(xW)^2)
+  const float h0 = std::tanh(1 * 0.1f + 2 * 0.3f), h1 = std::tanh(1 * -0.2f + 2 * 0.4f);
+  std::vector<float> expect{1 * (1 - h0 * h0), 1 * (1 - h1 * h1), 2 * (1 - h0 * h0),
+                            2 * (1 - h1 * h1)};
+  std::vector<float> got = g.weight.to_vector<float>();
+  for (int i = 0; i < 4; ++i) CHECK(got[i] == doctest::Approx(expect[i]));
+
+  l.bias = zeros({2});
+  Layer g2 = grad(layer_loss)(l, x);
+  CHECK(tree::paths(g2) == std::vector<std::string>{"weight", "bias"});
+}
+
+TEST_CASE("value_and_grad returns the value, and auxiliary outputs after the loss") {
+  auto f = [](const Array& x) { return std::pair{sum(x * x), x * 2.0f}; };
+  auto [value, g] = value_and_grad(f)(array<float>({1, 2, 3}));
+  CHECK(value.first.item<float>() == 14.0f);
+  CHECK(value.second.to_vector<float>() == std::vector<float>{2, 4, 6});
+  CHECK(g.to_vector<float>() == std::vector<float>{2, 4, 6});
+}
+
+TEST_CASE("grad of grad gives second derivatives") {
+  auto f = [](const Array& x) { return sum(x * x * x); };
+  auto df = [f](const Array& x) { return sum(grad(f)(x)); };  // sum(3x^2)
+  Array x = array<float>({1, -2, 0.5f});
+  CHECK(grad(f)(x).to_vector<float>() == std::vector<float>{3, 12, 0.75f});
+  CHECK(grad(df)(x).to_vector<float>() == std::vector<float>{6, -12, 3});
+}
+
+TEST_CASE("stop_gradient blocks the gradient, and unused inputs get zeros") {
+  auto f = [](const std::vector<Array>& x) { return sum(x[0] * stop_gradient(x[0])); };
+  std::vector<Array> g = grad(f)(std::vector<Array>{array<float>({3, 4}), array<float>({1})});
+  CHECK(g[0].to_vector<float>() == std::vector<float>{3, 4});
+  CHECK(g[1].to_vector<float>() == std::vector<float>{0});
+}
+
+TEST_CASE("differentiating a non-scalar or non-float output is an error that says so") {
+  CHECK_THROWS_WITH_AS(grad([](const Array& x) { return x * 2.0f; })(ones({3})),
+                       doctest::Contains("[grad] the function must return a scalar (shape ()), got shape (3,)"),
+                       ShapeError);
+  CHECK_THROWS_WITH_AS(grad([](const Array& x) { return sum(astype(x, i32)); })(ones({3})),
+                       doctest::Contains("[grad] the function must return a floating scalar, got dtype i32"),
+                       DTypeError);
+}

@@ -1,0 +1,100 @@
+// Tracing into a Program: printing, evaluation, and the DCE/CSE/folding passes.
+#include <doctest/doctest.h>
+
+#include <kiln/dsl/program.hpp>
+#include <kiln/dsl/trace.hpp>
+#include <kiln/kiln.hpp>
+
+using namespace kiln;
+
+namespace {
+
+Program trace2(Array (*f)(const Array&, const Array&), const Aval& a, const Aval& b) {
+  Trace t;
+  Array x = t.input(a, default_device(), "x");
+  Array y = t.input(b, default_device(), "y");
+  Array out = f(x, y);
+  return t.finish(std::span<const Array>(&out, 1));
+}
+
+Array affine_sum(const Array& x, const Array& y) { return sum(x * y + 2.0f); }
+
+}  // namespace
+
+TEST_CASE("a traced function prints like a jaxpr, with input paths") {
+  Program p = trace2(affine_sum, {f32, {2, 3}}, {f32, {3}});
+  CHECK(to_string(p) ==
+        "{ lambda ; a:f32[2,3] (x) b:f32[3] (y). let\n"
+        "    c:f32[2,3] = multiply a b\n"
+        "    d:f32[] = full[value=2 shape=() dtype=f32 device=cpu]\n"
+        "    e:f32[2,3] = add c d\n"
+        "    f:f32[] = sum[axes=(0, 1)] e\n"
+        "  in (f) }");
+}
+
+TEST_CASE("folding turns scalar creation into constants that print their value") {
+  Program p = trace2(affine_sum, {f32, {2, 3}}, {f32, {3}});
+  optimize(p);
+  CHECK(to_string(p) ==
+        "{ lambda d:f32[]=2 ; a:f32[2,3] (x) b:f32[3] (y). let\n"
+        "    c:f32[2,3] = multiply a b\n"
+        "    e:f32[2,3] = add c d\n"
+        "    f:f32[] = sum[axes=(0, 1)] e\n"
+        "  in (f) }");
+}
+
+TEST_CASE("a program evaluates to the same values as the eager function") {
+  Program p = trace2(affine_sum, {f32, {2, 3}}, {f32, {3}});
+  Array x = array<float>({1, 2, 3, 4, 5, 6}, {2, 3});
+  Array y = array<float>({1, 0, -1});
+  std::vector<Array> out = eval(p, std::vector<Array>{x, y});
+  REQUIRE(out.size() == 1);
+  CHECK(out[0].item<float>() == affine_sum(x, y).item<float>());
+  CHECK(out[0].item<float>() == doctest::Approx((1 - 3 + 4 - 6) + 12));
+}
+
+TEST_CASE("evaluating a program with a wrong input names the input and both avals") {
+  Program p = trace2(affine_sum, {f32, {2, 3}}, {f32, {3}});
+  Array x = zeros({2, 3});
+  Array y = zeros({4});
+  CHECK_THROWS_WITH_AS(eval(p, std::vector<Array>{x, y}),
+                       "[eval] y: expected f32[3], got f32[4]", ValueError);
+}
+
+TEST_CASE("dead code is removed and common subexpressions are merged") {
+  auto f = [](const Array& x, const Array&) {
+    Array unused = log(x);
+    (void)unused;
+    return sum(exp(x) + exp(x));
+  };
+  Trace t;
+  Array x = t.input({f32, {3}}, default_device(), "x");
+  Array y = t.input({f32, {3}}, default_device(), "y");
+  Array out = f(x, y);
+  Program p = t.finish(std::span<const Array>(&out, 1));
+  CHECK(p.equations.size() == 5);  // log, exp, exp, add, sum
+  eliminate_dead_code(p);
+  CHECK(p.equations.size() == 4);
+  eliminate_common_subexpressions(p);
+  CHECK(to_string(p) ==
+        "{ lambda ; a:f32[3] (x) b:f32[3] (y). let\n"
+        "    d:f32[3] = exp a\n"
+        "    f:f32[3] = add d d\n"
+        "    g:f32[] = sum[axes=(0)] f\n"
+        "  in (g) }");
+}
+
+TEST_CASE("arrays from outside the trace become constants; reading a tracer is an error") {
+  Array w = array<float>({1, 2, 3});
+  Trace t;
+  Array x = t.input({f32, {3}}, default_device(), "x");
+  CHECK(is_tracer(x));
+  CHECK_FALSE(is_tracer(w));
+  CHECK_THROWS_WITH_AS(x.to_vector<float>(), doctest::Contains("[to_vector] cannot read a traced array"),
+                       ValueError);
+  Array out = sum(x * w);
+  Program p = t.finish(std::span<const Array>(&out, 1));
+  CHECK(p.constants.size() == 1);
+  CHECK(p.constant_values[0].same(w));
+  CHECK(eval(p, std::vector<Array>{array<float>({1, 1, 1})})[0].item<float>() == 6.0f);
+}
