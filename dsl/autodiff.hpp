@@ -1,7 +1,8 @@
 // grad and value_and_grad over pytrees. They differentiate with respect to the
 // inexact (floating) array leaves of the first argument; the gradient has the
 // first argument's tree structure with None at every other leaf (integer and bool
-// arrays, None, and leaves inside kiln::stop_gradient). The function is traced
+// arrays, None, and arrays inside a kiln::Frozen subtree); kiln::stop_gradient
+// blocks gradients flowing through a value. The function is traced
 // into a Program, evaluated, and the vjp rules run backwards; all of it goes
 // through the DSL, so it works eagerly and inside an enclosing trace (grad of grad).
 #pragma once
@@ -37,6 +38,7 @@ template <class F, class T, class... Rest>
 auto trace_and_differentiate(F& f, const T& x, const Rest&... rest) {
   tree::Flat flat = tree::flatten(x);
   const std::vector<std::string> names = tree::paths(flat.def);
+  const std::vector<bool> frozen = tree::frozen_leaves(flat.def);
   using Result = std::invoke_result_t<F&, const T&, const Rest&...>;
   Program program;
   Result result_shape{};
@@ -45,7 +47,7 @@ auto trace_and_differentiate(F& f, const T& x, const Rest&... rest) {
     Trace trace;
     std::vector<Array> traced = flat.leaves;
     for (std::size_t i = 0; i < traced.size(); ++i) {
-      if (!is_inexact(traced[i].dtype())) continue;
+      if (!is_inexact(traced[i].dtype()) || frozen[i]) continue;
       diff.push_back(i);
       traced[i] = trace.input(traced[i].aval(), traced[i].device(), names[i]);
     }

@@ -247,6 +247,21 @@ std::vector<std::string> paths(const TreeDef& def) {
   return out;
 }
 
+std::vector<bool> frozen_leaves(const TreeDef& def) {
+  std::vector<bool> out;
+  out.reserve(def.num_leaves());
+  std::size_t frozen_until = 0;  // end (exclusive) of the open Frozen subtree
+  const auto& nodes = def.nodes();
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    const DefNode& n = nodes[i];
+    if (n.kind == NodeKind::kStruct && n.info->frozen && i >= frozen_until) {
+      frozen_until = i + n.size;
+    }
+    if (n.kind == NodeKind::kArray) out.push_back(i < frozen_until);
+  }
+  return out;
+}
+
 std::vector<SlotPath> slot_paths(const TreeDef& def) {
   std::vector<SlotPath> out;
   std::string path;

@@ -43,6 +43,21 @@
 
 namespace kiln {
 
+// Marks a subtree as frozen: grad and value_and_grad give None for every array
+// inside it (it still flattens, maps and jit-compiles like any other subtree).
+//   struct Model { Frozen<Linear> embed; Linear head; KILN_MODULE(...); };
+template <class T>
+struct Frozen {
+  static constexpr bool kiln_frozen = true;
+  T value{};
+  KILN_MODULE(Frozen, value);
+
+  const T& operator*() const { return value; }
+  T& operator*() { return value; }
+  const T* operator->() const { return &value; }
+  T* operator->() { return &value; }
+};
+
 // Filters for tree::partition (any callable bool(const Array&) works too).
 inline bool is_array(const Array& a) { return !a.is_null(); }
 // Floating-point arrays: what grad differentiates.

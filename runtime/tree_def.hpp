@@ -38,6 +38,8 @@ struct StructInfo {
   std::string_view name;
   std::span<const std::string_view> fields;
   std::size_t hash = 0;
+  // Arrays under this node get no gradient (kiln::Frozen).
+  bool frozen = false;
 };
 bool same_struct(const StructInfo* a, const StructInfo* b);
 std::size_t hash_struct(std::string_view name,
@@ -106,6 +108,8 @@ namespace tree {
 std::vector<std::string> paths(const TreeDef& def);
 // One per array slot (array or None) and static leaf, in pre-order.
 std::vector<SlotPath> slot_paths(const TreeDef& def);
+// For each array leaf, whether it sits inside a kiln::Frozen node.
+std::vector<bool> frozen_leaves(const TreeDef& def);
 // Path of the record at `node` (an index into def.nodes()).
 std::string node_path(const TreeDef& def, std::size_t node);
 // Prefixes a path with an argument name: ("model", "layers[0].w") ->

@@ -102,7 +102,8 @@ const StructInfo& struct_info() {
   static constexpr std::array<std::string_view, kN> kNames =
       split_field_names<kN>(T::kiln_module_field_names());
   static const StructInfo info{T::kiln_module_name(), kNames,
-                               hash_struct(T::kiln_module_name(), kNames)};
+                               hash_struct(T::kiln_module_name(), kNames),
+                               requires { T::kiln_frozen; }};
   return info;
 }
 

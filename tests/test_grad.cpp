@@ -240,3 +240,29 @@ TEST_CASE("differentiating a non-scalar or non-float output is an error that say
                        doctest::Contains("[grad] the function must return a floating scalar, got dtype i32"),
                        DTypeError);
 }
+
+namespace {
+struct Tower {
+  Frozen<Layer> base;
+  Array head;
+  KILN_MODULE(Tower, base, head);
+};
+}  // namespace
+
+TEST_CASE("arrays inside Frozen get None gradients and still shape the loss") {
+  Tower t{{Layer{full({2, 2}, 0.5), zeros({2}), array<std::int32_t>({0, 0}), tanh}},
+          full({2}, 2.0)};
+  auto loss = [](const Tower& m, const Array& x) {
+    return sum(layer_loss(*m.base, x) * m.head);
+  };
+  Array x = array<float>({1, 1}, {1, 2});
+  Tower g = grad(loss)(t, x);
+  CHECK(g.base->weight.is_null());
+  CHECK(g.base->bias.is_null());
+  CHECK(tree::paths(g) == std::vector<std::string>{"head"});
+  // layer_loss = 2 * tanh(1): d/dhead sum(l * head) = l for both entries
+  const float l = 2 * std::tanh(1.0f);
+  CHECK(g.head.to_vector<float>() == std::vector<float>{l, l});
+  CHECK(tree::frozen_leaves(tree::structure(t)) ==
+        std::vector<bool>{true, true, true, false});
+}
