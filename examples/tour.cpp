@@ -1,7 +1,9 @@
 // A tour of what kiln does today: eager ops on the default device, broadcasting,
-// reductions, matmul, dtype rules with their errors, and pytrees (typed modules with
-// paths, structure, partition, and static leaves with a stable identity).
+// reductions, matmul, pytrees (typed modules with paths, structure and static
+// leaves with a stable identity), value_and_grad over a module, the traced
+// program of a function, and dtype rules with their errors.
 #include <iostream>
+#include <kiln/dsl/trace.hpp>
 #include <kiln/kiln.hpp>
 
 using namespace kiln;
@@ -62,6 +64,26 @@ int main() {
   other.layers.pop_back();
   std::cout << "differences against a changed model:\n"
             << tree::format_diff(tree::diff(def, tree::structure(other))) << "\n";
+
+  std::cout << "gradients have the model's structure (None where no gradient):\n";
+  auto loss = [](const MLP& m, const Array& in) {
+    Array out = m(in);
+    return mean(out * out);
+  };
+  auto [value, grads] = value_and_grad(loss)(model, x);
+  std::cout << "  loss = " << value.item<float>() << "\n";
+  std::cout << "  grad structure: " << to_string(tree::structure(grads)) << "\n";
+  std::cout << "  d loss / d layers[1].weight =\n" << grads.layers[1].weight << "\n\n";
+
+  std::cout << "the traced program of the loss:\n";
+  {
+    Trace trace;
+    Array xt = trace.input(x.aval(), x.device(), "x");
+    Array out = loss(model, xt);
+    Program program = trace.finish(std::span<const Array>(&out, 1));
+    optimize(program);
+    std::cout << to_string(program) << "\n\n";
+  }
 
   std::cout << "dtype rules are explicit:\n";
   try {
