@@ -25,6 +25,7 @@
 
 #include "kiln/backends/cpu/broadcast.hpp"
 #include "kiln/backends/cpu/cpu_backend.hpp"
+#include "kiln/backends/cpu/nan_minmax.hpp"
 #include "kiln/runtime/error.hpp"
 #include "kiln/runtime/strings.hpp"
 
@@ -42,28 +43,6 @@ auto apply(E&&... e) {
   return xt::detail::make_xfunction<F>(std::forward<E>(e)...);
 }
 
-// maximum/minimum that give NaN when either operand is NaN, like numpy.maximum.
-// x != x is the NaN test that reads the same for scalars and batches.
-struct NanMaximum {
-  template <class T>
-  T operator()(T x, T y) const {
-    return x > y || x != x ? x : y;
-  }
-  template <class B>
-  B simd_apply(const B& x, const B& y) const {
-    return xsimd::select((x > y) || (x != x), x, y);
-  }
-};
-struct NanMinimum {
-  template <class T>
-  T operator()(T x, T y) const {
-    return x < y || x != x ? x : y;
-  }
-  template <class B>
-  B simd_apply(const B& x, const B& y) const {
-    return xsimd::select((x < y) || (x != x), x, y);
-  }
-};
 
 // Logical ops on bool elements stored as 0/1 bytes: bitwise, 16 lanes at a
 // time.

@@ -27,6 +27,7 @@
 
 #include "kiln/backends/cpu/broadcast.hpp"
 #include "kiln/backends/cpu/cpu_backend.hpp"
+#include "kiln/backends/cpu/nan_minmax.hpp"
 #include "kiln/runtime/error.hpp"
 #include "kiln/runtime/strings.hpp"
 
@@ -44,27 +45,8 @@ struct Plus {
     return x + y;
   }
 };
-// NaN wins (x != x is the NaN test for scalars and batches alike).
-struct NanMax {
-  template <class T>
-  T operator()(T x, T y) const {
-    return x > y || x != x ? x : y;
-  }
-  template <class B>
-  B simd_apply(const B& x, const B& y) const {
-    return xsimd::select((x > y) || (x != x), x, y);
-  }
-};
-struct NanMin {
-  template <class T>
-  T operator()(T x, T y) const {
-    return x < y || x != x ? x : y;
-  }
-  template <class B>
-  B simd_apply(const B& x, const B& y) const {
-    return xsimd::select((x < y) || (x != x), x, y);
-  }
-};
+using NanMax = NanMaximum;  // NaN wins, as numpy.max
+using NanMin = NanMinimum;
 
 // The identity of each reduction (-inf, not lowest(), so that max of [-inf]
 // works).
