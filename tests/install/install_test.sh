@@ -2,9 +2,10 @@
 # Installs kiln into a scratch DESTDIR and builds tests/install/consumer.cpp against
 # it with pkg-config, as an embedding application would. Also checks that the
 # umbrella header stays light: <kiln/kiln.hpp> must not pull in xtensor.
-# usage: install_test.sh <build dir> <source dir> <c++ compiler>
+# usage: install_test.sh <build dir> <source dir> <c++ compiler> [extra flags]
 set -euo pipefail
 build=$(cd "$1" && pwd); src=$(cd "$2" && pwd); cxx=$3
+read -r -a extra <<<"${4:-}"
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 
 meson install -C "$build" --no-rebuild --quiet --destdir "$tmp/root" >/dev/null
@@ -19,7 +20,7 @@ header=$(find "$tmp/root" -path '*include/kiln/kiln.hpp' | head -n1)
 [ -n "$header" ] || { echo "FAIL: kiln/kiln.hpp was not installed"; exit 1; }
 
 # shellcheck disable=SC2046
-"$cxx" -std=c++20 "$src/tests/install/consumer.cpp" -o "$tmp/consumer" \
+"$cxx" -std=c++20 ${extra[@]+"${extra[@]}"} "$src/tests/install/consumer.cpp" -o "$tmp/consumer" \
   $(pkg-config --cflags --libs kiln)
 libdir=$(pkg-config --variable=libdir kiln)
 LD_LIBRARY_PATH="$libdir" "$tmp/consumer" | grep -qx 12 ||
