@@ -40,4 +40,9 @@ class HostBuffer final : public Buffer {
   std::size_t nbytes_;
 };
 
+// Freed host blocks are kept for reuse by size (runtime/buffer.cpp says why), up
+// to 1 GiB; KILN_HOST_CACHE=0 disables this. These report and empty that cache.
+std::size_t host_cache_bytes();
+void clear_host_cache();
+
 }  // namespace kiln

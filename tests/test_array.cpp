@@ -150,3 +150,23 @@ TEST_CASE("xtensor round trip preserves values, shape and dtype") {
   CHECK(back.shape() == a.shape());
   CHECK(back.to_vector<float>() == a.to_vector<float>());
 }
+
+TEST_CASE("freed host buffers are reused by size, and the cache can be emptied") {
+  clear_host_cache();
+  CHECK(host_cache_bytes() == 0);
+  const void* first = nullptr;
+  {
+    Array a = zeros({1000});  // 4000 bytes, 64-byte rounded: 4032
+    first = a.data<float>();
+  }
+  CHECK(host_cache_bytes() == 4032);
+  Array b = ones({1000});
+  CHECK(b.data<float>() == first);  // the same block, handed out again
+  CHECK(host_cache_bytes() == 0);
+  CHECK(b.to_vector<float>() == std::vector<float>(1000, 1.0f));
+  Array c = ones({10});
+  c = Array();
+  CHECK(host_cache_bytes() == 64);
+  clear_host_cache();
+  CHECK(host_cache_bytes() == 0);
+}
