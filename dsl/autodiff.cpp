@@ -28,6 +28,20 @@ void check_grad_output(const Array& out) {
   }
 }
 
+void throw_nothing_to_differentiate(const TreeDef& def, std::span<const Array> leaves) {
+  std::vector<std::string> found;
+  const std::vector<std::string> paths = tree::paths(def);
+  for (std::size_t i = 0; i < leaves.size() && i < 4; ++i) {
+    found.push_back(str_cat(paths[i].empty() ? "<root>" : paths[i], ": ",
+                            name(leaves[i].dtype()), to_string(leaves[i].shape())));
+  }
+  if (leaves.size() > 4) found.push_back("...");
+  throw DTypeError(str_cat(
+      "[grad] the first argument has no floating array to differentiate (outside Frozen)",
+      found.empty() ? std::string(": it holds no arrays") : ": found " + join(found, ", "),
+      "; grad differentiates the floating leaves of its first argument"));
+}
+
 std::pair<std::vector<Array>, std::vector<Array>> value_and_grad_program(
     const Program& p, std::span<const Array> inputs) {
   std::vector<Array> env = eval_all(p, inputs);

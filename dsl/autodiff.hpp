@@ -31,6 +31,9 @@ std::pair<std::vector<Array>, std::vector<Array>> value_and_grad_program(
 
 // Checks what a differentiated function returned: a scalar floating array.
 void check_grad_output(const Array& out);
+// The first argument has no floating array outside Frozen: grad would be all None.
+[[noreturn]] void throw_nothing_to_differentiate(const TreeDef& def,
+                                                 std::span<const Array> leaves);
 
 // The common part of grad/value_and_grad: traces f at x (differentiating x's
 // inexact leaves) and returns (outputs of f as arrays, gradient tree).
@@ -51,6 +54,7 @@ auto trace_and_differentiate(F& f, const T& x, const Rest&... rest) {
       diff.push_back(i);
       traced[i] = trace.input(traced[i].aval(), traced[i].device(), names[i]);
     }
+    if (diff.empty()) throw_nothing_to_differentiate(flat.def, flat.leaves);
     const T xt = tree::unflatten<T>(flat.def, traced);
     result_shape = f(xt, rest...);
     std::vector<Array> outs = tree::leaves(result_shape);

@@ -266,3 +266,12 @@ TEST_CASE("arrays inside Frozen get None gradients and still shape the loss") {
   CHECK(tree::frozen_leaves(tree::structure(t)) ==
         std::vector<bool>{true, true, true, false});
 }
+
+TEST_CASE("differentiating with respect to no floating array is an error naming what was found") {
+  auto f = [](const Array& x) { return sum(astype(x, f32)); };
+  CHECK_THROWS_WITH_AS(grad(f)(arange(3.0)),
+                       "[grad] the first argument has no floating array to differentiate "
+                       "(outside Frozen): found <root>: i32(3,); grad differentiates the "
+                       "floating leaves of its first argument",
+                       DTypeError);
+}
