@@ -1,6 +1,7 @@
 // Reverse-mode evaluation of a traced program.
 #include "kiln/dsl/autodiff.hpp"
 
+#include "kiln/dsl/check.hpp"
 #include "kiln/dsl/ops.hpp"
 #include "kiln/dsl/vjp.hpp"
 #include "kiln/runtime/error.hpp"
@@ -9,7 +10,7 @@
 namespace kiln {
 
 Array stop_gradient(const Array& a) {
-  if (a.is_null()) throw ValueError("[stop_gradient] argument is None (a null Array)");
+  detail::check_not_none("stop_gradient", a, "argument");
   return detail::bind(Prim::kStopGradient, Params{}, {&a, 1}, a.aval());
 }
 

@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "kiln/dsl/backend.hpp"
+#include "kiln/dsl/check.hpp"
 #include "kiln/dsl/ops.hpp"
 #include "kiln/runtime/error.hpp"
 #include "kiln/runtime/strings.hpp"
@@ -95,9 +96,7 @@ Array to_device(const Array& a, Device device) {
 }
 
 Array scalar_like(const Array& like, double value, const char* op) {
-  if (like.is_null()) {
-    throw ValueError(detail::str_cat("[", op, "] array operand is None (a null Array)"));
-  }
+  detail::check_not_none(op, like, "array operand");
   check_representable(op, value, like.dtype());
   return full(Shape{}, value, like.dtype(), like.device());
 }

@@ -7,6 +7,7 @@
 #include <array>
 #include <string>
 
+#include "kiln/dsl/check.hpp"
 #include "kiln/dsl/ops.hpp"
 #include "kiln/dsl/primitive.hpp"
 #include "kiln/runtime/error.hpp"
@@ -25,8 +26,7 @@ const Params& no_params() {
 
 void check_present(std::string_view op, const Array& a, int position) {
   if (a.is_null()) {
-    throw ValueError(detail::str_cat("[", op, "] argument ", position,
-                                     " is None (a null Array)"));
+    detail::check_not_none(op, a, detail::str_cat("argument ", position));
   }
 }
 

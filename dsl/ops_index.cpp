@@ -1,6 +1,7 @@
 // Indexing ops: take, take_along_axis, one_hot. The shape and dtype rules live
 // here; index values are checked by the backend, which is the first to see
 // them.
+#include "kiln/dsl/check.hpp"
 #include "kiln/dsl/ops.hpp"
 #include "kiln/dsl/primitive.hpp"
 #include "kiln/runtime/error.hpp"
@@ -10,11 +11,8 @@ namespace kiln {
 namespace {
 
 void check_inputs(const char* op, const Array& a, const Array& indices) {
-  if (a.is_null() || indices.is_null()) {
-    throw ValueError(detail::str_cat("[", op, "] ",
-                                     a.is_null() ? "the array" : "the indices",
-                                     " input is None (a null Array)"));
-  }
+  detail::check_not_none(op, a, "the array input");
+  detail::check_not_none(op, indices, "the indices input");
 }
 
 void check_index_dtype(const char* op, const Array& indices) {
@@ -76,7 +74,7 @@ Array take_along_axis(const Array& a, const Array& indices, std::int64_t axis) {
 
 Array one_hot(const Array& indices, std::int64_t depth, DType dtype) {
   if (indices.is_null()) {
-    throw ValueError("[one_hot] indices input is None (a null Array)");
+    detail::check_not_none("one_hot", indices, "indices input");
   }
   check_index_dtype("one_hot", indices);
   if (depth < 0) {

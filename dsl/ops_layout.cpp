@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "kiln/dsl/check.hpp"
 #include "kiln/dsl/ops.hpp"
 #include "kiln/dsl/primitive.hpp"
 #include "kiln/runtime/error.hpp"
@@ -15,10 +16,7 @@ namespace kiln {
 namespace {
 
 void check_not_null(const char* op, const Array& a) {
-  if (a.is_null()) {
-    throw ValueError(
-        detail::str_cat("[", op, "] input is None (a null Array)"));
-  }
+  detail::check_not_none(op, a, "input");
 }
 
 Array bind_unary(Prim p, const Params& params, const Array& a, Shape out) {
@@ -178,8 +176,7 @@ Array concatenate(std::span<const Array> arrays, std::int64_t axis) {
   }
   for (std::size_t i = 0; i < arrays.size(); ++i) {
     if (arrays[i].is_null()) {
-      throw ValueError(detail::str_cat("[concatenate] array ", i,
-                                       " is None (a null Array)"));
+      detail::check_not_none("concatenate", arrays[i], detail::str_cat("array ", i));
     }
   }
   const Array& first = arrays[0];

@@ -1,6 +1,7 @@
 // Linear algebra ops: matmul with numpy.matmul semantics. The primitive only
 // sees operands of rank >= 2; the 1-D cases are reshapes around it, so backends
 // and autodiff have one batched rule to implement.
+#include "kiln/dsl/check.hpp"
 #include "kiln/dsl/ops.hpp"
 #include "kiln/dsl/primitive.hpp"
 #include "kiln/runtime/error.hpp"
@@ -9,11 +10,8 @@
 namespace kiln {
 
 Array matmul(const Array& a, const Array& b) {
-  if (a.is_null() || b.is_null()) {
-    throw ValueError(detail::str_cat("[matmul] the ",
-                                     a.is_null() ? "first" : "second",
-                                     " input is None (a null Array)"));
-  }
+  detail::check_not_none("matmul", a, "the first input");
+  detail::check_not_none("matmul", b, "the second input");
   if (a.dtype() != b.dtype()) {
     throw DTypeError(detail::str_cat("[matmul] inputs have different dtypes ",
                                      name(a.dtype()), " and ", name(b.dtype()),

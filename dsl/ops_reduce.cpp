@@ -3,6 +3,7 @@
 // dtypes, what an empty reduction gives) are in docs/DTYPES.md.
 #include <limits>
 
+#include "kiln/dsl/check.hpp"
 #include "kiln/dsl/ops.hpp"
 #include "kiln/dsl/primitive.hpp"
 #include "kiln/runtime/error.hpp"
@@ -12,10 +13,7 @@ namespace kiln {
 namespace {
 
 void check_present(std::string_view op, const Array& a) {
-  if (a.is_null()) {
-    throw ValueError(
-        detail::str_cat("[", op, "] argument 1 is None (a null Array)"));
-  }
+  detail::check_not_none(op, a, "argument 1");
 }
 
 Axes resolve_axes(std::string_view op, const Array& a, const AxisArg& axes) {

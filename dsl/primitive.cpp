@@ -2,6 +2,7 @@
 #include "kiln/dsl/primitive.hpp"
 
 #include "kiln/dsl/backend.hpp"
+#include "kiln/dsl/check.hpp"
 #include "kiln/dsl/trace.hpp"
 #include "kiln/runtime/error.hpp"
 #include "kiln/runtime/strings.hpp"
@@ -93,6 +94,12 @@ std::string_view name(Prim p) {
 }
 
 namespace detail {
+
+void check_not_none(std::string_view op, const Array& a, std::string_view which) {
+  if (a.is_null()) {
+    throw ValueError(str_cat("[", op, "] ", which, " is None (a null Array)"));
+  }
+}
 
 Array bind(Prim p, const Params& params, std::span<const Array> inputs,
            Aval out) {

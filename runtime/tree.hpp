@@ -6,8 +6,8 @@
 //
 //   struct MLP {
 //     std::vector<Linear> layers;
-//     Array (*activation)(const Array&);  // static leaf, identity = the
-//     function KILN_MODULE(MLP, layers, activation);
+//     Array (*activation)(const Array&);  // static leaf: identity = function
+//     KILN_MODULE(MLP, layers, activation);
 //   };
 #pragma once
 
