@@ -91,6 +91,23 @@ Array logical_or(const Array& a, const Array& b);   // bool only
 Array where(const Array& cond, const Array& a, const Array& b);
 Array astype(const Array& a, DType dtype);
 
+// ---- bitwise (docs/DTYPES.md, "Bitwise ops and bitcast") ----
+// and/or/xor/not: i32, u32 or bool (on bool they equal the logical ops); both
+// operands share a dtype; numpy broadcasting.
+Array bitwise_and(const Array& a, const Array& b);
+Array bitwise_or(const Array& a, const Array& b);
+Array bitwise_xor(const Array& a, const Array& b);
+Array bitwise_not(const Array& a);
+// Shifts of i32/u32 by an amount of the same dtype, as XLA defines them: an
+// amount outside [0, 32) gives 0. shift_right_logical fills with zeros (i32
+// too: it shifts the bit pattern).
+Array shift_left(const Array& a, const Array& amount);
+Array shift_right_logical(const Array& a, const Array& amount);
+// Reinterprets the bits of each element as `dtype` (jax.lax.bitcast_convert_type):
+// f32, i32 and u32 (element size 4) convert among each other; other pairs are a
+// DTypeError. The result shares the input's buffer on the CPU backend.
+Array bitcast(const Array& a, DType dtype);
+
 // ---- reductions (numpy semantics; empty AxisArg = all axes) ----
 Array sum(const Array& a, AxisArg axes = {}, bool keepdims = false);
 Array mean(const Array& a, AxisArg axes = {}, bool keepdims = false);  // floating
@@ -185,6 +202,11 @@ KILN_SCALAR_BINARY_(divide, divide)
 KILN_SCALAR_BINARY_(power, power)
 KILN_SCALAR_BINARY_(maximum, maximum)
 KILN_SCALAR_BINARY_(minimum, minimum)
+KILN_SCALAR_BINARY_(bitwise_and, bitwise_and)
+KILN_SCALAR_BINARY_(bitwise_or, bitwise_or)
+KILN_SCALAR_BINARY_(bitwise_xor, bitwise_xor)
+KILN_SCALAR_BINARY_(shift_left, shift_left)
+KILN_SCALAR_BINARY_(shift_right_logical, shift_right_logical)
 #undef KILN_SCALAR_BINARY_
 
 // ---- template implementations ----

@@ -17,7 +17,9 @@ namespace kiln {
 namespace {
 
 // Which dtypes an op accepts.
-enum class Accepts : unsigned char { kAny, kNumeric, kFloating, kBool };
+enum class Accepts : unsigned char {
+  kAny, kNumeric, kFloating, kBool, kInteger, kIntegerOrBool
+};
 
 const Params& no_params() {
   static const Params kNone;
@@ -40,6 +42,10 @@ bool accepts(Accepts kind, DType d) {
       return is_inexact(d);
     case Accepts::kBool:
       return d == DType::kBool;
+    case Accepts::kInteger:
+      return is_integer(d);
+    case Accepts::kIntegerOrBool:
+      return is_integer(d) || d == DType::kBool;
   }
   return false;
 }
@@ -76,6 +82,14 @@ void check_kind(std::string_view op, Accepts kind, DType d,
       throw DTypeError(detail::str_cat("[", op, "] requires a bool dtype, got ",
                                        name(d), " ", where,
                                        "; compare first (e.g. x != 0)"));
+    case Accepts::kInteger:
+      throw DTypeError(detail::str_cat(
+          "[", op, "] requires an integer dtype (i32 or u32), got ", name(d),
+          " ", where, "; reinterpret floats with bitcast(x, u32)"));
+    case Accepts::kIntegerOrBool:
+      throw DTypeError(detail::str_cat(
+          "[", op, "] requires an integer or bool dtype (i32, u32 or bool), got ",
+          name(d), " ", where, "; reinterpret floats with bitcast(x, u32)"));
     case Accepts::kAny:
       break;
   }
@@ -214,6 +228,46 @@ Array astype(const Array& a, DType dtype) {
   Params p;
   p.dtype = dtype;
   return detail::bind(Prim::kAstype, p, std::span<const Array>(&a, 1),
+                      Aval{dtype, a.shape()});
+}
+
+// ---- bitwise ----
+Array bitwise_and(const Array& a, const Array& b) {
+  return binary(Prim::kBitwiseAnd, Accepts::kIntegerOrBool, false, a, b);
+}
+Array bitwise_or(const Array& a, const Array& b) {
+  return binary(Prim::kBitwiseOr, Accepts::kIntegerOrBool, false, a, b);
+}
+Array bitwise_xor(const Array& a, const Array& b) {
+  return binary(Prim::kBitwiseXor, Accepts::kIntegerOrBool, false, a, b);
+}
+Array bitwise_not(const Array& a) {
+  return unary(Prim::kBitwiseNot, Accepts::kIntegerOrBool, a);
+}
+Array shift_left(const Array& a, const Array& amount) {
+  return binary(Prim::kShiftLeft, Accepts::kInteger, false, a, amount);
+}
+Array shift_right_logical(const Array& a, const Array& amount) {
+  return binary(Prim::kShiftRightLogical, Accepts::kInteger, false, a, amount);
+}
+
+Array bitcast(const Array& a, DType dtype) {
+  check_present("bitcast", a, 1);
+  if (a.dtype() == dtype) return a;
+  // Only 4-byte dtypes for now: f16 <-> 2-byte integers would need i16/u16,
+  // and f64 <-> pairs of u32 a new trailing axis.
+  const auto four_bytes = [](DType d) {
+    return d == DType::kF32 || d == DType::kI32 || d == DType::kU32;
+  };
+  if (!four_bytes(a.dtype()) || !four_bytes(dtype)) {
+    throw DTypeError(detail::str_cat(
+        "[bitcast] cannot reinterpret ", name(a.dtype()), " as ", name(dtype),
+        " for an operand of shape ", to_string(a.shape()),
+        "; bitcast converts between f32, i32 and u32 (same element size)"));
+  }
+  Params p;
+  p.dtype = dtype;
+  return detail::bind(Prim::kBitcast, p, std::span<const Array>(&a, 1),
                       Aval{dtype, a.shape()});
 }
 

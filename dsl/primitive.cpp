@@ -13,16 +13,18 @@ PrimFamily family(Prim p) {
   switch (p) {
     case Prim::kNeg: case Prim::kAbs: case Prim::kExp: case Prim::kLog:
     case Prim::kTanh: case Prim::kSqrt: case Prim::kRsqrt: case Prim::kSigmoid:
-    case Prim::kRelu: case Prim::kLogicalNot:
+    case Prim::kRelu: case Prim::kLogicalNot: case Prim::kBitwiseNot:
       return PrimFamily::kUnary;
     case Prim::kAdd: case Prim::kSub: case Prim::kMul: case Prim::kDiv:
     case Prim::kPow: case Prim::kMaximum: case Prim::kMinimum: case Prim::kEq:
     case Prim::kNe: case Prim::kLt: case Prim::kLe: case Prim::kGt: case Prim::kGe:
-    case Prim::kLogicalAnd: case Prim::kLogicalOr:
+    case Prim::kLogicalAnd: case Prim::kLogicalOr: case Prim::kBitwiseAnd:
+    case Prim::kBitwiseOr: case Prim::kBitwiseXor: case Prim::kShiftLeft:
+    case Prim::kShiftRightLogical:
       return PrimFamily::kBinary;
     case Prim::kWhere:
       return PrimFamily::kWhere;
-    case Prim::kAstype:
+    case Prim::kAstype: case Prim::kBitcast:
       return PrimFamily::kAstype;
     case Prim::kSum: case Prim::kMax: case Prim::kMin:
       return PrimFamily::kReduce;
@@ -55,6 +57,7 @@ std::string_view name(Prim p) {
     case Prim::kSigmoid: return "sigmoid";
     case Prim::kRelu: return "relu";
     case Prim::kLogicalNot: return "logical_not";
+    case Prim::kBitwiseNot: return "bitwise_not";
     case Prim::kAdd: return "add";
     case Prim::kSub: return "subtract";
     case Prim::kMul: return "multiply";
@@ -70,8 +73,14 @@ std::string_view name(Prim p) {
     case Prim::kGe: return "greater_equal";
     case Prim::kLogicalAnd: return "logical_and";
     case Prim::kLogicalOr: return "logical_or";
+    case Prim::kBitwiseAnd: return "bitwise_and";
+    case Prim::kBitwiseOr: return "bitwise_or";
+    case Prim::kBitwiseXor: return "bitwise_xor";
+    case Prim::kShiftLeft: return "shift_left";
+    case Prim::kShiftRightLogical: return "shift_right_logical";
     case Prim::kWhere: return "where";
     case Prim::kAstype: return "astype";
+    case Prim::kBitcast: return "bitcast";
     case Prim::kSum: return "sum";
     case Prim::kMax: return "max";
     case Prim::kMin: return "min";

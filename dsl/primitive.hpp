@@ -14,13 +14,17 @@ namespace kiln {
 enum class Prim : std::uint8_t {
   // unary elementwise
   kNeg, kAbs, kExp, kLog, kTanh, kSqrt, kRsqrt, kSigmoid, kRelu, kLogicalNot,
+  kBitwiseNot,  // i32/u32/bool
   // binary elementwise, numpy broadcasting (inputs already broadcast-compatible)
   kAdd, kSub, kMul, kDiv, kPow, kMaximum, kMinimum,
   kEq, kNe, kLt, kLe, kGt, kGe, kLogicalAnd, kLogicalOr,
+  // bitwise (i32/u32; and/or/xor also bool); shifts by >= 32 give 0
+  kBitwiseAnd, kBitwiseOr, kBitwiseXor, kShiftLeft, kShiftRightLogical,
   // where(cond, a, b), broadcasting
   kWhere,
-  // dtype conversion
-  kAstype,
+  // dtype conversion (value-preserving); reinterpretation of the bits between
+  // dtypes of one element size (params.dtype)
+  kAstype, kBitcast,
   // reductions over params.axes (sorted, normalised), keepdims in params
   kSum, kMax, kMin,
   // index reductions over params.axis, result i32
@@ -55,7 +59,7 @@ struct Params {
   std::int64_t axis = 0;   // concatenate, take, take_along_axis, argmax, one_hot
   std::int64_t depth = 0;  // one_hot
   bool keepdims = false;
-  DType dtype = DType::kF32;  // astype target, creation dtype
+  DType dtype = DType::kF32;  // astype/bitcast target, creation dtype
   double value = 0.0;         // full: fill value; arange: start
   double step = 1.0;          // arange: step
   Device device;              // creation ops: where to create

@@ -23,7 +23,7 @@ std::mt19937& rng() {
 }
 
 // Uniform in [lo, hi), optionally kept away from 0 by `gap` (for abs/relu kinks).
-Array random(const Shape& shape, double lo = -1, double hi = 1, double gap = 0) {
+Array random_array(const Shape& shape, double lo = -1, double hi = 1, double gap = 0) {
   std::uniform_real_distribution<double> d(lo, hi);
   std::vector<double> v(numel(shape));
   for (double& x : v) {
@@ -67,7 +67,7 @@ void check_fd(const std::function<Array(const std::vector<Array>&)>& f,
 Array weighted(const Array& out) {
   static std::map<std::string, Array> weights;
   const std::string key = to_string(out.shape());
-  if (!weights.count(key)) weights[key] = random(out.shape());
+  if (!weights.count(key)) weights[key] = random_array(out.shape());
   return sum(out * astype(weights[key], out.dtype()));
 }
 
@@ -81,13 +81,13 @@ TEST_CASE("vjp of every unary primitive matches finite differences") {
   for (auto [name, op] : ops) {
     SUBCASE(name) {
       check_fd([op](const std::vector<Array>& x) { return weighted(op(x[0])); },
-               {random({2, 3}, -2, 2, 0.05)});
+               {random_array({2, 3}, -2, 2, 0.05)});
     }
   }
   SUBCASE("log, sqrt, rsqrt on positive inputs") {
     for (U op : {static_cast<U>(log), static_cast<U>(sqrt), static_cast<U>(rsqrt)}) {
       check_fd([op](const std::vector<Array>& x) { return weighted(op(x[0])); },
-               {random({3, 2}, 0.5, 2)});
+               {random_array({3, 2}, 0.5, 2)});
     }
   }
 }
@@ -100,41 +100,41 @@ TEST_CASE("vjp of binary primitives sums over broadcast dimensions") {
   for (auto [name, op] : ops) {
     SUBCASE(name) {
       check_fd([op](const std::vector<Array>& x) { return weighted(op(x[0], x[1])); },
-               {random({2, 3}, 0.5, 2), random({3}, 0.5, 2)});
+               {random_array({2, 3}, 0.5, 2), random_array({3}, 0.5, 2)});
       check_fd([op](const std::vector<Array>& x) { return weighted(op(x[0], x[1])); },
-               {random({2, 1}, 0.5, 2), random({1, 3}, 0.5, 2)});
+               {random_array({2, 1}, 0.5, 2), random_array({1, 3}, 0.5, 2)});
     }
   }
   SUBCASE("power") {
     check_fd([](const std::vector<Array>& x) { return weighted(power(x[0], x[1])); },
-             {random({2, 3}, 0.5, 2), random({2, 3}, -1, 2)});
+             {random_array({2, 3}, 0.5, 2), random_array({2, 3}, -1, 2)});
   }
 }
 
 TEST_CASE("vjp of reductions, matmul and where") {
   SUBCASE("sum over axes, keepdims") {
     check_fd([](const std::vector<Array>& x) { return weighted(sum(x[0], {0, 2}, true)); },
-             {random({2, 3, 4})});
+             {random_array({2, 3, 4})});
   }
   SUBCASE("mean") {
     check_fd([](const std::vector<Array>& x) { return weighted(mean(x[0], 1)); },
-             {random({3, 4})});
+             {random_array({3, 4})});
   }
   SUBCASE("max and min (no ties)") {
     check_fd([](const std::vector<Array>& x) { return weighted(max(x[0], 1)); },
-             {random({3, 4})});
-    check_fd([](const std::vector<Array>& x) { return weighted(min(x[0])); }, {random({3, 4})});
+             {random_array({3, 4})});
+    check_fd([](const std::vector<Array>& x) { return weighted(min(x[0])); }, {random_array({3, 4})});
   }
   SUBCASE("batched matmul with broadcast batch dims and 1-D operands") {
     check_fd([](const std::vector<Array>& x) { return weighted(matmul(x[0], x[1])); },
-             {random({2, 3, 4}), random({4, 5})});
+             {random_array({2, 3, 4}), random_array({4, 5})});
     check_fd([](const std::vector<Array>& x) { return weighted(matmul(x[0], x[1])); },
-             {random({4}), random({2, 4, 3})});
+             {random_array({4}), random_array({2, 4, 3})});
   }
   SUBCASE("where") {
     Array cond = array<bool>({true, false, true}, {3});
     check_fd([cond](const std::vector<Array>& x) { return weighted(where(cond, x[0], x[1])); },
-             {random({2, 3}), random({3})});
+             {random_array({2, 3}), random_array({3})});
   }
 }
 
@@ -142,32 +142,32 @@ TEST_CASE("vjp of layout and indexing primitives") {
   SUBCASE("reshape, transpose, broadcast_to") {
     check_fd([](const std::vector<Array>& x) {
       return weighted(broadcast_to(transpose(reshape(x[0], {3, 2}), {1, 0}), {4, 2, 3}));
-    }, {random({6})});
+    }, {random_array({6})});
   }
   SUBCASE("concatenate") {
     check_fd([](const std::vector<Array>& x) { return weighted(concatenate({x[0], x[1]}, 1)); },
-             {random({2, 1}), random({2, 3})});
+             {random_array({2, 1}), random_array({2, 3})});
   }
   SUBCASE("slice with steps and offsets on two axes") {
     check_fd([](const std::vector<Array>& x) {
       return weighted(slice(x[0], Shape{1, 0}, Shape{5, 3}, Shape{2, 2}));
-    }, {random({6, 4})});
+    }, {random_array({6, 4})});
   }
   SUBCASE("take with repeated and negative indices") {
     Array idx = array<std::int32_t>({0, 2, -1, 0}, {2, 2});
     check_fd([idx](const std::vector<Array>& x) { return weighted(take(x[0], idx, 1)); },
-             {random({2, 3, 2})});
+             {random_array({2, 3, 2})});
   }
   SUBCASE("take_along_axis") {
     Array idx = array<std::int32_t>({1, 0, 2, 2}, {2, 2});
     check_fd([idx](const std::vector<Array>& x) {
       return weighted(take_along_axis(x[0], idx, 1));
-    }, {random({2, 3})});
+    }, {random_array({2, 3})});
   }
   SUBCASE("astype between floating dtypes") {
     check_fd([](const std::vector<Array>& x) {
       return astype(weighted(astype(x[0], f32)), f64);
-    }, {random({3})}, 1e-3, 1e-2);  // f32 in the middle: a step f32 can resolve
+    }, {random_array({3})}, 1e-3, 1e-2);  // f32 in the middle: a step f32 can resolve
   }
 }
 

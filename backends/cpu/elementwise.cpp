@@ -13,7 +13,8 @@
 // add/subtract/multiply/neg/abs wrap modulo 2^32 (they run on the u32 bit
 // pattern), integer division rounds toward zero with x / 0 == 0 and
 // INT_MIN / -1 == INT_MIN, and float -> integer conversion saturates (NaN ->
-// 0).
+// 0). Shifts follow XLA: an amount outside [0, 32) gives 0 (in C++ it would be
+// UB), and shift_right_logical shifts the bit pattern of i32 too.
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -64,6 +65,46 @@ struct BitOr {
   template <class B>
   B simd_apply(const B& x, const B& y) const {
     return x | y;
+  }
+};
+struct BitXor {
+  template <class T>
+  T operator()(T x, T y) const {
+    return static_cast<T>(x ^ y);
+  }
+  template <class B>
+  B simd_apply(const B& x, const B& y) const {
+    return x ^ y;
+  }
+};
+struct BitNot {
+  template <class T>
+  T operator()(T x) const {
+    return static_cast<T>(~x);
+  }
+  template <class B>
+  B simd_apply(const B& x) const {
+    return ~x;
+  }
+};
+
+// Shifts on the unsigned bit pattern; amounts outside [0, 32) (negative i32
+// amounts become huge unsigned ones) give 0 rather than UB. Scalar only: xsimd 8
+// has no lane-wise variable shift on every target we build for.
+struct ShiftLeft {
+  template <class T>
+  T operator()(T x, T y) const {
+    using U = std::make_unsigned_t<T>;
+    const auto n = static_cast<U>(y);
+    return n >= 32 ? T(0) : static_cast<T>(static_cast<U>(x) << n);
+  }
+};
+struct ShiftRightLogical {
+  template <class T>
+  T operator()(T x, T y) const {
+    using U = std::make_unsigned_t<T>;
+    const auto n = static_cast<U>(y);
+    return n >= 32 ? T(0) : static_cast<T>(static_cast<U>(x) >> n);
   }
 };
 struct FlipBit {
@@ -277,6 +318,9 @@ void unary_kernel(Prim p, const Array& a, void* out) {
   }
   if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
     switch (p) {
+      case Prim::kBitwiseNot:
+        return unary_apply<T>([](const auto& x) { return apply<BitNot>(x); },
+                              a, out);
       case Prim::kAbs:
       case Prim::kRelu:
         if constexpr (std::is_unsigned_v<T>) {  // both are the identity on u32
@@ -295,7 +339,7 @@ void unary_kernel(Prim p, const Array& a, void* out) {
     }
   }
   if constexpr (std::is_same_v<T, bool>) {
-    if (p == Prim::kLogicalNot) {
+    if (p == Prim::kLogicalNot || p == Prim::kBitwiseNot) {
       return unary_apply<std::uint8_t>(
           [](const auto& x) { return apply<FlipBit>(x); }, a, out);
     }
@@ -348,16 +392,35 @@ void binary_kernel(Prim p, const Array& a, const Array& b, void* out,
     default:
       break;
   }
-  if constexpr (std::is_same_v<T, bool>) {
-    if (p == Prim::kLogicalAnd) {
-      return run(
-          [](const auto& x, const auto& y) { return apply<BitAnd>(x, y); });
+  if constexpr (std::is_integral_v<T>) {  // bool (as bytes), i32, u32
+    switch (p) {
+      case Prim::kLogicalAnd:
+      case Prim::kBitwiseAnd:
+        return run(
+            [](const auto& x, const auto& y) { return apply<BitAnd>(x, y); });
+      case Prim::kLogicalOr:
+      case Prim::kBitwiseOr:
+        return run(
+            [](const auto& x, const auto& y) { return apply<BitOr>(x, y); });
+      case Prim::kBitwiseXor:
+        return run(
+            [](const auto& x, const auto& y) { return apply<BitXor>(x, y); });
+      default:
+        break;
     }
-    if (p == Prim::kLogicalOr) {
+  }
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    if (p == Prim::kShiftLeft) {
       return run(
-          [](const auto& x, const auto& y) { return apply<BitOr>(x, y); });
+          [](const auto& x, const auto& y) { return apply<ShiftLeft>(x, y); });
     }
-  } else {
+    if (p == Prim::kShiftRightLogical) {
+      return run([](const auto& x, const auto& y) {
+        return apply<ShiftRightLogical>(x, y);
+      });
+    }
+  }
+  if constexpr (!std::is_same_v<T, bool>) {
     const auto wrapping = [&](auto f) {
       binary_apply<W, W>(f, a, b, out, shape);
     };
@@ -447,6 +510,8 @@ std::shared_ptr<Buffer> eval_astype(Prim p, const Params&,
                                     std::span<const Array> inputs,
                                     const Aval& out) {
   check_host_dtypes(p, inputs, out);
+  // bitcast keeps the bytes and arrays are immutable: share the buffer.
+  if (p == Prim::kBitcast) return inputs[0].buffer();
   auto buf = allocate(out);
   const Array& a = inputs[0];
   const auto n = static_cast<std::size_t>(a.size());

@@ -1,0 +1,261 @@
+// kiln::random: threefry2x32 and the samplers built on it, in DSL ops, following
+// jax/_src/random/threefry2x32.py and jax/_src/random/core.py (JAX 0.10) step for
+// step so the results agree bit for bit (tests/test_random.cpp checks them
+// against tests/golden/random.txt).
+#include "kiln/dsl/random.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <utility>
+
+#include "kiln/dsl/check.hpp"
+#include "kiln/dsl/ops.hpp"
+#include "kiln/runtime/error.hpp"
+#include "kiln/runtime/strings.hpp"
+
+namespace kiln::random {
+namespace {
+
+using Pair = std::pair<Array, Array>;
+
+void check_key(std::string_view op, const Array& key) {
+  detail::check_not_none(op, key, "key");
+  if (key.dtype() != DType::kU32 || key.shape() != Shape{2}) {
+    throw DTypeError(detail::str_cat(
+        "[", op, "] a key is a u32 array of shape (2,), got ", name(key.dtype()),
+        " of shape ", to_string(key.shape()),
+        "; make one with random::key(seed) or take a row of random::split"));
+  }
+}
+
+void check_f32(std::string_view op, DType dtype) {
+  if (dtype != DType::kF32) {
+    throw DTypeError(detail::str_cat("[", op, "] supports f32 only, got ",
+                                     name(dtype)));
+  }
+}
+
+Array u32_scalar(std::uint32_t v) { return full(Shape{}, v, u32); }
+
+// The two words of a key as 0-d arrays, broadcast against the counters.
+Pair key_words(const Array& key) {
+  return {reshape(slice_axis(key, 0, 0, 1), Shape{}),
+          reshape(slice_axis(key, 0, 1, 2), Shape{})};
+}
+
+Array rotate_left(const Array& x, std::uint32_t d) {
+  return bitwise_or(shift_left(x, d), shift_right_logical(x, 32u - d));
+}
+
+// The Threefry-2x32 block cipher (20 rounds) of the counter pair (x0, x1) under
+// the key (k0, k1): JAX's unrolled _threefry2x32_lowering.
+Pair threefry2x32(const Array& k0, const Array& k1, Array x0, Array x1) {
+  static constexpr std::uint32_t kRotations[2][4] = {{13, 15, 26, 6},
+                                                     {17, 29, 16, 24}};
+  const Array ks[3] = {k0, k1, bitwise_xor(bitwise_xor(k0, k1), 0x1BD11BDAu)};
+  x0 = x0 + ks[0];
+  x1 = x1 + ks[1];
+  for (std::uint32_t i = 0; i < 5; ++i) {
+    for (std::uint32_t r : kRotations[i % 2]) {
+      x0 = x0 + x1;
+      x1 = bitwise_xor(x0, rotate_left(x1, r));
+    }
+    x0 = x0 + ks[(i + 1) % 3];
+    x1 = x1 + (ks[(i + 2) % 3] + (i + 1));
+  }
+  return {std::move(x0), std::move(x1)};
+}
+
+// threefry2x32 of the 64-bit counters 0..n-1 as (high, low) u32 words: JAX's
+// iota_2x32_shape, whose high words are 0 below 2^32 elements.
+Pair hash_iota(const Array& key, std::string_view op, std::int64_t n) {
+  if (n >= (std::int64_t{1} << 32)) {
+    throw ValueError(detail::str_cat("[", op, "] ", n,
+                                     " values is more than kiln supports "
+                                     "(2^32 - 1 per call)"));
+  }
+  auto [k0, k1] = key_words(key);
+  return threefry2x32(k0, k1, u32_scalar(0),
+                      arange(0.0, static_cast<double>(n), 1.0, u32));
+}
+
+// a mod s for u32 arrays (s > 0), as XLA's rem; a mod 0 == a, as XLA's.
+Array rem(const Array& a, std::uint32_t s) {
+  if (s == 0) return a;
+  return a - (a / s) * s;
+}
+
+Array log1p(const Array& u) {
+  // log(1 + u) * u / ((1 + u) - 1) cancels the rounding of 1 + u (Goldberg);
+  // exact u where 1 + u rounds to 1.
+  Array y = u + 1.0;
+  Array exact = y == 1.0;
+  Array denom = where(exact, ones_like(y), y - 1.0);
+  return where(exact, u, log(y) * (u / denom));
+}
+
+}  // namespace
+
+Array key(std::uint32_t seed) { return array<std::uint32_t>({0u, seed}); }
+
+Array split(const Array& key, std::int64_t n) {
+  check_key("random.split", key);
+  if (n < 0) {
+    throw ValueError(
+        detail::str_cat("[random.split] n must be >= 0, got ", n));
+  }
+  // _threefry_split_foldlike: key i is the (high, low) hash of counter i.
+  auto [b0, b1] = hash_iota(key, "random.split", n);
+  return concatenate({reshape(b0, Shape{n, 1}), reshape(b1, Shape{n, 1})}, 1);
+}
+
+Array fold_in(const Array& key, std::uint32_t data) {
+  check_key("random.fold_in", key);
+  // threefry_2x32(key, threefry_seed(data)): the one counter pair (0, data).
+  auto [k0, k1] = key_words(key);
+  auto [y0, y1] = threefry2x32(k0, k1, u32_scalar(0), u32_scalar(data));
+  return concatenate({reshape(y0, Shape{1}), reshape(y1, Shape{1})}, 0);
+}
+
+Array bits(const Array& key, const Shape& shape) {
+  check_key("random.bits", key);
+  const std::int64_t n = numel(shape);
+  if (n == 0) return zeros(shape, u32);
+  // _threefry_random_bits_partitionable: the two output words xor-ed.
+  auto [b0, b1] = hash_iota(key, "random.bits", n);
+  return reshape(bitwise_xor(b0, b1), shape);
+}
+
+Array uniform(const Array& key, const Shape& shape, DType dtype, double minval,
+              double maxval) {
+  check_key("random.uniform", key);
+  check_f32("random.uniform", dtype);
+  // 23 random mantissa bits under the exponent of 1.0 give [1, 2); minus 1,
+  // scaled. The span is computed in f32, as JAX does.
+  const auto lo = static_cast<float>(minval);
+  const auto hi = static_cast<float>(maxval);
+  const float span = hi - lo;
+  Array mantissa = shift_right_logical(bits(key, shape), 32u - 23u);
+  Array one_to_two = bitcast(bitwise_or(mantissa, 0x3F800000u), f32);
+  Array unit = one_to_two - 1.0;
+  return maximum(unit * static_cast<double>(span) + static_cast<double>(lo),
+                 static_cast<double>(lo));
+}
+
+Array erfinv(const Array& x) {
+  detail::check_not_none("random.erfinv", x, "argument 1");
+  check_f32("random.erfinv", x.dtype());
+  static constexpr float kSmall[9] = {
+      2.81022636e-08f,  3.43273939e-07f, -3.5233877e-06f,
+      -4.39150654e-06f, 0.00021858087f,  -0.00125372503f,
+      -0.00417768164f,  0.246640727f,    1.50140941f};
+  static constexpr float kLarge[9] = {
+      -0.000200214257f, 0.000100950558f, 0.00134934322f,
+      -0.00367342844f,  0.00573950773f,  -0.0076224613f,
+      0.00943887047f,   1.00167406f,     2.83297682f};
+  Array w = -log1p(-(x * x));
+  Array small = w < 5.0;
+  const auto coefficient = [&](int i) {
+    return where(small, full(Shape{}, kSmall[i], f32),
+                 full(Shape{}, kLarge[i], f32));
+  };
+  w = where(small, w - 2.5, sqrt(w) - 3.0);
+  Array p = coefficient(0);
+  for (int i = 1; i < 9; ++i) p = coefficient(i) + p * w;
+  // The polynomial is indeterminate at +-1; the limits are +-inf.
+  return where(abs(x) == 1.0, x * std::numeric_limits<double>::infinity(),
+               p * x);
+}
+
+Array normal(const Array& key, const Shape& shape, DType dtype) {
+  check_key("random.normal", key);
+  check_f32("random.normal", dtype);
+  // Uniform on (-1, 1) (open at -1 so erfinv stays finite), then the inverse CDF.
+  const float lo = std::nextafter(-1.0f, 0.0f);
+  Array u = uniform(key, shape, f32, lo, 1.0);
+  return erfinv(u) * static_cast<double>(static_cast<float>(std::sqrt(2.0)));
+}
+
+Array bernoulli(const Array& key, double p, const Shape& shape) {
+  check_key("random.bernoulli", key);
+  // p is compared as f32, as JAX compares a Python float with f32 uniforms.
+  return uniform(key, shape) < static_cast<double>(static_cast<float>(p));
+}
+
+Array randint(const Array& key, const Shape& shape, std::int64_t minval,
+              std::int64_t maxval, DType dtype) {
+  check_key("random.randint", key);
+  if (dtype != DType::kI32 && dtype != DType::kU32) {
+    throw DTypeError(detail::str_cat(
+        "[random.randint] requires an integer dtype (i32 or u32), got ",
+        name(dtype)));
+  }
+  // JAX's _randint: bounds clipped to the dtype; the span is computed on the
+  // host (the bounds are static here) with JAX's wrap-around and corner cases.
+  const std::int64_t dmin =
+      dtype == DType::kI32 ? std::numeric_limits<std::int32_t>::min() : 0;
+  const std::int64_t dmax = dtype == DType::kI32
+                                ? std::numeric_limits<std::int32_t>::max()
+                                : std::numeric_limits<std::uint32_t>::max();
+  const bool maxval_out_of_range = maxval > dmax;
+  minval = std::clamp(minval, dmin, dmax);
+  maxval = std::clamp(maxval, dmin, dmax);
+  auto span = static_cast<std::uint32_t>(maxval - minval);
+  if (maxval <= minval) span = 1;
+  if (maxval_out_of_range && maxval > minval) span += 1;  // may wrap to 0
+  // 2^32 mod span without 64-bit arithmetic, as JAX computes it (u32 wraps).
+  std::uint32_t multiplier = span == 0 ? 65536u : 65536u % span;
+  multiplier = multiplier * multiplier;
+  if (span != 0) multiplier %= span;
+
+  Array keys = split(key, 2);
+  Array higher = bits(reshape(slice_axis(keys, 0, 0, 1), Shape{2}), shape);
+  Array lower = bits(reshape(slice_axis(keys, 0, 1, 2), Shape{2}), shape);
+  Array offset =
+      rem(rem(higher, span) * multiplier + rem(lower, span), span);
+  // Converting and adding wrap modulo 2^32, as XLA's convert and add do.
+  Array out = astype(offset, dtype);
+  if (dtype == DType::kI32) {
+    return out + static_cast<std::int32_t>(minval);
+  }
+  return out + static_cast<std::uint32_t>(minval);
+}
+
+Array permutation(const Array& key, std::int64_t n) {
+  check_key("random.permutation", key);
+  if (n < 0) {
+    throw ValueError(
+        detail::str_cat("[random.permutation] n must be >= 0, got ", n));
+  }
+  // JAX's _shuffle: enough rounds of sorting by fresh random u32 keys that all
+  // sort keys are distinct with high probability (exponent 3).
+  const int rounds = static_cast<int>(std::ceil(
+      3.0 * std::log(static_cast<double>(std::max<std::int64_t>(1, n))) /
+      std::log(static_cast<double>(std::numeric_limits<std::uint32_t>::max()))));
+  Array x = arange(0.0, static_cast<double>(n), 1.0, i32);
+  if (n == 0) return x;
+  Array index = arange(0.0, static_cast<double>(n), 1.0, i32);
+  Array index_col = reshape(index, Shape{n, 1});
+  Array index_row = reshape(index, Shape{1, n});
+  Array k = key;
+  for (int round = 0; round < rounds; ++round) {
+    Array keys = split(k, 2);
+    k = reshape(slice_axis(keys, 0, 0, 1), Shape{2});
+    Array sort_keys = bits(reshape(slice_axis(keys, 0, 1, 2), Shape{2}), {n});
+    // Stable ascending sort: element i goes to rank[i] = #{j : s_j < s_i} +
+    // #{j < i : s_j == s_i}; [i, j] below compares s_i with s_j.
+    Array si = reshape(sort_keys, Shape{n, 1});
+    Array sj = reshape(sort_keys, Shape{1, n});
+    Array before = logical_or(less(sj, si),
+                              logical_and(equal(sj, si), index_row < index_col));
+    Array rank = sum(astype(before, i32), 1);
+    // order[r] = the i with rank[i] == r.
+    Array at_rank = astype(equal(reshape(rank, Shape{n, 1}), index_row), i32);
+    Array order = sum(at_rank * index_col, 0);
+    x = take(x, order, 0);
+  }
+  return x;
+}
+
+}  // namespace kiln::random
