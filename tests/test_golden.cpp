@@ -4,12 +4,11 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
-#include <cstdlib>
-#include <fstream>
 #include <functional>
 #include <kiln/kiln.hpp>
 #include <map>
-#include <sstream>
+
+#include "golden_file.hpp"
 
 using namespace kiln;
 
@@ -18,28 +17,15 @@ namespace {
 using Record = std::map<std::string, Array>;
 
 std::map<std::string, Record> load_golden() {
-  const char* dir = std::getenv("KILN_GOLDEN_DIR");
-  const std::string path = std::string(dir ? dir : "tests/golden") + "/autodiff.txt";
-  std::ifstream in(path);
-  REQUIRE_MESSAGE(in.good(), "cannot open " << path);
   std::map<std::string, Record> out;
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty() || line[0] == '#') continue;
-    std::istringstream ls(line);
-    std::string cs, nm, dtype, shape_text;
-    ls >> cs >> nm >> dtype >> shape_text;
-    Shape shape;  // "-" is a 0-d array
-    std::istringstream ss(shape_text == "-" ? std::string() : shape_text);
-    for (std::string d; std::getline(ss, d, ',');) shape.push_back(std::stoll(d));
-    if (dtype == "f32") {
-      std::vector<float> v;
-      for (double x; ls >> x;) v.push_back(static_cast<float>(x));
-      out[cs][nm] = array<float>(v, shape);
-    } else {
-      std::vector<std::int32_t> v;
-      for (long long x; ls >> x;) v.push_back(static_cast<std::int32_t>(x));
-      out[cs][nm] = array<std::int32_t>(v, shape);
+  for (const auto& [case_name, records] : testing::load_golden_file("autodiff.txt")) {
+    for (const auto& [name, r] : records) {
+      if (r.dtype == "f32") {
+        out[case_name][name] = array<float>(std::vector<float>(r.values.begin(), r.values.end()), r.shape);
+      } else {
+        out[case_name][name] =
+            array<std::int32_t>(std::vector<std::int32_t>(r.values.begin(), r.values.end()), r.shape);
+      }
     }
   }
   return out;

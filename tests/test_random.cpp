@@ -6,44 +6,27 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
-#include <fstream>
 #include <kiln/dsl/program.hpp>
 #include <kiln/dsl/trace.hpp>
 #include <kiln/kiln.hpp>
 #include <map>
 #include <numeric>
-#include <sstream>
 #include <string>
 #include <vector>
+
+#include "golden_file.hpp"
 
 using namespace kiln;
 
 namespace {
 
-struct Golden {
-  std::string dtype;
-  Shape shape;
-  std::vector<double> values;  // exact for u32/i32/bool; f32 as written
-};
+using Golden = testing::GoldenRecord;
 
+// One record ("value") per case.
 std::map<std::string, Golden> load_golden() {
-  const char* dir = std::getenv("KILN_GOLDEN_DIR");
-  const std::string path = std::string(dir ? dir : "tests/golden") + "/random.txt";
-  std::ifstream in(path);
-  REQUIRE_MESSAGE(in.good(), "cannot open " << path);
   std::map<std::string, Golden> out;
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty() || line[0] == '#') continue;
-    std::istringstream ls(line);
-    std::string cs, nm, shape_text;
-    Golden g;
-    ls >> cs >> nm >> g.dtype >> shape_text;
-    std::istringstream ss(shape_text == "-" ? std::string() : shape_text);
-    for (std::string d; std::getline(ss, d, ',');) g.shape.push_back(std::stoll(d));
-    for (double x; ls >> x;) g.values.push_back(x);
-    out[cs] = std::move(g);
+  for (const auto& [case_name, records] : testing::load_golden_file("random.txt")) {
+    out[case_name] = records.at("value");
   }
   return out;
 }
