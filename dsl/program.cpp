@@ -88,15 +88,7 @@ std::string to_string(const Program& p) {
   for (std::size_t i = 0; i < p.constants.size(); ++i) {
     os << " " << decl(p.constants[i]);
     const Array& c = p.constant_values[i];
-    if (!is_tracer(c) && c.size() == 1) {
-      std::ostringstream v;
-      v << c;  // "Array(2, dtype=f32, shape=())": keep just the value
-      std::string s = v.str();
-      const auto open = s.find('('), comma = s.find(',');
-      if (open != std::string::npos && comma != std::string::npos) {
-        os << "=" << s.substr(open + 1, comma - open - 1);
-      }
-    }
+    if (!is_tracer(c) && c.size() == 1) os << "=" << format_values(c);
   }
   os << " ;";
   for (std::size_t i = 0; i < p.inputs.size(); ++i) {

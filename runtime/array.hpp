@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "kiln/runtime/buffer.hpp"
@@ -92,6 +93,8 @@ class Array {
 
 // numpy-style printing: values (elided past 1000 elements), dtype and shape.
 std::ostream& operator<<(std::ostream& os, const Array& a);
+// Just the values as operator<< prints them: "[[1, 2],\n [3, 4]]", "2.5", "None".
+std::string format_values(const Array& a);
 
 // ---- template implementations ----
 template <class T>

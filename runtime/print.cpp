@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstring>
 #include <ostream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -113,9 +114,9 @@ void print_values(std::ostream& os, const Shape& shape,
 
 }  // namespace
 
-std::ostream& operator<<(std::ostream& os, const Array& a) {
-  if (a.is_null()) return os << "Array(None)";
-  os << "Array(";
+std::string format_values(const Array& a) {
+  if (a.is_null()) return "None";
+  std::ostringstream os;
   if (a.size() == 0) {
     os << "[]";
   } else if (a.dtype() == DType::kF16) {
@@ -130,8 +131,13 @@ std::ostream& operator<<(std::ostream& os, const Array& a) {
       print_values(os, a.shape(), a.to_vector<decltype(zero)>());
     });
   }
-  return os << ", dtype=" << a.dtype() << ", shape=" << to_string(a.shape())
-            << ")";
+  return os.str();
+}
+
+std::ostream& operator<<(std::ostream& os, const Array& a) {
+  if (a.is_null()) return os << "Array(None)";
+  return os << "Array(" << format_values(a) << ", dtype=" << a.dtype()
+            << ", shape=" << to_string(a.shape()) << ")";
 }
 
 }  // namespace kiln

@@ -57,3 +57,9 @@ TEST_CASE("devices parse and print") {
   CHECK_THROWS_WITH_AS(parse_device("gpu"), doctest::Contains("cannot parse device 'gpu'"),
                        DeviceError);
 }
+
+TEST_CASE("creating an array on a device this build does not have is a DeviceError") {
+  CHECK_THROWS_WITH_AS(zeros({2}, f32, Device::vulkan(0)),
+                       doctest::Contains("[device] vulkan:0 is not available in this build of kiln"),
+                       DeviceError);
+}

@@ -98,3 +98,29 @@ TEST_CASE("arrays from outside the trace become constants; reading a tracer is a
   CHECK(p.constant_values[0].same(w));
   CHECK(eval(p, std::vector<Array>{array<float>({1, 1, 1})})[0].item<float>() == 6.0f);
 }
+
+TEST_CASE("program and trace misuse gives errors that say what is wrong") {
+  Program p = trace2(affine_sum, {f32, {2, 3}}, {f32, {3}});
+  CHECK_THROWS_WITH_AS(eval(p, std::vector<Array>{zeros({2, 3})}),
+                       "[eval] program takes 2 inputs, got 1", ValueError);
+  Trace outer;
+  Array x = outer.input({f32, {}}, default_device(), "x");
+  {
+    Trace inner;
+    CHECK_THROWS_WITH_AS(outer.finish(std::span<const Array>(&x, 1)),
+                         "[trace] finish() called on a trace that is not the innermost active one",
+                         Error);
+  }
+  CHECK(outer.finish(std::span<const Array>(&x, 1)).outputs.size() == 1);
+}
+
+TEST_CASE("constants print with their value, one-element arrays too") {
+  Array w = array<float>({2.5f});
+  Trace t;
+  Array x = t.input({f32, {1}}, default_device(), "x");
+  Array out = x * w;
+  CHECK(to_string(t.finish(std::span<const Array>(&out, 1))) ==
+        "{ lambda b:f32[1]=[2.5] ; a:f32[1] (x). let\n"
+        "    c:f32[1] = multiply a b\n"
+        "  in (c) }");
+}
