@@ -1,19 +1,107 @@
-// Maps a Device to the backend that runs it.
+// Maps a Device to the backend that runs it; lists the devices and picks the
+// default one.
+#include <vulkan/vulkan.h>
+
 #include "kiln/backends/cpu/cpu_backend.hpp"
+#include "kiln/backends/vulkan/context.hpp"
+#include "kiln/backends/vulkan/vulkan_backend.hpp"
 #include "kiln/dsl/backend.hpp"
 #include "kiln/runtime/error.hpp"
 #include "kiln/runtime/strings.hpp"
 
 namespace kiln {
+namespace {
+
+const char* type_name(VkPhysicalDeviceType t) {
+  switch (t) {
+    case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU: return "discrete-gpu";
+    case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU: return "integrated-gpu";
+    case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU: return "virtual-gpu";
+    case VK_PHYSICAL_DEVICE_TYPE_CPU: return "software";
+    default: return "other";
+  }
+}
+
+bool is_hardware(VkPhysicalDeviceType t) {
+  return t == VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU ||
+         t == VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU ||
+         t == VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU;
+}
+
+}  // namespace
 
 Backend& backend_for(Device d) {
   if (d.kind == Device::Kind::kCpu) {
     static cpu::CpuBackend cpu_backend;
     return cpu_backend;
   }
-  throw DeviceError(detail::str_cat("[device] ", d.to_string(),
-                                 " is not available in this build of kiln "
-                                 "(the Vulkan backend is not built yet); use cpu"));
+  return vk::backend(d.index);
 }
+
+std::vector<DeviceInfo> devices() {
+  std::vector<DeviceInfo> out;
+  DeviceInfo cpu;
+  cpu.device = Device::cpu();
+  cpu.name = "cpu";
+  cpu.type = "cpu";
+  cpu.f16 = cpu.f64 = cpu.bool_storage = true;
+  out.push_back(cpu);
+  std::vector<VkPhysicalDevice> phys;
+  try {
+    phys = vk::physical_devices();
+  } catch (const Error&) {
+    return out;  // no Vulkan loader or driver: the CPU only
+  }
+  for (std::size_t i = 0; i < phys.size(); ++i) {
+    DeviceInfo info;
+    info.device = Device::vulkan(static_cast<int>(i));
+    VkPhysicalDeviceProperties p;
+    vkGetPhysicalDeviceProperties(phys[i], &p);
+    info.name = p.deviceName;
+    info.type = type_name(p.deviceType);
+    info.vendor_id = p.vendorID;
+    info.device_id = p.deviceID;
+    info.api_version = p.apiVersion;
+    try {
+      vk::Context& ctx = vk::Context::get(static_cast<int>(i));
+      const auto& caps = ctx.caps();
+      VkPhysicalDeviceDriverProperties drv{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES};
+      VkPhysicalDeviceProperties2 p2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
+      p2.pNext = &drv;
+      vkGetPhysicalDeviceProperties2(phys[i], &p2);
+      info.driver = detail::str_cat(drv.driverName, " ", drv.driverInfo);
+      info.memory_bytes = ctx.allocator_heap_size();
+      info.max_storage_buffer_range = caps.max_storage_buffer_range;
+      info.max_workgroup_invocations = caps.max_invocations;
+      info.max_shared_memory = caps.max_shared_memory;
+      for (int k = 0; k < 3; ++k) info.max_workgroup_count[k] = caps.max_group_count[k];
+      info.subgroup_size = caps.subgroup_size;
+      info.f16 = caps.storage_16bit;
+      info.f64 = caps.float64;
+      info.bool_storage = caps.storage_8bit;
+    } catch (const Error& e) {
+      info.error = e.what();
+    }
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
+namespace detail {
+Device best_device() {
+  try {
+    const auto phys = vk::physical_devices();
+    for (std::size_t i = 0; i < phys.size(); ++i) {
+      VkPhysicalDeviceProperties p;
+      vkGetPhysicalDeviceProperties(phys[i], &p);
+      if (is_hardware(p.deviceType) && VK_API_VERSION_MINOR(p.apiVersion) >= 2) {
+        return Device::vulkan(static_cast<int>(i));
+      }
+    }
+  } catch (const Error&) {
+  }
+  return Device::cpu();
+}
+}  // namespace detail
 
 }  // namespace kiln

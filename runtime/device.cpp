@@ -33,6 +33,14 @@ Device parse_device(const std::string& text) {
                                  "': expected cpu, vulkan or vulkan:N"));
 }
 
+std::ostream& operator<<(std::ostream& os, const DeviceInfo& d) {
+  os << d.device << ": " << d.name << " [" << d.type << "]";
+  if (!d.driver.empty()) os << ", driver " << d.driver;
+  if (d.memory_bytes > 0) os << ", " << (d.memory_bytes >> 20) << " MiB";
+  if (!d.error.empty()) os << " (unusable: " << d.error << ")";
+  return os;
+}
+
 namespace {
 std::mutex g_mu;
 std::optional<Device> g_default;
@@ -42,7 +50,7 @@ Device default_device() {
   std::lock_guard lock(g_mu);
   if (!g_default) {
     const char* env = std::getenv("KILN_DEVICE");
-    g_default = env && *env ? parse_device(env) : Device::cpu();
+    g_default = env && *env ? parse_device(env) : detail::best_device();
   }
   return *g_default;
 }

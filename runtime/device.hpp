@@ -3,7 +3,9 @@
 #pragma once
 
 #include <ostream>
+#include <cstdint>
 #include <string>
+#include <vector>
 
 namespace kiln {
 
@@ -26,5 +28,30 @@ Device parse_device(const std::string& text);
 // else the best available device.
 Device default_device();
 void set_default_device(Device d);
+
+// What kiln knows about one device: identity, driver and the limits and features
+// the Vulkan backend reads (zero/false for the CPU device).
+struct DeviceInfo {
+  Device device;
+  std::string name;    // "llvmpipe (LLVM 15.0.6, 256 bits)", "cpu"
+  std::string type;    // "cpu", "discrete-gpu", "integrated-gpu", "virtual-gpu", "software"
+  std::string driver;  // driver name and version text
+  std::uint32_t vendor_id = 0, device_id = 0, api_version = 0;
+  std::uint64_t memory_bytes = 0;            // device-local heap
+  std::uint64_t max_storage_buffer_range = 0;
+  std::uint32_t max_workgroup_invocations = 0, max_shared_memory = 0;
+  std::uint32_t max_workgroup_count[3] = {0, 0, 0};
+  std::uint32_t subgroup_size = 0;
+  bool f16 = false, f64 = false, bool_storage = false;
+  std::string error;   // why the device cannot be used, if it cannot
+};
+// Every device kiln can use: the CPU, then each Vulkan device (vulkan:N in order).
+std::vector<DeviceInfo> devices();
+std::ostream& operator<<(std::ostream& os, const DeviceInfo& d);
+
+namespace detail {
+// The first hardware Vulkan GPU, else the CPU (defined by the backend registry).
+Device best_device();
+}  // namespace detail
 
 }  // namespace kiln

@@ -26,7 +26,8 @@ TEST_CASE("a traced function prints like a jaxpr, with input paths") {
   CHECK(to_string(p) ==
         "{ lambda ; a:f32[2,3] (x) b:f32[3] (y). let\n"
         "    c:f32[2,3] = multiply a b\n"
-        "    d:f32[] = full[value=2 shape=() dtype=f32 device=cpu]\n"
+        "    d:f32[] = full[value=2 shape=() dtype=f32 device=" +
+            default_device().to_string() + "]\n"
         "    e:f32[2,3] = add c d\n"
         "    f:f32[] = sum[axes=(0, 1)] e\n"
         "  in (f) }");

@@ -1,0 +1,358 @@
+// Instance and device creation, capability discovery, the quirk table and the
+// validation-message sink.
+#include "kiln/backends/vulkan/context.hpp"
+
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+
+#include "kiln/backends/vulkan/check.hpp"
+#include "kiln/backends/vulkan/external.hpp"
+#include "kiln/backends/vulkan/memory.hpp"
+#include "kiln/backends/vulkan/pipeline.hpp"
+#include "kiln/backends/vulkan/stream.hpp"
+#include "kiln/runtime/error.hpp"
+#include "kiln/runtime/strings.hpp"
+
+namespace kiln::vk {
+namespace {
+
+bool env_flag(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' && std::strcmp(v, "0") != 0;
+}
+
+std::mutex g_messages_mu;
+std::vector<std::string> g_messages;
+
+VKAPI_ATTR VkBool32 VKAPI_CALL on_message(
+    VkDebugUtilsMessageSeverityFlagBitsEXT severity,
+    VkDebugUtilsMessageTypeFlagsEXT, const VkDebugUtilsMessengerCallbackDataEXT* data,
+    void*) {
+  if (severity < VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT) return VK_FALSE;
+  std::string text = data && data->pMessage ? data->pMessage : "(no text)";
+  std::cerr << "kiln: vulkan validation: " << text << "\n";
+  std::lock_guard lock(g_messages_mu);
+  g_messages.push_back(std::move(text));
+  return VK_FALSE;
+}
+
+bool has_layer(const char* name) {
+  std::uint32_t n = 0;
+  KILN_VK(vkEnumerateInstanceLayerProperties(&n, nullptr));
+  std::vector<VkLayerProperties> layers(n);
+  KILN_VK(vkEnumerateInstanceLayerProperties(&n, layers.data()));
+  for (const auto& l : layers) {
+    if (std::strcmp(l.layerName, name) == 0) return true;
+  }
+  return false;
+}
+
+struct InstanceHolder {
+  VkInstance instance = VK_NULL_HANDLE;
+  VkDebugUtilsMessengerEXT messenger = VK_NULL_HANDLE;
+  bool validation = false;
+
+  InstanceHolder() {
+    validation = env_flag("KILN_VALIDATION");
+    VkApplicationInfo app{VK_STRUCTURE_TYPE_APPLICATION_INFO};
+    app.pApplicationName = "kiln";
+    app.pEngineName = "kiln";
+    app.apiVersion = VK_API_VERSION_1_2;
+    VkInstanceCreateInfo info{VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO};
+    info.pApplicationInfo = &app;
+    const char* layer = "VK_LAYER_KHRONOS_validation";
+    const char* ext = VK_EXT_DEBUG_UTILS_EXTENSION_NAME;
+    VkValidationFeatureEnableEXT enables[] = {
+        VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT};
+    VkValidationFeaturesEXT features{VK_STRUCTURE_TYPE_VALIDATION_FEATURES_EXT};
+    features.enabledValidationFeatureCount = 1;
+    features.pEnabledValidationFeatures = enables;
+    VkDebugUtilsMessengerCreateInfoEXT msg{
+        VK_STRUCTURE_TYPE_DEBUG_UTILS_MESSENGER_CREATE_INFO_EXT};
+    msg.messageSeverity = VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT |
+                          VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT;
+    msg.messageType = VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT |
+                      VK_DEBUG_UTILS_MESSAGE_TYPE_GENERAL_BIT_EXT;
+    msg.pfnUserCallback = on_message;
+    if (validation) {
+      if (!has_layer(layer)) {
+        throw DeviceError(
+            "[vulkan] KILN_VALIDATION=1 but VK_LAYER_KHRONOS_validation is not "
+            "installed (Debian: apt-get install vulkan-validationlayers)");
+      }
+      info.enabledLayerCount = 1;
+      info.ppEnabledLayerNames = &layer;
+      info.enabledExtensionCount = 1;
+      info.ppEnabledExtensionNames = &ext;
+      features.pNext = &msg;  // also catches messages from vkCreateInstance
+      info.pNext = &features;
+    }
+    KILN_VK(vkCreateInstance(&info, nullptr, &instance));
+    if (validation) {
+      auto create = reinterpret_cast<PFN_vkCreateDebugUtilsMessengerEXT>(
+          vkGetInstanceProcAddr(instance, "vkCreateDebugUtilsMessengerEXT"));
+      if (create) KILN_VK(create(instance, &msg, nullptr, &messenger));
+    }
+  }
+  // The instance lives as long as the process: arrays held in static objects
+  // may be destroyed after main returns, and they need the device.
+};
+
+InstanceHolder& holder() {
+  static auto* h = new InstanceHolder();
+  return *h;
+}
+
+// Driver quirks by VkDriverId. Entries name the behaviour, not the vendor.
+void apply_driver_quirks(VkDriverId driver, Quirks& q) {
+  if (driver == VK_DRIVER_ID_MESA_LLVMPIPE) {
+    // lavapipe compiles at first dispatch; its VkPipelineCache data is a header.
+    q.pipeline_cache_header_only = true;
+  }
+}
+
+struct Registry {
+  std::mutex mu;
+  std::vector<std::unique_ptr<Context>> contexts;  // by index; null until used
+  std::vector<vulkan::ExternalDevice> externals;
+};
+Registry& registry() {
+  static auto* r = new Registry();
+  return *r;
+}
+
+}  // namespace
+
+VkInstance instance() { return holder().instance; }
+bool validation_enabled() { return holder().validation; }
+
+std::vector<std::string> take_validation_messages() {
+  std::lock_guard lock(g_messages_mu);
+  return std::exchange(g_messages, {});
+}
+
+std::vector<VkPhysicalDevice> physical_devices() {
+  std::uint32_t n = 0;
+  KILN_VK(vkEnumeratePhysicalDevices(instance(), &n, nullptr));
+  std::vector<VkPhysicalDevice> out(n);
+  KILN_VK(vkEnumeratePhysicalDevices(instance(), &n, out.data()));
+  out.resize(n);
+  std::lock_guard lock(registry().mu);
+  for (const auto& e : registry().externals) out.push_back(e.physical_device);
+  return out;
+}
+
+struct ContextFactory {
+  static std::unique_ptr<Context> create(int index, VkPhysicalDevice phys,
+                                         const vulkan::ExternalDevice* external) {
+    std::unique_ptr<Context> c(new Context());
+    c->index_ = index;
+    c->physical_ = phys;
+    vkGetPhysicalDeviceProperties(phys, &c->props_);
+    vkGetPhysicalDeviceMemoryProperties(phys, &c->memory_);
+    if (VK_API_VERSION_MINOR(c->props_.apiVersion) < 2 &&
+        VK_API_VERSION_MAJOR(c->props_.apiVersion) == 1) {
+      throw DeviceError(detail::str_cat(
+          "[vulkan] ", c->props_.deviceName, " supports Vulkan ",
+          VK_API_VERSION_MAJOR(c->props_.apiVersion), ".",
+          VK_API_VERSION_MINOR(c->props_.apiVersion), "; kiln needs 1.2"));
+    }
+    // Capabilities: read what the device supports.
+    VkPhysicalDeviceVulkan11Features f11{
+        VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES};
+    VkPhysicalDeviceVulkan12Features f12{
+        VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
+    f11.pNext = &f12;
+    VkPhysicalDeviceFeatures2 f2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
+    f2.pNext = &f11;
+    vkGetPhysicalDeviceFeatures2(phys, &f2);
+    VkPhysicalDeviceSubgroupProperties sub{
+        VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
+    VkPhysicalDeviceDriverProperties drv{
+        VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES};
+    sub.pNext = &drv;
+    VkPhysicalDeviceProperties2 p2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
+    p2.pNext = &sub;
+    vkGetPhysicalDeviceProperties2(phys, &p2);
+
+    Capabilities& caps = c->caps_;
+    const auto& lim = c->props_.limits;
+    caps.subgroup_size = sub.subgroupSize;
+    caps.max_shared_memory = lim.maxComputeSharedMemorySize;
+    for (int i = 0; i < 3; ++i) caps.max_group_count[i] = lim.maxComputeWorkGroupCount[i];
+    caps.max_invocations = lim.maxComputeWorkGroupInvocations;
+    caps.max_storage_buffer_range = lim.maxStorageBufferRange;
+    caps.min_storage_buffer_offset_alignment = lim.minStorageBufferOffsetAlignment;
+    caps.non_coherent_atom_size = lim.nonCoherentAtomSize;
+    VkPhysicalDeviceMaintenance3Properties m3{
+        VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES};
+    VkPhysicalDeviceProperties2 p3{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
+    p3.pNext = &m3;
+    vkGetPhysicalDeviceProperties2(phys, &p3);
+    caps.max_allocation_size = m3.maxMemoryAllocationSize;
+
+    bool has_push = false;
+    {
+      std::uint32_t n = 0;
+      KILN_VK(vkEnumerateDeviceExtensionProperties(phys, nullptr, &n, nullptr));
+      std::vector<VkExtensionProperties> exts(n);
+      KILN_VK(vkEnumerateDeviceExtensionProperties(phys, nullptr, &n, exts.data()));
+      for (const auto& e : exts) {
+        if (std::strcmp(e.extensionName, VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME) == 0) {
+          has_push = true;
+        }
+      }
+    }
+    Quirks& q = c->quirks_;
+    apply_driver_quirks(drv.driverID, q);
+    q.disable_f16 = q.disable_f16 || env_flag("KILN_VK_DISABLE_F16");
+    q.disable_f64 = q.disable_f64 || env_flag("KILN_VK_DISABLE_F64");
+    q.disable_push_descriptor =
+        q.disable_push_descriptor || env_flag("KILN_VK_DISABLE_PUSH_DESCRIPTOR");
+    q.force_staging = q.force_staging || env_flag("KILN_VK_FORCE_STAGING");
+
+    if (external != nullptr) {
+      c->owns_device_ = false;
+      c->device_ = external->device;
+      c->family_ = external->queue_family;
+      vkGetDeviceQueue(c->device_, c->family_, external->queue_index, &c->queue_);
+      caps.storage_8bit = external->storage_buffer_8bit;
+      caps.storage_16bit = external->storage_buffer_16bit && !q.disable_f16;
+      caps.float64 = external->shader_float64 && !q.disable_f64;
+      caps.push_descriptor = false;  // the application did not enable it
+    } else {
+      caps.storage_8bit = f12.storageBuffer8BitAccess;
+      caps.storage_16bit = f11.storageBuffer16BitAccess && !q.disable_f16;
+      caps.float64 = f2.features.shaderFloat64 && !q.disable_f64;
+      caps.push_descriptor = has_push && !q.disable_push_descriptor;
+      c->family_ = compute_family(phys, c->props_.deviceName);
+      float priority = 1.0f;
+      VkDeviceQueueCreateInfo qi{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};
+      qi.queueFamilyIndex = c->family_;
+      qi.queueCount = 1;
+      qi.pQueuePriorities = &priority;
+      VkPhysicalDeviceVulkan11Features e11{
+          VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES};
+      VkPhysicalDeviceVulkan12Features e12{
+          VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
+      e11.pNext = &e12;
+      e11.storageBuffer16BitAccess = caps.storage_16bit;
+      e12.storageBuffer8BitAccess = caps.storage_8bit;
+      VkPhysicalDeviceFeatures2 e2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
+      e2.pNext = &e11;
+      e2.features.shaderFloat64 = caps.float64;
+      const char* push_ext = VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME;
+      VkDeviceCreateInfo di{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO};
+      di.pNext = &e2;
+      di.queueCreateInfoCount = 1;
+      di.pQueueCreateInfos = &qi;
+      di.enabledExtensionCount = caps.push_descriptor ? 1 : 0;
+      di.ppEnabledExtensionNames = &push_ext;
+      KILN_VK(vkCreateDevice(phys, &di, nullptr, &c->device_));
+      vkGetDeviceQueue(c->device_, c->family_, 0, &c->queue_);
+    }
+    c->init_objects();
+    return c;
+  }
+
+  static std::uint32_t compute_family(VkPhysicalDevice phys, const char* name) {
+    std::uint32_t n = 0;
+    vkGetPhysicalDeviceQueueFamilyProperties(phys, &n, nullptr);
+    std::vector<VkQueueFamilyProperties> fams(n);
+    vkGetPhysicalDeviceQueueFamilyProperties(phys, &n, fams.data());
+    // Prefer a compute queue without graphics (async compute on discrete GPUs).
+    for (std::uint32_t i = 0; i < n; ++i) {
+      if ((fams[i].queueFlags & VK_QUEUE_COMPUTE_BIT) &&
+          !(fams[i].queueFlags & VK_QUEUE_GRAPHICS_BIT)) {
+        return i;
+      }
+    }
+    for (std::uint32_t i = 0; i < n; ++i) {
+      if (fams[i].queueFlags & VK_QUEUE_COMPUTE_BIT) return i;
+    }
+    throw DeviceError(detail::str_cat("[vulkan] ", name, " has no compute queue"));
+  }
+};
+
+void Context::init_objects() {
+  allocator_ = std::make_unique<Allocator>(*this);
+  stream_ = std::make_unique<Stream>(*this);
+  pipelines_ = std::make_unique<PipelineCache>(*this);
+}
+
+Context::~Context() {
+  // Contexts live until process exit (see holder()); nothing is torn down here
+  // that a static array's destructor could still need.
+}
+
+Context& Context::get(int index) {
+  auto& reg = registry();
+  const std::size_t n_phys = [] {
+    std::uint32_t n = 0;
+    KILN_VK(vkEnumeratePhysicalDevices(instance(), &n, nullptr));
+    return static_cast<std::size_t>(n);
+  }();
+  std::lock_guard lock(reg.mu);
+  const std::size_t total = n_phys + reg.externals.size();
+  if (index < 0 || static_cast<std::size_t>(index) >= total) {
+    throw DeviceError(detail::str_cat(
+        "[vulkan] there is no device vulkan:", index, " (this machine has ",
+        total, " Vulkan device", total == 1 ? "" : "s",
+        "; see kiln::devices())"));
+  }
+  if (reg.contexts.size() < total) reg.contexts.resize(total);
+  auto& slot = reg.contexts[static_cast<std::size_t>(index)];
+  if (!slot) {
+    if (static_cast<std::size_t>(index) < n_phys) {
+      std::uint32_t n = static_cast<std::uint32_t>(n_phys);
+      std::vector<VkPhysicalDevice> phys(n);
+      KILN_VK(vkEnumeratePhysicalDevices(instance(), &n, phys.data()));
+      slot = ContextFactory::create(index, phys[static_cast<std::size_t>(index)],
+                                    nullptr);
+    } else {
+      const auto& e = reg.externals[static_cast<std::size_t>(index) - n_phys];
+      slot = ContextFactory::create(index, e.physical_device, &e);
+    }
+  }
+  return *slot;
+}
+
+std::size_t Context::allocator_heap_size() const { return allocator_->heap_size(); }
+
+void Context::require_dtype(DType dtype, const char* op) const {
+  const char* missing = nullptr;
+  if (dtype == DType::kBool && !caps_.storage_8bit) missing = "storageBuffer8BitAccess";
+  if (dtype == DType::kF16 && !caps_.storage_16bit) {
+    missing = quirks_.disable_f16 ? "f16 (disabled by KILN_VK_DISABLE_F16)"
+                                  : "storageBuffer16BitAccess";
+  }
+  if (dtype == DType::kF64 && !caps_.float64) {
+    missing = quirks_.disable_f64 ? "f64 (disabled by KILN_VK_DISABLE_F64)"
+                                  : "shaderFloat64";
+  }
+  if (missing != nullptr) {
+    throw DTypeError(detail::str_cat("[", op, "] dtype ", kiln::name(dtype),
+                                     " is not supported on ", device().to_string(),
+                                     " (", props_.deviceName, "): the device lacks ",
+                                     missing, "; use another dtype or the cpu device"));
+  }
+}
+
+}  // namespace kiln::vk
+
+namespace kiln::vulkan {
+
+Device use_external_device(const ExternalDevice& external) {
+  if (external.device == VK_NULL_HANDLE || external.physical_device == VK_NULL_HANDLE) {
+    throw DeviceError("[vulkan.use_external_device] device and physical_device must be set");
+  }
+  std::uint32_t n = 0;
+  KILN_VK(vkEnumeratePhysicalDevices(vk::instance(), &n, nullptr));
+  auto& reg = vk::registry();
+  std::lock_guard lock(reg.mu);
+  reg.externals.push_back(external);
+  return Device::vulkan(static_cast<int>(n + reg.externals.size() - 1));
+}
+
+}  // namespace kiln::vulkan

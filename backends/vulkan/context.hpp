@@ -1,0 +1,110 @@
+// A Vulkan device as the backend sees it: handles, capabilities read from the
+// device (never assumed), the quirk table with its environment kill switches, and
+// the validation-message sink. One Context per kiln device index; the process has
+// one VkInstance (unless an application brings its own device).
+#pragma once
+
+#include <vulkan/vulkan.h>
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "kiln/runtime/device.hpp"
+#include "kiln/runtime/dtype.hpp"
+
+namespace kiln::vk {
+
+class Allocator;
+class Stream;
+class PipelineCache;
+
+struct Capabilities {
+  bool storage_8bit = false;   // bool arrays (stored as bytes)
+  bool storage_16bit = false;  // f16 arrays (arithmetic runs in f32)
+  bool float64 = false;
+  bool push_descriptor = false;
+  std::uint32_t subgroup_size = 0;
+  std::uint32_t max_shared_memory = 0;
+  std::array<std::uint32_t, 3> max_group_count{};
+  std::uint32_t max_invocations = 0;
+  std::uint64_t max_storage_buffer_range = 0;
+  std::uint64_t min_storage_buffer_offset_alignment = 0;
+  std::uint64_t max_allocation_size = 0;
+  std::uint64_t non_coherent_atom_size = 0;
+};
+
+// Optional features kiln can do without. Each is set from the device, then by the
+// driver table in context.cpp, then by its KILN_VK_* environment switch.
+struct Quirks {
+  bool disable_f16 = false;             // KILN_VK_DISABLE_F16=1
+  bool disable_f64 = false;             // KILN_VK_DISABLE_F64=1
+  bool disable_push_descriptor = false; // KILN_VK_DISABLE_PUSH_DESCRIPTOR=1
+  bool force_staging = false;           // KILN_VK_FORCE_STAGING=1: never map
+                                        // device memory (tests the staging path)
+  bool pipeline_cache_header_only = false;  // driver returns no pipeline data
+};
+
+class Context {
+ public:
+  // The context of vulkan:index, created on first use. Throws DeviceError for an
+  // index no device has.
+  static Context& get(int index);
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  Device device() const { return Device::vulkan(index_); }
+  VkDevice handle() const { return device_; }
+  VkPhysicalDevice physical() const { return physical_; }
+  VkQueue queue() const { return queue_; }
+  std::uint32_t queue_family() const { return family_; }
+  const VkPhysicalDeviceProperties& properties() const { return props_; }
+  const VkPhysicalDeviceMemoryProperties& memory() const { return memory_; }
+  const Capabilities& caps() const { return caps_; }
+  const Quirks& quirks() const { return quirks_; }
+  std::string name() const { return props_.deviceName; }
+
+  // Throws DTypeError when this device cannot hold arrays of `dtype`.
+  void require_dtype(DType dtype, const char* op) const;
+
+  Allocator& allocator() { return *allocator_; }
+  std::size_t allocator_heap_size() const;
+  Stream& stream() { return *stream_; }
+  PipelineCache& pipelines() { return *pipelines_; }
+  std::mutex& mutex() { return mu_; }
+
+ private:
+  friend struct ContextFactory;
+  Context() = default;
+  void init_objects();
+
+  int index_ = 0;
+  bool owns_device_ = true;
+  VkPhysicalDevice physical_ = VK_NULL_HANDLE;
+  VkDevice device_ = VK_NULL_HANDLE;
+  VkQueue queue_ = VK_NULL_HANDLE;
+  std::uint32_t family_ = 0;
+  VkPhysicalDeviceProperties props_{};
+  VkPhysicalDeviceMemoryProperties memory_{};
+  Capabilities caps_;
+  Quirks quirks_;
+  std::unique_ptr<Allocator> allocator_;
+  std::unique_ptr<Stream> stream_;
+  std::unique_ptr<PipelineCache> pipelines_;
+  std::mutex mu_;
+};
+
+// The process's instance (created on first use; with VK_LAYER_KHRONOS_validation
+// and synchronization validation when KILN_VALIDATION=1).
+VkInstance instance();
+// Physical devices in enumeration order (vulkan:N is the N-th), then external ones.
+std::vector<VkPhysicalDevice> physical_devices();
+bool validation_enabled();
+// Validation messages since the last call; the backend throws them at sync points.
+std::vector<std::string> take_validation_messages();
+
+}  // namespace kiln::vk

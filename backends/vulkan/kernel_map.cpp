@@ -1,0 +1,176 @@
+// Map kernels: one invocation per element of an iteration domain, reading
+// operands through strided views (broadcast, transpose, slice, concatenate are
+// all views) and writing through one. Dims that every view walks contiguously
+// are merged first, so an elementwise op on equal shapes is a rank-1 kernel whose
+// only parameter is the element count.
+#include <algorithm>
+
+#include "kiln/backends/vulkan/context.hpp"
+#include "kiln/backends/vulkan/kernels.hpp"
+#include "kiln/runtime/error.hpp"
+#include "kiln/runtime/strings.hpp"
+
+namespace kiln::vk {
+
+using spv::Builder;
+using spv::Ty;
+using spv::Val;
+
+Shape contiguous_strides(const Shape& shape) {
+  Shape s(shape.size(), 1);
+  for (std::size_t d = shape.size(); d-- > 1;) s[d - 1] = s[d] * shape[d];
+  return s;
+}
+
+View broadcast_view(const Shape& shape, const Shape& domain) {
+  View v;
+  v.strides.assign(domain.size(), 0);
+  const Shape own = contiguous_strides(shape);
+  const std::size_t lead = domain.size() - shape.size();
+  for (std::size_t d = 0; d < shape.size(); ++d) {
+    v.strides[lead + d] = shape[d] == 1 ? 0 : own[d];
+  }
+  return v;
+}
+
+std::uint32_t local_size(const Context& ctx) {
+  return std::min<std::uint32_t>(256, ctx.caps().max_invocations);
+}
+
+std::array<std::uint32_t, 3> grid_for(const Context& ctx, std::uint64_t groups,
+                                      const char* what) {
+  const auto& max = ctx.caps().max_group_count;
+  if (groups <= max[0]) return {static_cast<std::uint32_t>(std::max<std::uint64_t>(groups, 1)), 1, 1};
+  const std::uint64_t gy = (groups + max[0] - 1) / max[0];
+  if (gy > max[1]) {
+    throw DeviceError(detail::str_cat("[", what, "] needs ", groups,
+                                      " workgroups, more than a 2-D grid of ",
+                                      ctx.device().to_string(), " holds"));
+  }
+  return {max[0], static_cast<std::uint32_t>(gy), 1};
+}
+
+Val MapIndex::offset(std::size_t input) const {
+  const View& v = (*views)[input];
+  Val off = b->u32(static_cast<std::uint32_t>(v.offset));
+  if (dims.empty()) {  // collapsed rank-1 domain
+    if (v.strides.empty() || v.strides[0] == 0) return off;
+    Val scaled = v.strides[0] == 1
+                     ? linear
+                     : b->op("OpIMul", Ty::kU32,
+                             {linear, b->u32(static_cast<std::uint32_t>(v.strides[0]))});
+    return v.offset == 0 ? scaled : b->op("OpIAdd", Ty::kU32, {off, scaled});
+  }
+  for (std::size_t d = 0; d < dims.size(); ++d) {
+    if (v.strides[d] == 0) continue;
+    Val term = v.strides[d] == 1
+                   ? dims[d]
+                   : b->op("OpIMul", Ty::kU32,
+                           {dims[d], b->u32(static_cast<std::uint32_t>(v.strides[d]))});
+    off = b->op("OpIAdd", Ty::kU32, {off, term});
+  }
+  return off;
+}
+
+Val MapIndex::load(std::size_t input) const {
+  return b->load(static_cast<int>(input), offset(input));
+}
+
+Val MapIndex::load_at(std::size_t input, const Val& off) const {
+  return b->load(static_cast<int>(input), off);
+}
+
+namespace {
+
+// Merges dim d into d+1 wherever every view walks them as one; drops size-1 dims.
+void collapse(Shape& domain, std::vector<View*> views) {
+  Shape nd;
+  std::vector<Shape> ns(views.size());
+  for (std::size_t d = 0; d < domain.size(); ++d) {
+    if (domain[d] == 1) continue;
+    bool merge = !nd.empty();
+    for (std::size_t k = 0; merge && k < views.size(); ++k) {
+      merge = ns[k].back() == views[k]->strides[d] * domain[d];
+    }
+    if (merge) {
+      nd.back() *= domain[d];
+      for (std::size_t k = 0; k < views.size(); ++k) ns[k].back() = views[k]->strides[d];
+    } else {
+      nd.push_back(domain[d]);
+      for (std::size_t k = 0; k < views.size(); ++k) ns[k].push_back(views[k]->strides[d]);
+    }
+  }
+  if (nd.empty()) {
+    nd.push_back(1);
+    for (auto& s : ns) s.push_back(0);
+  }
+  domain = nd;
+  for (std::size_t k = 0; k < views.size(); ++k) views[k]->strides = ns[k];
+}
+
+std::string view_key(const View& v) {
+  return detail::str_cat(v.offset, ":", detail::join(v.strides, ","));
+}
+
+}  // namespace
+
+Launch map_kernel(Context& ctx, MapSpec spec) {
+  const std::int64_t n = numel(spec.domain);
+  if (spec.out_view.strides.empty()) spec.out_view.strides = contiguous_strides(spec.domain);
+  if (spec.collapse) {
+    std::vector<View*> all;
+    for (auto& v : spec.views) all.push_back(&v);
+    all.push_back(&spec.out_view);
+    collapse(spec.domain, all);
+  }
+  const bool rank1 = spec.collapse && spec.domain.size() == 1;
+  // A rank-1 kernel with unit/zero strides and no offsets serves every size.
+  bool generic_size = rank1 && spec.out_view.offset == 0 && spec.out_view.strides[0] == 1;
+  for (const auto& v : spec.views) {
+    generic_size = generic_size && v.offset == 0 && v.strides[0] <= 1;
+  }
+  std::string key = detail::str_cat("map|", spec.key, "|", name(spec.out), "|");
+  for (std::size_t k = 0; k < spec.inputs.size(); ++k) {
+    key += detail::str_cat(name(spec.inputs[k]), "@",
+                           generic_size ? std::string(spec.views[k].strides[0] ? "1" : "0")
+                                        : view_key(spec.views[k]),
+                           ";");
+  }
+  if (!generic_size) {
+    key += detail::str_cat("dom=", detail::join(spec.domain, ","), ";out=",
+                           view_key(spec.out_view), spec.collapse ? "" : ";nc");
+  }
+  const std::uint32_t local = local_size(ctx);
+  const Pipeline& p = ctx.pipelines().get(key, [&] {
+    Builder b(local, 1);
+    for (DType d : spec.inputs) b.buffer(d, true);
+    const int out = b.buffer(spec.out, false);
+    Val i = b.global_index();
+    Val inside = b.op("OpULessThan", Ty::kBool, {i, b.push(0)});
+    b.if_then(inside, [&] {
+      MapIndex mi{&b, &spec.domain, i, {}, &spec.views};
+      if (!rank1) {
+        mi.dims.resize(spec.domain.size());
+        Val rem = i;
+        for (std::size_t d = spec.domain.size(); d-- > 0;) {
+          Val extent = b.u32(static_cast<std::uint32_t>(spec.domain[d]));
+          mi.dims[d] = d == 0 ? rem : b.op("OpUMod", Ty::kU32, {rem, extent});
+          if (d > 0) rem = b.op("OpUDiv", Ty::kU32, {rem, extent});
+        }
+      }
+      Val v = spec.body(b, mi);
+      std::vector<View> outv{spec.out_view};
+      MapIndex mo = mi;
+      mo.views = &outv;
+      b.store(out, mo.offset(0), v);
+    });
+    return KernelSource{b.finish(), static_cast<std::uint32_t>(spec.inputs.size() + 1), 1};
+  });
+  Launch l;
+  l.pipeline = &p;
+  l.push = {static_cast<std::uint32_t>(n)};
+  l.groups = grid_for(ctx, (static_cast<std::uint64_t>(n) + local - 1) / local, spec.key.c_str());
+  return l;
+}
+
+}  // namespace kiln::vk

@@ -1,0 +1,131 @@
+// Batched matmul, tiled for shared memory: a workgroup of T x T invocations
+// computes a (4T x 4T) block of the output, 4 x 4 outputs per invocation, walking
+// K in steps of 16 through tiles of A and B staged in workgroup memory. Edges are
+// handled by zero-filling the tiles (loads use a clamped index), so every shape
+// takes the same kernel. Integer matmul wraps; f16 accumulates in f32.
+#include "kiln/backends/vulkan/context.hpp"
+#include "kiln/backends/vulkan/kernels.hpp"
+#include "kiln/runtime/error.hpp"
+#include "kiln/runtime/strings.hpp"
+
+namespace kiln::vk {
+
+using spv::Builder;
+using spv::Ty;
+using spv::Val;
+
+Launch matmul_kernel(Context& ctx, const MatmulSpec& s) {
+  const std::uint32_t T = ctx.caps().max_invocations >= 256 ? 16 : 8;
+  const std::uint32_t R = 4;             // outputs per invocation per side
+  const std::uint32_t BM = T * R, BN = T * R, BK = 16;
+  const std::uint32_t threads = T * T;
+  const Ty t = spv::compute_type(s.dtype);
+  const bool f = spv::is_float(t);
+  const auto u = [](std::int64_t x) { return static_cast<std::uint32_t>(x); };
+  const std::string key = detail::str_cat(
+      "matmul|", name(s.dtype), "|T=", T, "|mnk=", s.m, ",", s.n, ",", s.k, "|b=",
+      detail::join(s.batch, ","), "|a=", s.a_batch.offset, ":",
+      detail::join(s.a_batch.strides, ","), "|b=", s.b_batch.offset, ":",
+      detail::join(s.b_batch.strides, ","));
+  const Pipeline& p = ctx.pipelines().get(key, [&] {
+    Builder b(threads, 0);
+    const int A = b.buffer(s.dtype, true);
+    const int B = b.buffer(s.dtype, true);
+    const int C = b.buffer(s.dtype, false);
+    const int As = b.shared(t, BK * BM);
+    const int Bs = b.shared(t, BK * BN);
+    Val lid = b.invocation();
+    Val tx = b.op("OpUMod", Ty::kU32, {lid, b.u32(T)});
+    Val ty = b.op("OpUDiv", Ty::kU32, {lid, b.u32(T)});
+    Val row0 = b.op("OpIMul", Ty::kU32, {b.workgroup_id(1), b.u32(BM)});
+    Val col0 = b.op("OpIMul", Ty::kU32, {b.workgroup_id(0), b.u32(BN)});
+    Val bz = b.workgroup_id(2);
+    Val abase = b.op("OpIAdd", Ty::kU32, {b.u32(u(s.a_batch.offset)),
+                                          offset_of(b, bz, s.batch, s.a_batch.strides)});
+    Val bbase = b.op("OpIAdd", Ty::kU32, {b.u32(u(s.b_batch.offset)),
+                                          offset_of(b, bz, s.batch, s.b_batch.strides)});
+    Val cbase = b.op("OpIMul", Ty::kU32, {bz, b.u32(u(s.m * s.n))});
+    const Val M = b.u32(u(s.m)), N = b.u32(u(s.n)), K = b.u32(u(s.k));
+    const Val zero = b.constant(t, 0);
+    std::vector<spv::Var> acc;
+    for (std::uint32_t i = 0; i < R * R; ++i) {
+      acc.push_back(b.variable(t));
+      b.set(acc.back(), zero);
+    }
+    const auto add = [&](const Val& x, const Val& y) {
+      return b.op("OpIAdd", Ty::kU32, {x, y});
+    };
+    const auto mul = [&](const Val& x, const Val& y) {
+      return b.op("OpIMul", Ty::kU32, {x, y});
+    };
+    const auto lt = [&](const Val& x, const Val& y) {
+      return b.op("OpULessThan", Ty::kBool, {x, y});
+    };
+    // Reads buffer[base + r * ld + c] when r < rows and c < cols, else 0.
+    const auto guarded = [&](int buf, const Val& base, const Val& r, const Val& c,
+                             const Val& rows, const Val& cols, const Val& ld) {
+      Val ok = b.op("OpLogicalAnd", Ty::kBool, {lt(r, rows), lt(c, cols)});
+      Val idx = b.select(ok, add(base, add(mul(r, ld), c)), b.u32(0));
+      return b.select(ok, b.load(buf, idx), zero);
+    };
+    b.loop(b.u32(0), K, b.u32(BK), [&](const Val& k0) {
+      for (std::uint32_t e = 0; e < BM * BK / threads; ++e) {
+        Val idx = add(lid, b.u32(e * threads));
+        Val r = b.op("OpUDiv", Ty::kU32, {idx, b.u32(BK)});
+        Val c = b.op("OpUMod", Ty::kU32, {idx, b.u32(BK)});
+        b.store_shared(As, add(mul(c, b.u32(BM)), r),
+                       guarded(A, abase, add(row0, r), add(k0, c), M, K, K));
+      }
+      for (std::uint32_t e = 0; e < BK * BN / threads; ++e) {
+        Val idx = add(lid, b.u32(e * threads));
+        Val r = b.op("OpUDiv", Ty::kU32, {idx, b.u32(BN)});
+        Val c = b.op("OpUMod", Ty::kU32, {idx, b.u32(BN)});
+        b.store_shared(Bs, idx, guarded(B, bbase, add(k0, r), add(col0, c), K, N, N));
+      }
+      b.barrier();
+      std::vector<Val> sums;
+      for (std::uint32_t i = 0; i < R * R; ++i) sums.push_back(b.get(acc[i]));
+      for (std::uint32_t kk = 0; kk < BK; ++kk) {
+        std::vector<Val> av, bv;
+        for (std::uint32_t i = 0; i < R; ++i) {
+          av.push_back(b.load_shared(As, add(b.u32(kk * BM), add(mul(ty, b.u32(R)), b.u32(i)))));
+          bv.push_back(b.load_shared(Bs, add(b.u32(kk * BN), add(mul(tx, b.u32(R)), b.u32(i)))));
+        }
+        for (std::uint32_t i = 0; i < R; ++i) {
+          for (std::uint32_t j = 0; j < R; ++j) {
+            Val prod = b.op(f ? "OpFMul" : "OpIMul", t, {av[i], bv[j]});
+            sums[i * R + j] = b.op(f ? "OpFAdd" : "OpIAdd", t, {sums[i * R + j], prod});
+          }
+        }
+      }
+      for (std::uint32_t i = 0; i < R * R; ++i) b.set(acc[i], sums[i]);
+      b.barrier();
+    });
+    for (std::uint32_t i = 0; i < R; ++i) {
+      for (std::uint32_t j = 0; j < R; ++j) {
+        Val r = add(row0, add(mul(ty, b.u32(R)), b.u32(i)));
+        Val c = add(col0, add(mul(tx, b.u32(R)), b.u32(j)));
+        Val ok = b.op("OpLogicalAnd", Ty::kBool, {lt(r, M), lt(c, N)});
+        b.if_then(ok, [&] { b.store(C, add(cbase, add(mul(r, N), c)), b.get(acc[i * R + j])); });
+      }
+    }
+    return KernelSource{b.finish(), 3, 0};
+  });
+  const std::int64_t batches = numel(s.batch);
+  const auto& max = ctx.caps().max_group_count;
+  const std::uint64_t gx = (static_cast<std::uint64_t>(s.n) + BN - 1) / BN;
+  const std::uint64_t gy = (static_cast<std::uint64_t>(s.m) + BM - 1) / BM;
+  if (gx > max[0] || gy > max[1] || static_cast<std::uint64_t>(batches) > max[2]) {
+    throw DeviceError(detail::str_cat("[matmul] (", s.m, " x ", s.k, ") @ (", s.k, " x ",
+                                      s.n, ") with ", batches,
+                                      " batches exceeds the dispatch grid of ",
+                                      ctx.device().to_string()));
+  }
+  Launch l;
+  l.pipeline = &p;
+  l.groups = {static_cast<std::uint32_t>(gx), static_cast<std::uint32_t>(gy),
+              static_cast<std::uint32_t>(batches)};
+  return l;
+}
+
+}  // namespace kiln::vk

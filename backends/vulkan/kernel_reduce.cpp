@@ -1,0 +1,171 @@
+// Reductions. The input is viewed over (kept..., reduced...). Small reductions
+// (or many outputs) run one invocation per output looping over the reduced
+// elements; large ones run one workgroup per output: each invocation folds a
+// strided share, then a shared-memory tree combines the workgroup's partials.
+// sum of f16 accumulates in f32; integer sums wrap; max/min propagate NaN.
+#include <limits>
+
+#include "kiln/backends/vulkan/context.hpp"
+#include "kiln/backends/vulkan/kernels.hpp"
+#include "kiln/runtime/strings.hpp"
+
+namespace kiln::vk {
+namespace {
+
+using spv::Builder;
+using spv::Ty;
+using spv::Val;
+
+// Collapses dims within one group (kept or reduced) of a view.
+void collapse_group(Shape& dims, Shape& strides) {
+  Shape nd, ns;
+  for (std::size_t d = 0; d < dims.size(); ++d) {
+    if (dims[d] == 1) continue;
+    if (!nd.empty() && ns.back() == strides[d] * dims[d]) {
+      nd.back() *= dims[d];
+      ns.back() = strides[d];
+    } else {
+      nd.push_back(dims[d]);
+      ns.push_back(strides[d]);
+    }
+  }
+  dims = nd;
+  strides = ns;
+}
+
+}  // namespace
+
+Val offset_of(Builder& b, Val x, const Shape& dims, const Shape& strides) {
+  Val off = b.u32(0);
+  for (std::size_t d = dims.size(); d-- > 0;) {
+    Val extent = b.u32(static_cast<std::uint32_t>(dims[d]));
+    Val idx = d == 0 ? x : b.op("OpUMod", Ty::kU32, {x, extent});
+    if (d > 0) x = b.op("OpUDiv", Ty::kU32, {x, extent});
+    off = b.op("OpIAdd", Ty::kU32,
+               {off, b.op("OpIMul", Ty::kU32,
+                          {idx, b.u32(static_cast<std::uint32_t>(strides[d]))})});
+  }
+  return off;
+}
+
+namespace {
+
+double identity(Prim op, Ty t) {
+  const double inf = std::numeric_limits<double>::infinity();
+  if (op == Prim::kSum) return 0;
+  const bool mx = op == Prim::kMax;
+  switch (t) {
+    case Ty::kBool: return mx ? 0 : 1;
+    case Ty::kI32: return mx ? -2147483648.0 : 2147483647.0;
+    case Ty::kU32: return mx ? 0 : 4294967295.0;
+    default: return mx ? -inf : inf;
+  }
+}
+
+Val combine(Builder& b, Prim op, const Val& x, const Val& y, DType in) {
+  const Prim p = op == Prim::kSum ? Prim::kAdd : op == Prim::kMax ? Prim::kMaximum
+                                                                  : Prim::kMinimum;
+  const Val args[] = {x, y};
+  return emit_elementwise(b, p, Params{}, args, in, in);
+}
+
+}  // namespace
+
+Launch reduce_kernel(Context& ctx, const ReduceSpec& s) {
+  Shape kept = s.kept, red = s.reduced;
+  Shape ks(s.view.strides.begin(), s.view.strides.begin() + static_cast<std::ptrdiff_t>(kept.size()));
+  Shape rs(s.view.strides.begin() + static_cast<std::ptrdiff_t>(kept.size()), s.view.strides.end());
+  collapse_group(kept, ks);
+  collapse_group(red, rs);
+  const std::int64_t outs = numel(kept), r_count = numel(red);
+  const bool arg = s.op == Prim::kArgmax || s.op == Prim::kArgmin;
+  const std::uint32_t local = local_size(ctx);
+  const bool per_group = !arg && r_count >= 512 && outs < 4096;
+  const Ty acc_t = spv::compute_type(s.in);
+  const std::string key = detail::str_cat(
+      "reduce|", name(s.op), "|", name(s.in), ">", name(s.out), "|k=",
+      detail::join(kept, ","), "/", detail::join(ks, ","), "|r=", detail::join(red, ","),
+      "/", detail::join(rs, ","), "|o=", s.view.offset, per_group ? "|wg" : "");
+  const Pipeline& p = ctx.pipelines().get(key, [&] {
+    Builder b(local, 1);
+    const int in = b.buffer(s.in, true);
+    const int out = b.buffer(s.out, false);
+    const Val n_red = b.u32(static_cast<std::uint32_t>(r_count));
+    const auto base_of = [&](const Val& o) {
+      return b.op("OpIAdd", Ty::kU32,
+                  {b.u32(static_cast<std::uint32_t>(s.view.offset)), offset_of(b, o, kept, ks)});
+    };
+    const auto elem = [&](const Val& base, const Val& r) {
+      return b.load(in, b.op("OpIAdd", Ty::kU32, {base, offset_of(b, r, red, rs)}));
+    };
+    if (per_group) {
+      const int sh = b.shared(acc_t, local);
+      Val o = b.workgroup();
+      Val lid = b.invocation();
+      Val base = base_of(o);
+      spv::Var acc = b.variable(acc_t);
+      b.set(acc, b.constant(acc_t, identity(s.op, acc_t)));
+      b.loop(lid, n_red, b.u32(local), [&](const Val& r) {
+        b.set(acc, combine(b, s.op, b.get(acc), elem(base, r), s.in));
+      });
+      b.store_shared(sh, lid, b.get(acc));
+      b.barrier();
+      for (std::uint32_t half = local / 2; half > 0; half /= 2) {
+        b.if_then(b.op("OpULessThan", Ty::kBool, {lid, b.u32(half)}), [&] {
+          Val other = b.load_shared(sh, b.op("OpIAdd", Ty::kU32, {lid, b.u32(half)}));
+          b.store_shared(sh, lid, combine(b, s.op, b.load_shared(sh, lid), other, s.in));
+        });
+        b.barrier();
+      }
+      b.if_then(b.op("OpIEqual", Ty::kBool, {lid, b.u32(0)}),
+                [&] { b.store(out, o, b.load_shared(sh, b.u32(0))); });
+    } else {
+      Val o = b.global_index();
+      b.if_then(b.op("OpULessThan", Ty::kBool, {o, b.push(0)}), [&] {
+        Val base = base_of(o);
+        if (!arg) {
+          spv::Var acc = b.variable(acc_t);
+          b.set(acc, b.constant(acc_t, identity(s.op, acc_t)));
+          b.loop(b.u32(0), n_red, b.u32(1), [&](const Val& r) {
+            b.set(acc, combine(b, s.op, b.get(acc), elem(base, r), s.in));
+          });
+          b.store(out, o, b.get(acc));
+          return;
+        }
+        // argmax/argmin: the first extreme element; a NaN is the extreme.
+        const Ty vt = acc_t == Ty::kBool ? Ty::kU32 : acc_t;
+        spv::Var best = b.variable(vt);
+        spv::Var where = b.variable(Ty::kU32);
+        b.set(best, b.convert(elem(base, b.u32(0)), vt));
+        b.set(where, b.u32(0));
+        b.loop(b.u32(1), n_red, b.u32(1), [&](const Val& r) {
+          Val v = b.convert(elem(base, r), vt);
+          Val cur = b.get(best);
+          const Prim cmp = s.op == Prim::kArgmax ? Prim::kGt : Prim::kLt;
+          const Val args[] = {v, cur};
+          Val better = emit_elementwise(b, cmp, Params{}, args, s.in, DType::kBool);
+          if (spv::is_float(vt)) {
+            Val cur_nan = b.op("OpIsNan", Ty::kBool, {cur});
+            Val v_nan = b.op("OpIsNan", Ty::kBool, {v});
+            better = b.op("OpLogicalAnd", Ty::kBool,
+                          {b.op("OpLogicalNot", Ty::kBool, {cur_nan}),
+                           b.op("OpLogicalOr", Ty::kBool, {better, v_nan})});
+          }
+          b.set(best, b.select(better, v, cur));
+          b.set(where, b.select(better, r, b.get(where)));
+        });
+        b.store(out, o, b.bitcast(b.get(where), Ty::kI32));
+      });
+    }
+    return KernelSource{b.finish(), 2, 1};
+  });
+  Launch l;
+  l.pipeline = &p;
+  l.push = {static_cast<std::uint32_t>(outs)};
+  l.groups = per_group ? grid_for(ctx, static_cast<std::uint64_t>(outs), "reduce")
+                       : grid_for(ctx, (static_cast<std::uint64_t>(outs) + local - 1) / local,
+                                  "reduce");
+  return l;
+}
+
+}  // namespace kiln::vk

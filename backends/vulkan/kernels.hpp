@@ -1,0 +1,96 @@
+// Kernel generators: each builds the SPIR-V of one kernel family from shapes,
+// dtypes and the scalar semantics of the primitives, and says how to dispatch it.
+// Shapes and strides are baked into the kernel as constants (index arithmetic by
+// constant divisors is cheap, and the pipeline cache shares equal kernels); only
+// the element count of a contiguous kernel is a push constant, so one kernel
+// serves every size.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kiln/backends/vulkan/pipeline.hpp"
+#include "kiln/backends/vulkan/spirv.hpp"
+#include "kiln/dsl/primitive.hpp"
+
+namespace kiln::vk {
+
+class Context;
+
+// Where operand elements live relative to an iteration domain: element
+// offset + sum(index[d] * strides[d]). Broadcast dims have stride 0.
+struct View {
+  std::int64_t offset = 0;
+  Shape strides;
+};
+Shape contiguous_strides(const Shape& shape);
+// The view of an array of `shape` broadcast (numpy, right-aligned) to `domain`.
+View broadcast_view(const Shape& shape, const Shape& domain);
+
+// The scalar semantics of an elementwise primitive, on compute-typed values:
+// the same results as the CPU backend (wrapping integers, x / 0 == 0, NaN-
+// propagating max/min, saturating float -> int). `in` is the operands' dtype.
+// Throws DTypeError for what the device cannot compute (64-bit transcendentals).
+spv::Val emit_elementwise(spv::Builder& b, Prim p, const Params& params,
+                          std::span<const spv::Val> args, DType in, DType out);
+
+// A dispatch: kernel + group counts + push constants.
+struct Launch {
+  const Pipeline* pipeline = nullptr;
+  std::array<std::uint32_t, 3> groups{1, 1, 1};
+  std::vector<std::uint32_t> push;
+};
+std::array<std::uint32_t, 3> grid_for(const Context& ctx, std::uint64_t groups,
+                                      const char* what);
+std::uint32_t local_size(const Context& ctx);
+
+// sum_d index_d(x) * strides[d], x decomposed row-major over dims.
+spv::Val offset_of(spv::Builder& b, spv::Val x, const Shape& dims, const Shape& strides);
+
+// ---- map kernels: out[out_view(i)] = body(i) over a domain ----
+struct MapIndex;  // per-invocation index helper given to the body
+struct MapSpec {
+  Shape domain;
+  std::vector<DType> inputs;   // bindings 0..n-1; binding n is the output
+  std::vector<View> views;     // per input (for MapIndex::load)
+  DType out = DType::kF32;
+  View out_view;               // defaults to contiguous when strides are empty
+  bool collapse = true;        // merge dims (body must not use MapIndex::dim)
+  std::string key;             // identifies the body (prim, params, dtypes)
+  std::function<spv::Val(spv::Builder&, MapIndex&)> body;
+};
+struct MapIndex {
+  spv::Builder* b;
+  const Shape* domain;
+  spv::Val linear;
+  std::vector<spv::Val> dims;  // multi-index over domain (empty when collapsed)
+  const std::vector<View>* views;
+  spv::Val dim(std::size_t d) const { return dims.at(d); }
+  spv::Val offset(std::size_t input) const;  // element offset of input's view
+  spv::Val load(std::size_t input) const;
+  spv::Val load_at(std::size_t input, const spv::Val& offset) const;
+};
+Launch map_kernel(Context& ctx, MapSpec spec);
+
+// ---- reductions over the trailing axes of a (kept..., reduced...) domain ----
+struct ReduceSpec {
+  Shape kept, reduced;      // iteration domain split; input view over kept ++ reduced
+  View view;                // of the input over kept ++ reduced
+  DType in = DType::kF32, out = DType::kF32;
+  Prim op = Prim::kSum;     // kSum, kMax, kMin, kArgmax, kArgmin
+};
+Launch reduce_kernel(Context& ctx, const ReduceSpec& spec);
+
+// ---- batched matmul: out[b, m, n] = sum_k a[view_a(b), m, k] * b[view_b(b), k, n]
+struct MatmulSpec {
+  Shape batch;               // output batch dims
+  View a_batch, b_batch;     // per-batch element offsets (strides over batch dims)
+  std::int64_t m = 0, n = 0, k = 0;
+  DType dtype = DType::kF32;
+};
+Launch matmul_kernel(Context& ctx, const MatmulSpec& spec);
+
+}  // namespace kiln::vk

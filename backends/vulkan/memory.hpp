@@ -1,0 +1,92 @@
+// Device memory: arrays are suballocated from large VkDeviceMemory blocks (each
+// with one VkBuffer over the whole block), aligned per the device limits. Where
+// device memory is host-visible on a unified-memory device it is mapped and
+// written directly; otherwise transfers go through host-visible staging blocks.
+#pragma once
+
+#include <vulkan/vulkan.h>
+
+#include <cstddef>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "kiln/runtime/buffer.hpp"
+
+namespace kiln::vk {
+
+class Context;
+
+struct Allocation {
+  VkBuffer buffer = VK_NULL_HANDLE;
+  VkDeviceSize offset = 0;
+  VkDeviceSize size = 0;   // bytes reserved (>= requested, aligned)
+  std::byte* mapped = nullptr;  // host address of `offset`, or null
+  int block = -1;
+  bool staging = false;
+};
+
+class Allocator {
+ public:
+  explicit Allocator(Context& ctx);
+  ~Allocator();
+  // Device memory for an array of `nbytes`. Throws OutOfMemoryError (naming `what`,
+  // the size and the heap) when the heap is exhausted.
+  Allocation allocate(std::size_t nbytes, const std::string& what);
+  // Host-visible memory for transfers.
+  Allocation allocate_staging(std::size_t nbytes);
+  void free(const Allocation& a);
+  // True when arrays are mapped directly (no staging copies).
+  bool direct() const { return direct_; }
+  std::size_t bytes_in_use() const;
+  std::size_t peak_bytes() const;
+  void reset_peak();
+  std::size_t heap_size() const { return heap_size_; }
+
+ private:
+  struct Block {
+    VkDeviceMemory memory = VK_NULL_HANDLE;
+    VkBuffer buffer = VK_NULL_HANDLE;
+    VkDeviceSize size = 0;
+    std::byte* mapped = nullptr;
+    bool staging = false;
+    bool dedicated = false;
+    std::map<VkDeviceSize, VkDeviceSize> free;  // offset -> size, coalesced
+    VkDeviceSize used = 0;
+  };
+  Allocation allocate_in(bool staging, std::size_t nbytes, const std::string& what);
+  int new_block(bool staging, VkDeviceSize size, bool dedicated, const std::string& what);
+  void release_block(int index);
+
+  Context& ctx_;
+  mutable std::mutex mu_;
+  std::vector<Block> blocks_;
+  std::uint32_t device_type_ = 0, staging_type_ = 0;
+  bool direct_ = false;
+  VkDeviceSize alignment_ = 256;
+  VkDeviceSize block_size_ = 64ull << 20;
+  std::size_t heap_size_ = 0, heap_used_ = 0, in_use_ = 0, peak_ = 0;
+};
+
+// The storage of one array on a Vulkan device.
+class VulkanBuffer final : public Buffer {
+ public:
+  VulkanBuffer(Context& ctx, Allocation a, std::size_t nbytes);
+  ~VulkanBuffer() override;
+  VulkanBuffer(const VulkanBuffer&) = delete;
+  VulkanBuffer& operator=(const VulkanBuffer&) = delete;
+
+  Device device() const override;
+  std::size_t nbytes() const override { return nbytes_; }
+  void read(void* dst) const override;
+  const Allocation& allocation() const { return alloc_; }
+  Context& context() const { return ctx_; }
+
+ private:
+  Context& ctx_;
+  Allocation alloc_;
+  std::size_t nbytes_;
+};
+
+}  // namespace kiln::vk

@@ -1,0 +1,109 @@
+// Kernel text -> SPIR-V (SPIRV-Tools) -> VkPipeline, cached by key and by text.
+#include "kiln/backends/vulkan/pipeline.hpp"
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+
+#include "kiln/backends/vulkan/check.hpp"
+#include "kiln/backends/vulkan/context.hpp"
+#include "kiln/backends/vulkan/spirv.hpp"
+
+namespace kiln::vk {
+namespace {
+bool optimize_kernels() {
+  // spirv-opt's performance passes; KILN_VK_OPTIMIZE=0 turns them off.
+  const char* v = std::getenv("KILN_VK_OPTIMIZE");
+  return v == nullptr || std::strcmp(v, "0") != 0;
+}
+}  // namespace
+
+PipelineCache::PipelineCache(Context& ctx) : ctx_(ctx) {
+  VkPipelineCacheCreateInfo ci{VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO};
+  KILN_VK(vkCreatePipelineCache(ctx.handle(), &ci, nullptr, &vk_cache_));
+}
+
+PipelineCache::~PipelineCache() = default;  // lives until process exit
+
+VkDescriptorSetLayout PipelineCache::set_layout(std::uint32_t bindings) {
+  auto it = set_layouts_.find(bindings);
+  if (it != set_layouts_.end()) return it->second;
+  std::vector<VkDescriptorSetLayoutBinding> b(bindings);
+  for (std::uint32_t i = 0; i < bindings; ++i) {
+    b[i].binding = i;
+    b[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+    b[i].descriptorCount = 1;
+    b[i].stageFlags = VK_SHADER_STAGE_COMPUTE_BIT;
+  }
+  VkDescriptorSetLayoutCreateInfo ci{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO};
+  if (ctx_.caps().push_descriptor) {
+    ci.flags = VK_DESCRIPTOR_SET_LAYOUT_CREATE_PUSH_DESCRIPTOR_BIT_KHR;
+  }
+  ci.bindingCount = bindings;
+  ci.pBindings = b.data();
+  VkDescriptorSetLayout layout;
+  KILN_VK(vkCreateDescriptorSetLayout(ctx_.handle(), &ci, nullptr, &layout));
+  set_layouts_.emplace(bindings, layout);
+  return layout;
+}
+
+const Pipeline& PipelineCache::compile(const KernelSource& src) {
+  auto it = by_text_.find(src.text);
+  if (it != by_text_.end()) {
+    ++stats_.text_hits;
+    return *it->second;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::vector<std::uint32_t> words = spv::assemble(src.text, optimize_kernels());
+  auto p = std::make_unique<Pipeline>();
+  p->bindings = src.bindings;
+  p->push_words = src.push_words;
+  p->text = src.text;
+  p->set_layout = set_layout(src.bindings);
+  VkPushConstantRange range{VK_SHADER_STAGE_COMPUTE_BIT, 0, 4 * src.push_words};
+  VkPipelineLayoutCreateInfo li{VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO};
+  li.setLayoutCount = 1;
+  li.pSetLayouts = &p->set_layout;
+  li.pushConstantRangeCount = src.push_words > 0 ? 1 : 0;
+  li.pPushConstantRanges = &range;
+  KILN_VK(vkCreatePipelineLayout(ctx_.handle(), &li, nullptr, &p->layout));
+  VkShaderModuleCreateInfo si{VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO};
+  si.codeSize = words.size() * sizeof(std::uint32_t);
+  si.pCode = words.data();
+  VkShaderModule module;
+  KILN_VK(vkCreateShaderModule(ctx_.handle(), &si, nullptr, &module));
+  VkComputePipelineCreateInfo ci{VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO};
+  ci.stage.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO;
+  ci.stage.stage = VK_SHADER_STAGE_COMPUTE_BIT;
+  ci.stage.module = module;
+  ci.stage.pName = "main";
+  ci.layout = p->layout;
+  const VkResult r =
+      vkCreateComputePipelines(ctx_.handle(), vk_cache_, 1, &ci, nullptr, &p->pipeline);
+  vkDestroyShaderModule(ctx_.handle(), module, nullptr);
+  KILN_VK(r);
+  stats_.compile_seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ++stats_.pipelines;
+  const Pipeline& ref = *p;
+  by_text_.emplace(src.text, std::move(p));
+  return ref;
+}
+
+const Pipeline& PipelineCache::get(const std::string& key,
+                                   const std::function<KernelSource()>& build) {
+  std::lock_guard lock(mu_);
+  auto it = by_key_.find(key);
+  if (it != by_key_.end()) return *it->second;
+  const Pipeline& p = compile(build());
+  ++stats_.keys;
+  by_key_.emplace(key, &p);
+  return p;
+}
+
+PipelineStats PipelineCache::stats() const {
+  std::lock_guard lock(mu_);
+  return stats_;
+}
+
+}  // namespace kiln::vk

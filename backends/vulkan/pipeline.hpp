@@ -1,0 +1,66 @@
+// Compiled kernels. A kernel is identified by its SPIR-V assembly text (the
+// canonical form: equal kernels share one pipeline, whatever op sequence made
+// them); lookups go through a cheap key the lowering computes first, so a hit
+// costs one hash-map probe and no text is built.
+#pragma once
+
+#include <vulkan/vulkan.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+
+namespace kiln::vk {
+
+class Context;
+
+struct KernelSource {
+  std::string text;         // SPIR-V assembly
+  std::uint32_t bindings = 0;
+  std::uint32_t push_words = 0;
+};
+
+struct Pipeline {
+  VkPipeline pipeline = VK_NULL_HANDLE;
+  VkPipelineLayout layout = VK_NULL_HANDLE;
+  VkDescriptorSetLayout set_layout = VK_NULL_HANDLE;
+  std::uint32_t bindings = 0;
+  std::uint32_t push_words = 0;
+  std::string text;
+};
+
+struct PipelineStats {
+  std::size_t pipelines = 0;     // distinct kernels compiled
+  std::size_t keys = 0;          // lowering keys seen
+  std::size_t text_hits = 0;     // keys that found an equal kernel already built
+  double compile_seconds = 0.0;  // assemble + validate + vkCreateComputePipelines
+};
+
+class PipelineCache {
+ public:
+  explicit PipelineCache(Context& ctx);
+  ~PipelineCache();
+  // The pipeline for `key`, building the kernel source with `build` on a miss.
+  const Pipeline& get(const std::string& key,
+                      const std::function<KernelSource()>& build);
+  PipelineStats stats() const;
+
+ private:
+  const Pipeline& compile(const KernelSource& src);
+  VkDescriptorSetLayout set_layout(std::uint32_t bindings);
+
+  Context& ctx_;
+  mutable std::mutex mu_;
+  VkPipelineCache vk_cache_ = VK_NULL_HANDLE;
+  absl::flat_hash_map<std::string, const Pipeline*> by_key_;
+  absl::flat_hash_map<std::string, std::unique_ptr<Pipeline>> by_text_;
+  absl::flat_hash_map<std::uint32_t, VkDescriptorSetLayout> set_layouts_;
+  PipelineStats stats_;
+};
+
+}  // namespace kiln::vk

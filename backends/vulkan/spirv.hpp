@@ -1,0 +1,105 @@
+// A small typed builder of SPIR-V compute shaders, written as SPIR-V assembly
+// text (so every kernel prints exactly as compiled) and turned into words by
+// SPIRV-Tools, which also validates it for the Vulkan 1.2 environment. Values
+// are typed by their compute type: bool arrays are stored as bytes and f16 arrays
+// as halves, but arithmetic on them runs in bool and f32.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kiln/runtime/dtype.hpp"
+
+namespace kiln::vk::spv {
+
+enum class Ty : std::uint8_t { kBool, kI32, kU32, kF32, kF64 };
+
+Ty compute_type(DType d);  // f16 computes in f32
+bool is_float(Ty t);
+bool is_signed(Ty t);
+
+struct Val {
+  std::string id;
+  Ty ty = Ty::kU32;
+};
+
+struct Var {
+  std::string id;
+  Ty ty = Ty::kU32;
+};
+
+class Builder {
+ public:
+  // A compute shader with `local_size` invocations per workgroup (x only) and
+  // `push_words` u32 push constants.
+  Builder(std::uint32_t local_size, int push_words);
+
+  // Storage buffer binding `index` (0, 1, ... in declaration order) of `dtype`.
+  int buffer(DType dtype, bool readonly);
+  Val load(int binding, const Val& index);                 // compute type
+  void store(int binding, const Val& index, const Val& v);  // converts
+
+  Val push(int word);          // u32 push constant
+  Val invocation();            // LocalInvocationId.x
+  Val workgroup();             // linear workgroup index (x + y * countX + ...)
+  Val workgroup_id(int component);  // WorkgroupId.x/y/z
+  Val global_index();          // workgroup() * local_size + invocation()
+  std::uint32_t local_size() const { return local_size_; }
+
+  Val constant(Ty t, double v);
+  Val u32(std::uint32_t v) { return constant(Ty::kU32, v); }
+  // Emits `%r = <opcode> %type args...` and returns %r.
+  Val op(const char* opcode, Ty result, std::initializer_list<Val> args);
+  Val glsl(const char* inst, Ty result, std::initializer_list<Val> args);
+  Val convert(const Val& v, Ty to);  // value conversion (float->int saturates)
+  Val bitcast(const Val& v, Ty to);
+  Val select(const Val& c, const Val& a, const Val& b);
+  // GLSL Frexp: the mantissa in [0.5, 1); the exponent goes to `exponent` (i32).
+  Val frexp(const Val& x, const Var& exponent);
+
+  Var variable(Ty t);
+  Val get(const Var& v);
+  void set(const Var& v, const Val& x);
+
+  // Workgroup-shared array of `count` elements.
+  int shared(Ty t, std::uint32_t count);
+  Val load_shared(int id, const Val& index);
+  void store_shared(int id, const Val& index, const Val& v);
+  void barrier();  // workgroup execution + memory barrier
+
+  void if_then(const Val& cond, const std::function<void()>& then);
+  // for (i = start; i < end; i += step) body(i)
+  void loop(const Val& start, const Val& end, const Val& step,
+            const std::function<void(const Val&)>& body);
+
+  std::string finish();  // the module's assembly text
+
+ private:
+  std::string fresh();
+  std::string type_id(Ty t);
+  std::string ptr_type(const char* storage, const std::string& pointee);
+  void need_u8();
+  void need_f16();
+  void emit(std::string line) { body_.push_back(std::move(line)); }
+  std::string builtin_vec(const char* builtin);
+
+  std::uint32_t local_size_;
+  int push_words_;
+  int next_ = 0;
+  std::vector<std::string> caps_, decorations_, globals_, vars_, body_, interface_;
+  std::vector<std::string> declared_;  // ids of declared types/constants
+  struct Binding { DType dtype; std::string var, elem_ptr, storage_type; };
+  std::vector<Binding> bindings_;
+  struct Shared { Ty ty; std::string var, elem_ptr; };
+  std::vector<Shared> shared_;
+  std::string push_var_, wg_id_, num_wg_, local_id_;
+  bool u8_ = false, f16_ = false, f64_ = false, glsl_ = false;
+};
+
+// SPIR-V words for `text`, validated for Vulkan 1.2. Throws DeviceError with the
+// assembler's or validator's message and the numbered text on failure.
+std::vector<std::uint32_t> assemble(const std::string& text, bool optimize);
+
+}  // namespace kiln::vk::spv

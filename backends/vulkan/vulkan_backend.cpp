@@ -1,0 +1,360 @@
+// Primitive -> kernel lowering for eager execution on a Vulkan device.
+#include "kiln/backends/vulkan/vulkan_backend.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <map>
+#include <mutex>
+
+#include "kiln/backends/vulkan/context.hpp"
+#include "kiln/backends/vulkan/kernels.hpp"
+#include "kiln/backends/vulkan/memory.hpp"
+#include "kiln/backends/vulkan/stream.hpp"
+#include "kiln/runtime/error.hpp"
+#include "kiln/runtime/strings.hpp"
+
+namespace kiln::vk {
+namespace {
+
+using spv::Builder;
+using spv::Ty;
+using spv::Val;
+
+// Memory of arrays the caller dropped comes back when the batches using them
+// retire: on a shortage, wait for the device once and try again.
+std::shared_ptr<VulkanBuffer> allocate_bytes(Context& ctx, std::size_t bytes,
+                                             const std::string& what) {
+  Allocation a;
+  try {
+    a = ctx.allocator().allocate(bytes, what);
+  } catch (const OutOfMemoryError&) {
+    ctx.stream().synchronize();
+    a = ctx.allocator().allocate(bytes, what);
+  }
+  return std::make_shared<VulkanBuffer>(ctx, a, bytes);
+}
+
+std::shared_ptr<VulkanBuffer> allocate(Context& ctx, const Aval& out, Prim p) {
+  ctx.require_dtype(out.dtype, std::string(name(p)).c_str());
+  const std::size_t bytes = static_cast<std::size_t>(numel(out.shape)) * size_of(out.dtype);
+  return allocate_bytes(ctx, bytes, detail::str_cat(name(p), " result ", to_string(out.shape),
+                                                    " ", name(out.dtype)));
+}
+
+const VulkanBuffer& vbuf(const Array& a) {
+  return static_cast<const VulkanBuffer&>(*a.buffer());
+}
+
+void launch(Context& ctx, const Launch& l, std::span<const Array> inputs,
+            const std::shared_ptr<VulkanBuffer>& out) {
+  std::vector<BufferRange> ranges;
+  std::vector<std::shared_ptr<const Buffer>> keep;
+  for (const auto& in : inputs) {
+    ranges.push_back(range_of(vbuf(in)));
+    keep.push_back(in.buffer());
+  }
+  ranges.push_back(range_of(*out));
+  keep.push_back(out);
+  ctx.stream().dispatch(*l.pipeline, ranges, l.push, l.groups, std::move(keep));
+}
+
+std::string params_key(Prim p, const Params& params) {
+  if (p == Prim::kFull) {
+    return detail::str_cat("full/", std::bit_cast<std::uint64_t>(params.value));
+  }
+  return detail::str_cat(name(p), "/", name(params.dtype));
+}
+
+// Elementwise families: one map kernel over the output shape.
+std::shared_ptr<Buffer> elementwise(Context& ctx, Prim p, const Params& params,
+                                    std::span<const Array> inputs, const Aval& out) {
+  const DType in = inputs.empty() ? out.dtype : inputs.back().dtype();
+  auto buf = allocate(ctx, out, p);
+  if (numel(out.shape) == 0) return buf;
+  MapSpec spec;
+  spec.domain = out.shape;
+  for (const auto& a : inputs) {
+    ctx.require_dtype(a.dtype(), std::string(name(p)).c_str());
+    spec.inputs.push_back(a.dtype());
+    spec.views.push_back(broadcast_view(a.shape(), out.shape));
+  }
+  spec.out = out.dtype;
+  spec.key = params_key(p, params);
+  spec.body = [&](Builder& b, MapIndex& mi) {
+    std::vector<Val> args;
+    for (std::size_t k = 0; k < inputs.size(); ++k) args.push_back(mi.load(k));
+    return emit_elementwise(b, p, params, args, in, out.dtype);
+  };
+  launch(ctx, map_kernel(ctx, std::move(spec)), inputs, buf);
+  return buf;
+}
+
+// A copy through views: transpose, broadcast_to, slice, one concatenate piece.
+void copy_view(Context& ctx, const Array& src, const Shape& domain, View in_view,
+               View out_view, const std::shared_ptr<VulkanBuffer>& out, DType dtype) {
+  if (numel(domain) == 0) return;
+  MapSpec spec;
+  spec.domain = domain;
+  spec.inputs = {dtype};
+  spec.views = {std::move(in_view)};
+  spec.out = dtype;
+  spec.out_view = std::move(out_view);
+  spec.key = "copy";
+  spec.body = [](Builder&, MapIndex& mi) { return mi.load(0); };
+  const Array ins[] = {src};
+  launch(ctx, map_kernel(ctx, std::move(spec)), ins, out);
+}
+
+std::shared_ptr<Buffer> layout(Context& ctx, Prim p, const Params& params,
+                               std::span<const Array> inputs, const Aval& out) {
+  if (p == Prim::kReshape) return inputs[0].buffer();  // row-major bytes unchanged
+  auto buf = allocate(ctx, out, p);
+  const Array& a = inputs[0];
+  switch (p) {
+    case Prim::kTranspose: {
+      const Shape own = contiguous_strides(a.shape());
+      View v;
+      for (auto axis : params.axes) v.strides.push_back(own[static_cast<std::size_t>(axis)]);
+      copy_view(ctx, a, out.shape, v, {}, buf, out.dtype);
+      break;
+    }
+    case Prim::kBroadcastTo:
+      copy_view(ctx, a, out.shape, broadcast_view(a.shape(), out.shape), {}, buf,
+                out.dtype);
+      break;
+    case Prim::kSlice: {
+      const Shape own = contiguous_strides(a.shape());
+      View v;
+      for (std::size_t d = 0; d < own.size(); ++d) {
+        v.offset += params.starts[d] * own[d];
+        v.strides.push_back(params.steps[d] * own[d]);
+      }
+      copy_view(ctx, a, out.shape, v, {}, buf, out.dtype);
+      break;
+    }
+    case Prim::kConcatenate: {
+      const auto axis = static_cast<std::size_t>(params.axis);
+      const Shape ostr = contiguous_strides(out.shape);
+      std::int64_t at = 0;
+      for (const auto& part : inputs) {
+        View ov{at * ostr[axis], ostr};
+        copy_view(ctx, part, part.shape(), View{0, contiguous_strides(part.shape())}, ov,
+                  buf, out.dtype);
+        at += part.shape()[axis];
+      }
+      break;
+    }
+    default:
+      throw Error(detail::str_cat("[vulkan] ", name(p), " is not a layout primitive"));
+  }
+  return buf;
+}
+
+std::shared_ptr<Buffer> reduce(Context& ctx, Prim p, const Params& params,
+                               std::span<const Array> inputs, const Aval& out) {
+  const Array& a = inputs[0];
+  ctx.require_dtype(a.dtype(), std::string(name(p)).c_str());
+  auto buf = allocate(ctx, out, p);
+  if (numel(out.shape) == 0) return buf;
+  Axes axes = params.axes;
+  if (p == Prim::kArgmax || p == Prim::kArgmin) axes = Axes{params.axis};
+  const Shape own = contiguous_strides(a.shape());
+  ReduceSpec s;
+  Shape kstr, rstr;
+  for (std::size_t d = 0; d < a.shape().size(); ++d) {
+    const bool r = std::find(axes.begin(), axes.end(), static_cast<std::int64_t>(d)) != axes.end();
+    (r ? s.reduced : s.kept).push_back(a.shape()[d]);
+    (r ? rstr : kstr).push_back(own[d]);
+  }
+  s.view.strides = kstr;
+  s.view.strides.insert(s.view.strides.end(), rstr.begin(), rstr.end());
+  s.in = a.dtype();
+  s.out = out.dtype;
+  s.op = p;
+  launch(ctx, reduce_kernel(ctx, s), inputs, buf);
+  return buf;
+}
+
+std::shared_ptr<Buffer> matmul(Context& ctx, std::span<const Array> inputs, const Aval& out) {
+  const Array& a = inputs[0];
+  const Array& b = inputs[1];
+  ctx.require_dtype(a.dtype(), "matmul");
+  auto buf = allocate(ctx, out, Prim::kMatmul);
+  if (numel(out.shape) == 0) return buf;
+  MatmulSpec s;
+  const std::size_t r = out.shape.size();
+  s.m = out.shape[r - 2];
+  s.n = out.shape[r - 1];
+  s.k = a.shape()[a.shape().size() - 1];
+  s.dtype = out.dtype;
+  s.batch = Shape(out.shape.begin(), out.shape.end() - 2);
+  const auto batch_view = [&](const Array& x, std::int64_t per) {
+    View v = broadcast_view(Shape(x.shape().begin(), x.shape().end() - 2), s.batch);
+    for (auto& st : v.strides) st *= per;
+    return v;
+  };
+  s.a_batch = batch_view(a, s.m * s.k);
+  s.b_batch = batch_view(b, s.k * s.n);
+  if (s.k == 0) {  // an empty sum: zeros
+    MapSpec z;
+    z.domain = out.shape;
+    z.out = out.dtype;
+    z.key = "zeros";
+    z.body = [&](Builder& bb, MapIndex&) { return bb.constant(spv::compute_type(out.dtype), 0); };
+    launch(ctx, map_kernel(ctx, std::move(z)), {}, buf);
+    return buf;
+  }
+  launch(ctx, matmul_kernel(ctx, s), inputs, buf);
+  return buf;
+}
+
+// Index values decide which elements are read, so they are checked on the host
+// first (as on the CPU: an IndexError leaves no partial result).
+void check_indices(Prim p, const Array& indices, std::int64_t axis, std::int64_t n) {
+  std::vector<std::int64_t> v;
+  if (indices.dtype() == DType::kI32) {
+    for (auto x : indices.to_vector<std::int32_t>()) v.push_back(x);
+  } else {
+    for (auto x : indices.to_vector<std::uint32_t>()) v.push_back(x);
+  }
+  for (auto i : v) {
+    if (i < -n || i >= n) {
+      throw IndexError(detail::str_cat("[", name(p), "] index ", i,
+                                       " is out of range for axis ", axis, " of size ", n));
+    }
+  }
+}
+
+// index in [-n, n) -> [0, n) as u32.
+Val wrap_index(Builder& b, const Val& idx, std::int64_t n) {
+  if (!spv::is_signed(idx.ty)) return idx;
+  Val neg = b.op("OpSLessThan", Ty::kBool, {idx, b.constant(Ty::kI32, 0)});
+  Val u = b.bitcast(idx, Ty::kU32);
+  return b.select(neg, b.op("OpIAdd", Ty::kU32, {u, b.u32(static_cast<std::uint32_t>(n))}), u);
+}
+
+std::shared_ptr<Buffer> index(Context& ctx, Prim p, const Params& params,
+                               std::span<const Array> inputs, const Aval& out) {
+  auto buf = allocate(ctx, out, p);
+  if (numel(out.shape) == 0) return buf;
+  MapSpec spec;
+  spec.domain = out.shape;
+  spec.out = out.dtype;
+  spec.collapse = false;
+  spec.key = detail::str_cat(name(p), "/", params.axis, "/", params.depth);
+  const auto axis = static_cast<std::size_t>(params.axis);
+  if (p == Prim::kOneHot) {
+    const Array& idx = inputs[0];
+    spec.inputs = {idx.dtype()};
+    View iv{0, contiguous_strides(idx.shape())};
+    iv.strides.push_back(0);
+    spec.views = {iv};
+    const std::size_t last = out.shape.size() - 1;
+    spec.body = [&, last](Builder& b, MapIndex& mi) {
+      Val i = mi.load(0);
+      Val d = mi.dim(last);
+      Val hit = spv::is_signed(i.ty)
+                    ? b.op("OpIEqual", Ty::kBool, {i, b.bitcast(d, Ty::kI32)})
+                    : b.op("OpIEqual", Ty::kBool, {i, d});
+      const Ty t = spv::compute_type(out.dtype);
+      return b.select(hit, b.constant(t, 1), b.constant(t, 0));
+    };
+    launch(ctx, map_kernel(ctx, std::move(spec)), inputs, buf);
+    return buf;
+  }
+  const Array& a = inputs[0];
+  const Array& idx = inputs[1];
+  const std::int64_t n = a.shape()[axis];
+  check_indices(p, idx, params.axis, n);
+  spec.inputs = {a.dtype(), idx.dtype()};
+  const Shape astr = contiguous_strides(a.shape());
+  const std::int64_t axis_stride = astr[axis];
+  if (p == Prim::kTake) {
+    // out dims: a[:axis] ++ idx.shape ++ a[axis+1:]
+    const std::size_t ir = idx.shape().size();
+    View av, iv;
+    for (std::size_t d = 0; d < out.shape.size(); ++d) {
+      if (d < axis) {
+        av.strides.push_back(astr[d]);
+        iv.strides.push_back(0);
+      } else if (d < axis + ir) {
+        av.strides.push_back(0);
+        iv.strides.push_back(contiguous_strides(idx.shape())[d - axis]);
+      } else {
+        av.strides.push_back(astr[d - ir + 1]);
+        iv.strides.push_back(0);
+      }
+    }
+    spec.views = {av, iv};
+  } else {  // take_along_axis: non-axis dims broadcast
+    View av = broadcast_view(a.shape(), out.shape);
+    av.strides[axis] = 0;
+    View iv = broadcast_view(idx.shape(), out.shape);
+    spec.views = {av, iv};
+  }
+  spec.body = [&, n, axis_stride](Builder& b, MapIndex& mi) {
+    Val i = wrap_index(b, mi.load(1), n);
+    Val off = b.op("OpIAdd", Ty::kU32,
+                   {mi.offset(0), b.op("OpIMul", Ty::kU32,
+                                       {i, b.u32(static_cast<std::uint32_t>(axis_stride))})});
+    return mi.load_at(0, off);
+  };
+  launch(ctx, map_kernel(ctx, std::move(spec)), inputs, buf);
+  return buf;
+}
+
+}  // namespace
+
+Device VulkanBackend::device() const { return ctx_.device(); }
+
+std::shared_ptr<Buffer> VulkanBackend::eval(Prim p, const Params& params,
+                                            std::span<const Array> inputs,
+                                            const Aval& out) {
+  switch (family(p)) {
+    case PrimFamily::kUnary:
+    case PrimFamily::kBinary:
+    case PrimFamily::kWhere:
+    case PrimFamily::kAstype:
+      return elementwise(ctx_, p, params, inputs, out);
+    case PrimFamily::kReduce:
+    case PrimFamily::kArgReduce:
+      return reduce(ctx_, p, params, inputs, out);
+    case PrimFamily::kMatmul:
+      return matmul(ctx_, inputs, out);
+    case PrimFamily::kLayout:
+      return layout(ctx_, p, params, inputs, out);
+    case PrimFamily::kIndex:
+      return index(ctx_, p, params, inputs, out);
+    case PrimFamily::kCreation:
+      if (p == Prim::kFull) return elementwise(ctx_, p, params, inputs, out);
+      // arange: start + i * step in double, as the CPU computes it.
+      return from_host(Array(out.dtype, out.shape,
+                             backend_for(Device::cpu()).eval(p, params, inputs, out)))
+          .buffer();
+    case PrimFamily::kIdentity:
+      return inputs[0].buffer();
+  }
+  return nullptr;
+}
+
+Array VulkanBackend::from_host(const Array& host) {
+  ctx_.require_dtype(host.dtype(), "to_device");
+  const std::size_t bytes = host.nbytes();
+  std::string what = detail::str_cat("array ", to_string(host.shape()), " ",
+                                     name(host.dtype()));
+  auto buf = allocate_bytes(ctx_, bytes, what);
+  const void* src = const_cast<Buffer&>(*host.buffer()).host_data();
+  ctx_.stream().upload(*buf, src);
+  return Array(host.dtype(), host.shape(), std::move(buf));
+}
+
+VulkanBackend& backend(int index) {
+  static std::mutex mu;
+  static auto* backends = new std::map<int, std::unique_ptr<VulkanBackend>>();
+  std::lock_guard lock(mu);
+  auto& slot = (*backends)[index];
+  if (!slot) slot = std::make_unique<VulkanBackend>(Context::get(index));
+  return *slot;
+}
+
+}  // namespace kiln::vk

@@ -1,0 +1,28 @@
+// The Vulkan backend: lowers each primitive to a kernel (kernels.hpp), allocates
+// its output (memory.hpp) and records the dispatch (stream.hpp). Layout changes
+// that keep the bytes (reshape, identity) share the input's buffer.
+#pragma once
+
+#include "kiln/dsl/backend.hpp"
+
+namespace kiln::vk {
+
+class Context;
+
+class VulkanBackend final : public Backend {
+ public:
+  explicit VulkanBackend(Context& ctx) : ctx_(ctx) {}
+  Device device() const override;
+  std::shared_ptr<Buffer> eval(Prim p, const Params& params,
+                               std::span<const Array> inputs,
+                               const Aval& out) override;
+  Array from_host(const Array& host) override;
+
+ private:
+  Context& ctx_;
+};
+
+// The backend of vulkan:index (created on first use).
+VulkanBackend& backend(int index);
+
+}  // namespace kiln::vk

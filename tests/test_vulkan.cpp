@@ -1,0 +1,376 @@
+// The Vulkan backend against the CPU reference: every op family on random
+// inputs over shapes with size-1 dims, sizes that are not multiples of the
+// workgroup, and sizes above 65535 * 256 elements (2-D dispatch grids); plus the
+// device listing, error paths and the kernel cache. Runs with KILN_VALIDATION=1
+// in CI: a validation message fails the test at the next synchronisation.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <kiln/kiln.hpp>
+#include <random>
+#include <vector>
+
+#include "kiln/backends/vulkan/context.hpp"
+#include "kiln/backends/vulkan/memory.hpp"
+#include "kiln/backends/vulkan/pipeline.hpp"
+
+using namespace kiln;
+
+namespace {
+
+const Device kGpu = Device::vulkan(0);
+
+std::mt19937& rng() {
+  static std::mt19937 g(1234);
+  return g;
+}
+
+// Random values of `dtype` on the CPU: floats in [-3, 3], ints in [-50, 50].
+Array host_random(const Shape& shape, DType dtype, double lo = -3, double hi = 3) {
+  const auto n = static_cast<std::size_t>(numel(shape));
+  std::uniform_real_distribution<double> u(lo, hi);
+  switch (dtype) {
+    case DType::kF32: {
+      std::vector<float> v(n);
+      for (auto& x : v) x = static_cast<float>(u(rng()));
+      return Array::from_data<float>(v, shape);
+    }
+    case DType::kF64: {
+      std::vector<double> v(n);
+      for (auto& x : v) x = u(rng());
+      return Array::from_data<double>(v, shape);
+    }
+    case DType::kI32: {
+      std::vector<std::int32_t> v(n);
+      for (auto& x : v) x = static_cast<std::int32_t>(std::lround(u(rng()) * 16));
+      return Array::from_data<std::int32_t>(v, shape);
+    }
+    case DType::kU32: {
+      std::vector<std::uint32_t> v(n);
+      for (auto& x : v) x = static_cast<std::uint32_t>(std::lround(std::abs(u(rng())) * 16));
+      return Array::from_data<std::uint32_t>(v, shape);
+    }
+    default: {
+      std::vector<std::uint32_t> v(n);
+      for (auto& x : v) x = u(rng()) > 0 ? 1u : 0u;
+      return astype(Array::from_data<std::uint32_t>(v, shape), bool_);
+    }
+  }
+}
+
+std::vector<double> as_doubles(const Array& a) {
+  const Array h = to_device(a, Device::cpu());
+  std::vector<double> out;
+  switch (h.dtype()) {
+    case DType::kF32: for (float x : h.to_vector<float>()) out.push_back(x); break;
+    case DType::kF64: out = h.to_vector<double>(); break;
+    case DType::kI32: for (auto x : h.to_vector<std::int32_t>()) out.push_back(x); break;
+    case DType::kU32: for (auto x : h.to_vector<std::uint32_t>()) out.push_back(x); break;
+    case DType::kBool: for (bool x : h.to_vector<bool>()) out.push_back(x); break;
+    default: FAIL("unexpected dtype"); break;
+  }
+  return out;
+}
+
+// The Vulkan result equals the CPU one: exactly for integers and bool, within
+// `rtol` (relative, with an absolute floor) for floats; NaN matches NaN.
+void check_same(const Array& gpu, const Array& cpu, double rtol = 2e-6) {
+  REQUIRE(gpu.device() == kGpu);
+  REQUIRE(cpu.device() == Device::cpu());
+  REQUIRE(gpu.dtype() == cpu.dtype());
+  REQUIRE(gpu.shape() == cpu.shape());
+  const auto g = as_doubles(gpu), c = as_doubles(cpu);
+  std::size_t bad = 0, first = 0;
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    const bool same = (std::isnan(g[i]) && std::isnan(c[i])) || g[i] == c[i] ||
+                      (is_inexact(cpu.dtype()) &&
+                       std::abs(g[i] - c[i]) <= rtol * std::max(1.0, std::abs(c[i])));
+    if (!same && bad++ == 0) first = i;
+  }
+  CAPTURE(first);
+  CAPTURE(g.empty() ? 0.0 : g[first]);
+  CAPTURE(c.empty() ? 0.0 : c[first]);
+  CHECK(bad == 0);
+}
+
+// Runs `f` on CPU copies and Vulkan copies of the inputs and compares.
+template <class F>
+void differential(const std::vector<Array>& host_inputs, F f, double rtol = 2e-6) {
+  std::vector<Array> gpu;
+  for (const auto& h : host_inputs) gpu.push_back(to_device(h, kGpu));
+  check_same(f(gpu), f(host_inputs), rtol);
+}
+
+const std::vector<Shape> kShapes = {{}, {1}, {7}, {257}, {3, 1, 5}, {2, 3, 4}, {1000, 1},
+                                    {5, 300}};
+
+}  // namespace
+
+TEST_CASE("kiln::devices() lists the CPU and the Vulkan device with its limits") {
+  const auto all = devices();
+  REQUIRE(all.size() >= 2);
+  CHECK(all[0].device == Device::cpu());
+  const DeviceInfo& v = all[1];
+  CHECK(v.device == kGpu);
+  CHECK(!v.name.empty());
+  CHECK(v.error.empty());
+  CHECK(v.max_workgroup_invocations >= 128);
+  CHECK(v.max_workgroup_count[0] >= 65535);
+  CHECK(v.max_storage_buffer_range >= (1u << 27));
+  CHECK(v.memory_bytes > 0);
+  CHECK(v.bool_storage);
+}
+
+TEST_CASE("unary ops on Vulkan equal the CPU for f32 and f64 over many shapes") {
+  using UnaryFn = Array (*)(const Array&);
+  const std::pair<const char*, UnaryFn> ops[] = {
+      {"neg", neg},   {"abs", abs},   {"exp", exp},     {"tanh", tanh},
+      {"relu", relu}, {"sigmoid", sigmoid}};
+  for (DType dt : {f32, f64}) {
+    for (const auto& shape : kShapes) {
+      for (auto [op_name, op] : ops) {
+        CAPTURE(op_name);
+        CAPTURE(dt);
+        differential({host_random(shape, dt)}, [&](auto& x) { return op(x[0]); },
+                     dt == f64 ? 1e-14 : 2e-6);
+      }
+      // log/sqrt/rsqrt on positive inputs
+      const Array pos = host_random(shape, dt, 0.001, 50);
+      differential({pos}, [](auto& x) { return log(x[0]); }, dt == f64 ? 1e-14 : 2e-6);
+      differential({pos}, [](auto& x) { return sqrt(x[0]); });
+      differential({pos}, [](auto& x) { return rsqrt(x[0]); });
+    }
+  }
+}
+
+TEST_CASE("f64 exp, log and tanh on Vulkan are accurate over their whole range") {
+  std::vector<double> xs = {-745.0, -700.5, -30, -1e-300, -1e-8, 0, 1e-10, 0.3466,
+                            0.5, 1, 2.5, 20, 21.9, 22.5, 300, 709.7, 710, 1e308};
+  const Array h = Array::from_data<double>(xs, {static_cast<std::int64_t>(xs.size())});
+  // lavapipe's f64 exp loses ~|x| * 3e-17 relative near the overflow bound.
+  differential({h}, [](auto& x) { return exp(x[0]); }, 5e-14);
+  differential({h}, [](auto& x) { return tanh(x[0]); }, 1e-14);
+  differential({abs(h)}, [](auto& x) { return log(x[0]); }, 1e-14);
+}
+
+TEST_CASE("binary ops broadcast on Vulkan as on the CPU, for every dtype") {
+  using BinaryFn = Array (*)(const Array&, const Array&);
+  const std::pair<const char*, BinaryFn> arith[] = {
+      {"add", add}, {"subtract", subtract}, {"multiply", multiply}, {"divide", divide},
+      {"maximum", maximum}, {"minimum", minimum}, {"less", less}, {"equal", equal},
+      {"greater_equal", greater_equal}, {"not_equal", not_equal}};
+  const std::pair<Shape, Shape> pairs[] = {
+      {{2, 3, 4}, {2, 3, 4}}, {{2, 3, 4}, {4}}, {{2, 1, 4}, {3, 1}}, {{}, {5, 7}},
+      {{1000, 1}, {1, 3}},    {{257}, {1}},     {{1, 1}, {1}}};
+  for (DType dt : {f32, f64, i32, u32}) {
+    for (const auto& [sa, sb] : pairs) {
+      for (auto [op_name, op] : arith) {
+        CAPTURE(op_name);
+        CAPTURE(dt);
+        differential({host_random(sa, dt), host_random(sb, dt)},
+                     [&](auto& x) { return op(x[0], x[1]); });
+      }
+    }
+  }
+  for (const auto& [sa, sb] : pairs) {
+    differential({host_random(sa, f32), host_random(sb, f32, 0.1, 3)},
+                 [](auto& x) { return power(abs(x[0]), x[1]); }, 1e-5);
+    differential({host_random(sa, f64), host_random(sb, f64, -3, 3)},
+                 [](auto& x) { return power(x[0], astype(astype(x[1], i32), f64)); }, 1e-13);
+  }
+}
+
+TEST_CASE("bool, bitwise and shift ops on Vulkan equal the CPU") {
+  const Shape s{3, 1, 5}, t{4, 5};
+  differential({host_random(s, bool_), host_random(t, bool_)},
+               [](auto& x) { return logical_and(x[0], x[1]); });
+  differential({host_random(s, bool_), host_random(t, bool_)},
+               [](auto& x) { return logical_or(x[0], !x[1]); });
+  differential({host_random(s, bool_), host_random(t, bool_)},
+               [](auto& x) { return maximum(x[0], x[1]); });
+  for (DType dt : {i32, u32}) {
+    differential({host_random(s, dt), host_random(t, dt)},
+                 [](auto& x) { return bitwise_xor(bitwise_and(x[0], x[1]), bitwise_not(x[1])); });
+    differential({host_random(s, dt), abs(host_random(t, i32))},
+                 [&](auto& x) {
+                   Array amount = astype(x[1], dt);
+                   return shift_right_logical(shift_left(x[0], amount), amount);
+                 });
+  }
+  differential({host_random(s, f32)}, [](auto& x) { return bitcast(x[0], u32); });
+}
+
+TEST_CASE("where and astype between every pair of dtypes on Vulkan equal the CPU") {
+  const Shape s{4, 33};
+  differential({host_random(s, bool_), host_random(s, f32), host_random({33}, f32)},
+               [](auto& x) { return where(x[0], x[1], x[2]); });
+  for (DType from : {f32, f64, i32, u32, bool_}) {
+    for (DType to : {f32, f64, i32, u32, bool_}) {
+      CAPTURE(from);
+      CAPTURE(to);
+      differential({host_random(s, from, -1e10, 1e10)},
+                   [&](auto& x) { return astype(x[0], to); });
+    }
+  }
+}
+
+TEST_CASE("reductions over any axes on Vulkan equal the CPU") {
+  const Shape s{6, 1, 35, 4};
+  const std::vector<Axes> axes_list = {{0}, {2}, {3}, {0, 2}, {1, 3}, {0, 1, 2, 3}};
+  for (DType dt : {f32, f64, i32, u32}) {
+    for (const auto& axes : axes_list) {
+      CAPTURE(dt);
+      const Array h = host_random(s, dt);
+      differential({h}, [&](auto& x) { return sum(x[0], axes); }, 1e-5);
+      differential({h}, [&](auto& x) { return max(x[0], axes, true); });
+      differential({h}, [&](auto& x) { return min(x[0], axes); });
+    }
+  }
+  for (std::int64_t axis : {0, 2, 3}) {
+    differential({host_random(s, f32)}, [&](auto& x) { return argmax(x[0], axis); });
+    differential({host_random(s, i32)}, [&](auto& x) { return argmin(x[0], axis); });
+  }
+  // The workgroup tree path: long rows, few outputs.
+  differential({host_random({3, 20000}, f32)}, [](auto& x) { return sum(x[0], {1}); }, 1e-5);
+  differential({host_random({3, 20000}, f32)}, [](auto& x) { return max(x[0], {1}); });
+  differential({host_random({5000}, i32)}, [](auto& x) { return sum(x[0]); });
+  // NaN propagates through max and is the argmax.
+  std::vector<float> v = {1, 2, NAN, 5};
+  differential({Array::from_data<float>(v, {4})}, [](auto& x) { return max(x[0]); });
+  differential({Array::from_data<float>(v, {4})}, [](auto& x) { return argmax(x[0]); });
+  differential({host_random({4, 0}, f32)}, [](auto& x) { return sum(x[0], {1}); });
+}
+
+TEST_CASE("matmul on Vulkan equals the CPU: tiles, edges, batches, broadcasting") {
+  const std::vector<std::pair<Shape, Shape>> cases = {
+      {{1, 1}, {1, 1}},       {{3, 5}, {5, 2}},         {{64, 64}, {64, 64}},
+      {{65, 17}, {17, 130}},  {{200, 33}, {33, 70}},    {{4, 7, 9}, {4, 9, 3}},
+      {{2, 1, 5, 6}, {3, 6, 4}}, {{7}, {7, 3}},         {{5, 7}, {7}},
+      {{3, 0}, {0, 4}}};
+  for (DType dt : {f32, f64}) {
+    for (const auto& [sa, sb] : cases) {
+      CAPTURE(dt);
+      differential({host_random(sa, dt), host_random(sb, dt)},
+                   [](auto& x) { return matmul(x[0], x[1]); }, 1e-5);
+    }
+  }
+}
+
+TEST_CASE("layout ops on Vulkan equal the CPU: transpose, broadcast, slice, concat") {
+  const Array h = host_random({3, 4, 5}, f32);
+  differential({h}, [](auto& x) { return transpose(x[0], {2, 0, 1}); });
+  differential({h}, [](auto& x) { return transpose(x[0]); });
+  differential({h}, [](auto& x) { return reshape(x[0], {5, 12}); });
+  differential({h}, [](auto& x) { return broadcast_to(x[0], {2, 3, 4, 5}); });
+  differential({host_random({4, 1}, i32)}, [](auto& x) { return broadcast_to(x[0], {4, 9}); });
+  differential({h}, [](auto& x) { return slice(x[0], {1, 0, 1}, {3, 4, 5}, {1, 2, 3}); });
+  differential({h}, [](auto& x) { return slice_axis(x[0], 2, 1, 4, 1); });
+  differential({h, host_random({3, 2, 5}, f32)},
+               [](auto& x) { return concatenate({x[0], x[1], x[0]}, 1); });
+  differential({host_random({2, 3}, bool_), host_random({1, 3}, bool_)},
+               [](auto& x) { return concatenate({x[0], x[1]}, 0); });
+}
+
+TEST_CASE("take, take_along_axis and one_hot on Vulkan equal the CPU") {
+  const Array h = host_random({4, 6, 3}, f32);
+  const Array idx = Array::from_data<std::int32_t>(std::vector<std::int32_t>{0, 5, -1, 2, 2},
+                                                    {5});
+  differential({h, idx}, [](auto& x) { return take(x[0], x[1], 1); });
+  const Array idx2 = Array::from_data<std::int32_t>(std::vector<std::int32_t>{3, 0, -4, 1},
+                                                     {2, 2});
+  differential({h, idx2}, [](auto& x) { return take(x[0], x[1], 0); });
+  const Array along = Array::from_data<std::int32_t>(
+      std::vector<std::int32_t>{0, 2, 1, -1, 0, 1, 2, 0}, {4, 2, 1});
+  differential({h, along}, [](auto& x) { return take_along_axis(x[0], x[1], 1); });
+  differential({Array::from_data<std::int32_t>(std::vector<std::int32_t>{0, 3, -1, 7, 2}, {5})},
+               [](auto& x) { return one_hot(x[0], 4); });
+}
+
+TEST_CASE("an index out of range on Vulkan is the CPU's IndexError") {
+  const Array a = to_device(host_random({4}, f32), kGpu);
+  const Array idx = to_device(Array::from_data<std::int32_t>(std::vector<std::int32_t>{1, 4}, {2}),
+                              kGpu);
+  CHECK_THROWS_WITH_AS(take(a, idx, 0),
+                       "[take] index 4 is out of range for axis 0 of size 4", IndexError);
+}
+
+TEST_CASE("creation on Vulkan: full and arange equal the CPU") {
+  for (DType dt : {f32, f64, i32, u32, bool_}) {
+    check_same(full({3, 70}, 1.0, dt, kGpu), full({3, 70}, 1.0, dt, Device::cpu()));
+  }
+  set_default_device(kGpu);
+  const Array g = arange(2.5, 11.0, 0.75, f32);
+  set_default_device(Device::cpu());
+  check_same(g, arange(2.5, 11.0, 0.75, f32));
+}
+
+TEST_CASE("sizes above 65535 * 256 elements use a 2-D dispatch grid") {
+  const std::int64_t n = 65535LL * 256 + 3;
+  const Array h = host_random({n}, f32);
+  differential({h}, [](auto& x) { return x[0] * 2.0f + 1.0f; });
+  differential({h}, [](auto& x) { return sum(reshape(x[0], {n / 3, 3}), {1}); }, 1e-5);
+  // transpose of a big matrix: the strided map path with a 2-D grid
+  const Array m = host_random({4099, 4097}, f32);
+  differential({m}, [](auto& x) { return transpose(x[0]); });
+}
+
+TEST_CASE("f16 arrays live on Vulkan and compute in f32") {
+  const Array h = host_random({5, 9}, f32);
+  const Array g = astype(to_device(h, kGpu), f16);
+  CHECK(g.dtype() == f16);
+  const Array back = astype(exp(g) + g, f32);
+  // f16 keeps ~3 decimal digits
+  check_same(back, exp(h) + h, 2e-3);
+}
+
+TEST_CASE("a bad device index names the devices there are") {
+  CHECK_THROWS_WITH_AS(zeros({2}, f32, Device::vulkan(42)),
+                       doctest::Contains("there is no device vulkan:42"), DeviceError);
+}
+
+TEST_CASE("running out of device memory is an OutOfMemoryError that names the heap") {
+  auto& ctx = vk::Context::get(0);
+  const auto heap = ctx.allocator().heap_size();
+  const std::int64_t per = std::min<std::int64_t>(
+      static_cast<std::int64_t>(ctx.caps().max_storage_buffer_range / 4), 1 << 25);
+  std::vector<Array> held;
+  bool thrown = false;
+  try {
+    for (std::uint64_t used = 0; used <= heap + 4 * static_cast<std::uint64_t>(per); used += 4 * per) {
+      held.push_back(zeros({per}, f32, kGpu));
+    }
+  } catch (const OutOfMemoryError& e) {
+    thrown = true;
+    CHECK(std::string(e.what()).find("out of device memory") != std::string::npos);
+    CHECK(std::string(e.what()).find("heap of vulkan:0") != std::string::npos);
+  }
+  CHECK(thrown);
+  held.clear();
+  // Memory comes back: a new array of the same size fits again.
+  CHECK(sum(zeros({per}, f32, kGpu)).item<float>() == 0.0f);
+  // One array larger than a storage buffer can address is refused up front.
+  const auto range = static_cast<std::int64_t>(ctx.caps().max_storage_buffer_range);
+  CHECK_THROWS_WITH_AS(zeros({range / 4 + 1}, f32, kGpu),
+                       doctest::Contains("maxStorageBufferRange"), OutOfMemoryError);
+}
+
+TEST_CASE("equal kernels share one pipeline whatever op produced them") {
+  auto& cache = vk::Context::get(0).pipelines();
+  const Array a = to_device(host_random({17}, bool_), kGpu);
+  const Array b = to_device(host_random({17}, bool_), kGpu);
+  const auto before = cache.stats();
+  const Array x = logical_or(a, b);  // both lower to OpLogicalOr on bool
+  const Array y = maximum(a, b);
+  const Array z = bitwise_or(a, b);
+  const auto after = cache.stats();
+  CHECK(after.keys - before.keys == 3);
+  CHECK(after.pipelines - before.pipelines <= 1);
+  CHECK(after.text_hits - before.text_hits >= 2);
+  CHECK(as_doubles(x) == as_doubles(y));
+  CHECK(as_doubles(x) == as_doubles(z));
+  // A repeated op is a key hit: nothing new is built.
+  const auto again = cache.stats();
+  (void)logical_or(b, a);
+  CHECK(cache.stats().keys == again.keys);
+}
