@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kiln/backends/vulkan/context.hpp"
+#include "kiln/backends/vulkan/external.hpp"
 #include "kiln/backends/vulkan/memory.hpp"
 #include "kiln/backends/vulkan/pipeline.hpp"
 
@@ -92,6 +93,13 @@ void check_same(const Array& gpu, const Array& cpu, double rtol = 2e-6) {
   CAPTURE(g.empty() ? 0.0 : g[first]);
   CAPTURE(c.empty() ? 0.0 : c[first]);
   CHECK(bad == 0);
+}
+
+// Like check_same, for a result on any Vulkan device.
+void check_close_to(const Array& gpu, const Array& cpu) {
+  const auto g = as_doubles(gpu), c = as_doubles(cpu);
+  REQUIRE(g.size() == c.size());
+  for (std::size_t i = 0; i < g.size(); ++i) CHECK(g[i] == doctest::Approx(c[i]).epsilon(1e-5));
 }
 
 // Runs `f` on CPU copies and Vulkan copies of the inputs and compares.
@@ -373,4 +381,69 @@ TEST_CASE("equal kernels share one pipeline whatever op produced them") {
   const auto again = cache.stats();
   (void)logical_or(b, a);
   CHECK(cache.stats().keys == again.keys);
+}
+
+TEST_CASE("a kernel's SPIR-V prints as the assembly it was compiled from") {
+  auto& cache = vk::Context::get(0).pipelines();
+  const Array a = to_device(host_random({3}, f32), kGpu);
+  (void)(a * a);
+  const vk::Pipeline& p = cache.get("map|multiply/f32|f32|f32@1;f32@1;", [] {
+    FAIL("the multiply kernel should already be cached");
+    return vk::KernelSource{};
+  });
+  CHECK(p.text.find("OpEntryPoint GLCompute %main \"main\"") != std::string::npos);
+  CHECK(p.text.find("OpFMul %f32") != std::string::npos);
+}
+
+TEST_CASE("an application's own VkDevice runs kiln's ops, and kiln owns none of it") {
+  // The application side: its own instance, device and queue.
+  VkApplicationInfo app{VK_STRUCTURE_TYPE_APPLICATION_INFO};
+  app.apiVersion = VK_API_VERSION_1_2;
+  VkInstanceCreateInfo ii{VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO};
+  ii.pApplicationInfo = &app;
+  VkInstance instance;
+  REQUIRE(vkCreateInstance(&ii, nullptr, &instance) == VK_SUCCESS);
+  std::uint32_t n = 1;
+  VkPhysicalDevice phys;
+  REQUIRE(vkEnumeratePhysicalDevices(instance, &n, &phys) != VK_ERROR_INITIALIZATION_FAILED);
+  REQUIRE(n >= 1);
+  std::uint32_t nf = 0;
+  vkGetPhysicalDeviceQueueFamilyProperties(phys, &nf, nullptr);
+  std::vector<VkQueueFamilyProperties> fams(nf);
+  vkGetPhysicalDeviceQueueFamilyProperties(phys, &nf, fams.data());
+  std::uint32_t family = 0;
+  while (!(fams[family].queueFlags & VK_QUEUE_COMPUTE_BIT)) ++family;
+  float prio = 1;
+  VkDeviceQueueCreateInfo qi{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};
+  qi.queueFamilyIndex = family;
+  qi.queueCount = 1;
+  qi.pQueuePriorities = &prio;
+  VkPhysicalDeviceVulkan12Features f12{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
+  f12.storageBuffer8BitAccess = VK_TRUE;
+  VkDeviceCreateInfo di{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO};
+  di.pNext = &f12;
+  di.queueCreateInfoCount = 1;
+  di.pQueueCreateInfos = &qi;
+  VkDevice device;
+  REQUIRE(vkCreateDevice(phys, &di, nullptr, &device) == VK_SUCCESS);
+
+  vulkan::ExternalDevice ext;
+  ext.instance = instance;
+  ext.physical_device = phys;
+  ext.device = device;
+  ext.queue_family = family;
+  ext.storage_buffer_8bit = true;
+  const Device mine = vulkan::use_external_device(ext);
+  CHECK(mine.kind == Device::Kind::kVulkan);
+  CHECK(mine.index >= 1);
+  CHECK(vk::Context::get(mine.index).handle() == device);
+
+  const Array h = host_random({4, 70}, f32);
+  const Array g = to_device(h, mine);
+  CHECK(g.device() == mine);
+  check_close_to(sum(g * g, {1}), sum(h * h, {1}));
+  CHECK(as_doubles(g > 0.0f) == as_doubles(h > 0.0f));
+  // f64 was not enabled by the application: kiln says so instead of failing.
+  CHECK_THROWS_WITH_AS(to_device(astype(h, f64), mine),
+                       doctest::Contains("lacks shaderFloat64"), DTypeError);
 }

@@ -2,6 +2,7 @@
 #include "kiln/backends/vulkan/pipeline.hpp"
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -11,6 +12,12 @@
 
 namespace kiln::vk {
 namespace {
+// KILN_VK_PRINT_KERNELS=1 prints each kernel's SPIR-V assembly as it is compiled.
+bool print_kernels() {
+  const char* v = std::getenv("KILN_VK_PRINT_KERNELS");
+  return v != nullptr && *v != '\0' && std::strcmp(v, "0") != 0;
+}
+
 bool optimize_kernels() {
   // spirv-opt's performance passes; KILN_VK_OPTIMIZE=0 turns them off.
   const char* v = std::getenv("KILN_VK_OPTIMIZE");
@@ -47,11 +54,15 @@ VkDescriptorSetLayout PipelineCache::set_layout(std::uint32_t bindings) {
   return layout;
 }
 
-const Pipeline& PipelineCache::compile(const KernelSource& src) {
+const Pipeline& PipelineCache::compile(const std::string& key, const KernelSource& src) {
   auto it = by_text_.find(src.text);
   if (it != by_text_.end()) {
     ++stats_.text_hits;
     return *it->second;
+  }
+  if (print_kernels()) {
+    std::fprintf(stderr, "kiln: kernel for %s on %s\n%s\n", key.c_str(),
+                 ctx_.device().to_string().c_str(), src.text.c_str());
   }
   const auto t0 = std::chrono::steady_clock::now();
   const std::vector<std::uint32_t> words = spv::assemble(src.text, optimize_kernels());
@@ -95,7 +106,7 @@ const Pipeline& PipelineCache::get(const std::string& key,
   std::lock_guard lock(mu_);
   auto it = by_key_.find(key);
   if (it != by_key_.end()) return *it->second;
-  const Pipeline& p = compile(build());
+  const Pipeline& p = compile(key, build());
   ++stats_.keys;
   by_key_.emplace(key, &p);
   return p;

@@ -51,7 +51,7 @@ class PipelineCache {
   PipelineStats stats() const;
 
  private:
-  const Pipeline& compile(const KernelSource& src);
+  const Pipeline& compile(const std::string& key, const KernelSource& src);
   VkDescriptorSetLayout set_layout(std::uint32_t bindings);
 
   Context& ctx_;
