@@ -4,6 +4,7 @@
 
 #include "kiln/backends/cpu/cpu_backend.hpp"
 #include "kiln/backends/vulkan/context.hpp"
+#include "kiln/backends/vulkan/stream.hpp"
 #include "kiln/backends/vulkan/vulkan_backend.hpp"
 #include "kiln/dsl/backend.hpp"
 #include "kiln/runtime/error.hpp"
@@ -36,6 +37,10 @@ Backend& backend_for(Device d) {
     return cpu_backend;
   }
   return vk::backend(d.index);
+}
+
+void synchronize(Device d) {
+  if (d.kind == Device::Kind::kVulkan) vk::Context::get(d.index).stream().synchronize();
 }
 
 std::vector<DeviceInfo> devices() {

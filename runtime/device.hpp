@@ -29,6 +29,10 @@ Device parse_device(const std::string& text);
 Device default_device();
 void set_default_device(Device d);
 
+// Waits until all work queued on `d` has finished (ops on a Vulkan device return
+// before the device ran them; reading a value also waits).
+void synchronize(Device d);
+
 // What kiln knows about one device: identity, driver and the limits and features
 // the Vulkan backend reads (zero/false for the CPU device).
 struct DeviceInfo {
