@@ -5,7 +5,13 @@
 // in CI: a validation message fails the test at the next synchronisation.
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
 #include <cstdint>
 #include <kiln/kiln.hpp>
 #include <random>
@@ -446,4 +452,72 @@ TEST_CASE("an application's own VkDevice runs kiln's ops, and kiln owns none of 
   // f64 was not enabled by the application: kiln says so instead of failing.
   CHECK_THROWS_WITH_AS(to_device(astype(h, f64), mine),
                        doctest::Contains("lacks shaderFloat64"), DTypeError);
+}
+
+// Run by the test below in a child process (KILN_TEST_CHILD=1): compiles a few
+// kernels and prints how many came from the disk cache.
+TEST_CASE("child: compile kernels and report disk cache hits") {
+  if (std::getenv("KILN_TEST_CHILD") == nullptr) return;
+  const Array a = to_device(host_random({5, 7}, f32), kGpu);
+  (void)sum(exp(a) * 3.0f + a, {1}).to_vector<float>();
+  (void)matmul(a, transpose(a)).to_vector<float>();
+  const auto s = vk::Context::get(0).pipelines().stats();
+  std::printf("disk_hits=%zu pipelines=%zu\n", s.disk_hits, s.pipelines);
+}
+
+namespace {
+struct ChildRun {
+  std::size_t disk_hits = 0, pipelines = 0;
+  std::string output;
+};
+ChildRun run_child(const std::string& cache_dir) {
+  const std::string cmd = "KILN_TEST_CHILD=1 KILN_CACHE_DIR=" + cache_dir +
+                          " /proc/" + std::to_string(getpid()) +
+                          "/exe -tc='child: *' 2>&1";
+  ChildRun r;
+  FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  char buf[4096];
+  while (std::fgets(buf, sizeof(buf), p)) r.output += buf;
+  CHECK(pclose(p) == 0);
+  const auto at = r.output.find("disk_hits=");
+  REQUIRE(at != std::string::npos);
+  std::sscanf(r.output.c_str() + at, "disk_hits=%zu pipelines=%zu", &r.disk_hits,
+              &r.pipelines);
+  return r;
+}
+}  // namespace
+
+TEST_CASE("kernels come back from the disk cache after a restart; a corrupt file is rebuilt") {
+  char tmpl[] = "/tmp/kiln-disk-cache-XXXXXX";
+  REQUIRE(mkdtemp(tmpl) != nullptr);
+  const std::string dir = tmpl;
+  const ChildRun cold = run_child(dir);
+  CAPTURE(cold.output);
+  CHECK(cold.pipelines >= 4);
+  CHECK(cold.disk_hits == 0);
+  const ChildRun warm = run_child(dir);
+  CAPTURE(warm.output);
+  CHECK(warm.disk_hits == warm.pipelines);
+  CHECK(warm.pipelines == cold.pipelines);
+  // Damage one stored kernel: it is a miss with one warning, and rewritten.
+  std::string victim;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) {
+    if (e.path().filename().string().rfind("spirv-", 0) == 0) victim = e.path();
+  }
+  REQUIRE(!victim.empty());
+  {
+    std::FILE* f = std::fopen(victim.c_str(), "r+b");
+    REQUIRE(f != nullptr);
+    std::fseek(f, 120, SEEK_SET);
+    std::fputc(0x5a, f);
+    std::fclose(f);
+  }
+  const ChildRun damaged = run_child(dir);
+  CAPTURE(damaged.output);
+  CHECK(damaged.disk_hits == damaged.pipelines - 1);
+  CHECK(damaged.output.find("ignoring " + victim) != std::string::npos);
+  const ChildRun repaired = run_child(dir);
+  CHECK(repaired.disk_hits == repaired.pipelines);
+  std::filesystem::remove_all(dir);
 }

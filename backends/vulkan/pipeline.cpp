@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
+#include <string_view>
 
 #include "kiln/backends/vulkan/check.hpp"
 #include "kiln/backends/vulkan/context.hpp"
@@ -23,14 +25,95 @@ bool optimize_kernels() {
   const char* v = std::getenv("KILN_VK_OPTIMIZE");
   return v == nullptr || std::strcmp(v, "0") != 0;
 }
+
+// FNV-1a, 64-bit: stable across processes and builds (absl::Hash is seeded).
+std::uint64_t stable_hash(std::string_view s) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+std::mutex g_caches_mu;
+std::vector<PipelineCache*>& all_caches() {
+  static auto* v = new std::vector<PipelineCache*>();
+  return *v;
+}
+void save_all_at_exit() {
+  std::lock_guard lock(g_caches_mu);
+  for (PipelineCache* c : all_caches()) c->save();
+}
+
 }  // namespace
 
 PipelineCache::PipelineCache(Context& ctx) : ctx_(ctx) {
+  const auto& props = ctx.properties();
+  CacheProvenance prov;
+  prov.vendor_id = props.vendorID;
+  prov.device_id = props.deviceID;
+  prov.driver_version = props.driverVersion;
+  std::memcpy(prov.pipeline_cache_uuid.data(), props.pipelineCacheUUID, VK_UUID_SIZE);
+  if (auto dir = DiskCache::default_dir()) {
+    disk_ = std::make_unique<DiskCache>(*dir, prov);
+  }
+  std::optional<std::vector<std::uint8_t>> data;
+  if (disk_ && !ctx.quirks().pipeline_cache_header_only) data = disk_->load("pipeline", 0);
   VkPipelineCacheCreateInfo ci{VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO};
+  if (data) {  // the driver checks its own header and ignores data it cannot use
+    ci.initialDataSize = data->size();
+    ci.pInitialData = data->data();
+  }
   KILN_VK(vkCreatePipelineCache(ctx.handle(), &ci, nullptr, &vk_cache_));
+  std::lock_guard lock(g_caches_mu);
+  if (all_caches().empty()) std::atexit(save_all_at_exit);
+  all_caches().push_back(this);
 }
 
 PipelineCache::~PipelineCache() = default;  // lives until process exit
+
+void PipelineCache::save() {
+  std::lock_guard lock(mu_);
+  if (!disk_ || !dirty_ || ctx_.quirks().pipeline_cache_header_only) return;
+  std::size_t size = 0;
+  if (vkGetPipelineCacheData(ctx_.handle(), vk_cache_, &size, nullptr) != VK_SUCCESS) return;
+  std::vector<std::uint8_t> data(size);
+  if (vkGetPipelineCacheData(ctx_.handle(), vk_cache_, &size, data.data()) != VK_SUCCESS) return;
+  data.resize(size);
+  disk_->store("pipeline", 0, data);
+  dirty_ = false;
+}
+
+// Validated SPIR-V for `text`: from the disk cache, else assembled, validated,
+// optimized and stored. Payload: u32 text length, the text, then the words.
+std::vector<std::uint32_t> PipelineCache::spirv_for(const std::string& text) {
+  const std::uint64_t key = stable_hash(text);
+  if (disk_) {
+    if (auto hit = disk_->load("spirv", key)) {
+      std::uint32_t n = 0;
+      if (hit->size() >= 4) std::memcpy(&n, hit->data(), 4);
+      const std::size_t words_at = 4 + static_cast<std::size_t>(n);
+      if (hit->size() >= words_at && (hit->size() - words_at) % 4 == 0 &&
+          std::string_view(reinterpret_cast<const char*>(hit->data()) + 4, n) == text) {
+        std::vector<std::uint32_t> words((hit->size() - words_at) / 4);
+        std::memcpy(words.data(), hit->data() + words_at, words.size() * 4);
+        ++stats_.disk_hits;
+        return words;
+      }
+    }
+  }
+  std::vector<std::uint32_t> words = spv::assemble(text, optimize_kernels());
+  if (disk_) {
+    std::vector<std::uint8_t> payload(4 + text.size() + words.size() * 4);
+    const auto n = static_cast<std::uint32_t>(text.size());
+    std::memcpy(payload.data(), &n, 4);
+    std::memcpy(payload.data() + 4, text.data(), text.size());
+    std::memcpy(payload.data() + 4 + text.size(), words.data(), words.size() * 4);
+    disk_->store("spirv", key, payload);
+  }
+  return words;
+}
 
 VkDescriptorSetLayout PipelineCache::set_layout(std::uint32_t bindings) {
   auto it = set_layouts_.find(bindings);
@@ -65,7 +148,7 @@ const Pipeline& PipelineCache::compile(const std::string& key, const KernelSourc
                  ctx_.device().to_string().c_str(), src.text.c_str());
   }
   const auto t0 = std::chrono::steady_clock::now();
-  const std::vector<std::uint32_t> words = spv::assemble(src.text, optimize_kernels());
+  const std::vector<std::uint32_t> words = spirv_for(src.text);
   auto p = std::make_unique<Pipeline>();
   p->bindings = src.bindings;
   p->push_words = src.push_words;
@@ -96,6 +179,7 @@ const Pipeline& PipelineCache::compile(const std::string& key, const KernelSourc
   stats_.compile_seconds +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ++stats_.pipelines;
+  dirty_ = true;
   const Pipeline& ref = *p;
   by_text_.emplace(src.text, std::move(p));
   return ref;

@@ -1,7 +1,10 @@
 // Compiled kernels. A kernel is identified by its SPIR-V assembly text (the
 // canonical form: equal kernels share one pipeline, whatever op sequence made
 // them); lookups go through a cheap key the lowering computes first, so a hit
-// costs one hash-map probe and no text is built.
+// costs one hash-map probe and no text is built. On disk (disk_cache.hpp) each
+// kernel's validated SPIR-V is stored under a stable hash of its text (the text is
+// stored too and compared, so a hash collision is a miss, never a wrong kernel),
+// and the driver's VkPipelineCache data under "pipeline".
 #pragma once
 
 #include <vulkan/vulkan.h>
@@ -14,6 +17,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "kiln/backends/vulkan/disk_cache.hpp"
 
 namespace kiln::vk {
 
@@ -38,6 +42,7 @@ struct PipelineStats {
   std::size_t pipelines = 0;     // distinct kernels compiled
   std::size_t keys = 0;          // lowering keys seen
   std::size_t text_hits = 0;     // keys that found an equal kernel already built
+  std::size_t disk_hits = 0;     // kernels whose SPIR-V came from the disk cache
   double compile_seconds = 0.0;  // assemble + validate + vkCreateComputePipelines
 };
 
@@ -49,14 +54,19 @@ class PipelineCache {
   const Pipeline& get(const std::string& key,
                       const std::function<KernelSource()>& build);
   PipelineStats stats() const;
+  // Writes the VkPipelineCache data to the disk cache (also done at exit).
+  void save();
 
  private:
   const Pipeline& compile(const std::string& key, const KernelSource& src);
   VkDescriptorSetLayout set_layout(std::uint32_t bindings);
+  std::vector<std::uint32_t> spirv_for(const std::string& text);
 
   Context& ctx_;
   mutable std::mutex mu_;
   VkPipelineCache vk_cache_ = VK_NULL_HANDLE;
+  std::unique_ptr<DiskCache> disk_;  // null when disabled (KILN_DISK_CACHE=0)
+  bool dirty_ = false;               // pipelines compiled since the last save
   absl::flat_hash_map<std::string, const Pipeline*> by_key_;
   absl::flat_hash_map<std::string, std::unique_ptr<Pipeline>> by_text_;
   absl::flat_hash_map<std::uint32_t, VkDescriptorSetLayout> set_layouts_;
