@@ -57,7 +57,7 @@ struct Embedding {
 };
 
 // Normalises over the trailing `shape` axes: (x - mean) / sqrt(var + eps) *
-// weight + bias (eqx.nn.LayerNorm; weight ones, bias zeros).
+// weight + bias (eqx.nn.LayerNorm; weight ones, bias zeros): nn::LayerNorm({64}).
 struct LayerNorm {
   Array weight;  // `shape`, or None
   Array bias;    // `shape`, or None
@@ -68,8 +68,6 @@ struct LayerNorm {
   LayerNorm() = default;
   explicit LayerNorm(std::vector<std::int64_t> shape, double eps = 1e-5,
                      bool use_weight = true, bool use_bias = true);
-  explicit LayerNorm(std::int64_t size, double eps = 1e-5)
-      : LayerNorm(std::vector<std::int64_t>{size}, eps) {}
   Array operator()(const Array& x) const;
 };
 
