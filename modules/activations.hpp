@@ -1,0 +1,37 @@
+// Activation functions of kiln::nn, as plain functions `Array f(const Array&)`
+// so a module can store one as a static function-pointer leaf with a stable
+// identity (seed 1): `Array (*activation)(const Array&) = nn::relu;`.
+// Numerically stable forms (softmax subtracts the max, log_softmax uses
+// log-sum-exp). relu, tanh and sigmoid are the DSL's own ops.
+#pragma once
+
+#include <cstdint>
+
+#include "kiln/dsl/ops.hpp"
+
+namespace kiln::nn {
+
+using Activation = Array (*)(const Array&);
+
+using kiln::relu;
+using kiln::sigmoid;
+using kiln::tanh;
+
+Array identity(const Array& x);
+// jax.nn.gelu(x, approximate=True): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+Array gelu(const Array& x);
+// jax.nn.gelu(x, approximate=False): x (1 + erf(x / sqrt 2)) / 2.
+Array gelu_exact(const Array& x);
+Array gelu(const Array& x, bool approximate);
+// x * sigmoid(x) (jax.nn.silu).
+Array silu(const Array& x);
+// Along the last axis (or `axis`), max-subtracted.
+Array softmax(const Array& x);
+Array softmax(const Array& x, std::int64_t axis);
+Array log_softmax(const Array& x);
+Array log_softmax(const Array& x, std::int64_t axis);
+// Error function of a floating x (XLA's f32 rational approximation, also used
+// for f64; accurate to ~1 ulp of f32).
+Array erf(const Array& x);
+
+}  // namespace kiln::nn

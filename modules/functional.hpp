@@ -1,0 +1,62 @@
+// Stateless building blocks of kiln::nn written only with DSL ops: padding,
+// 2-D convolution (im2col + matmul) and 2-D max/average pooling, all in NCHW
+// with OIHW kernels (Equinox/lax.conv layout). Being composites, they trace,
+// get gradients from the primitives' vjp rules and run on every backend.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "kiln/runtime/array.hpp"
+
+namespace kiln::nn {
+
+// (height, width) pair for kernel sizes, strides and dilations; an integer
+// means the same value for both: `2` or `{2, 1}`.
+struct Int2 {
+  std::int64_t h = 1, w = 1;
+  Int2(std::int64_t v = 1) : h(v), w(v) {}  // NOLINT: implicit by design
+  Int2(std::int64_t h_, std::int64_t w_) : h(h_), w(w_) {}
+  std::array<std::int64_t, 2> arr() const { return {h, w}; }
+};
+
+// Zero padding of the two spatial axes as (low, high) per axis: `1` (all
+// sides), `{1, 2}` (height, width: symmetric), or `{{0, 1}, {1, 1}}`.
+struct Padding2 {
+  std::array<std::int64_t, 2> h{0, 0}, w{0, 0};
+  Padding2(std::int64_t p = 0) : h{p, p}, w{p, p} {}  // NOLINT: implicit
+  Padding2(std::int64_t ph, std::int64_t pw) : h{ph, ph}, w{pw, pw} {}
+  Padding2(std::array<std::int64_t, 2> h_, std::array<std::int64_t, 2> w_)
+      : h(h_), w(w_) {}
+  std::array<std::array<std::int64_t, 2>, 2> arr() const { return {h, w}; }
+};
+
+// jnp.pad(x, widths, constant_values=value): widths[i] = (before, after) for
+// axis i; fewer entries than x.ndim() leave the trailing axes unpadded.
+Array pad(const Array& x, const std::vector<std::array<std::int64_t, 2>>& widths,
+          double value = 0.0);
+
+struct ConvOptions {
+  Int2 stride = 1;
+  Padding2 padding = 0;
+  Int2 dilation = 1;
+  std::int64_t groups = 1;
+};
+
+// lax.conv_general_dilated(x, w, stride, padding, rhs_dilation=dilation,
+// feature_group_count=groups) with x (N, C, H, W) and w (O, C/groups, KH, KW):
+// result (N, O, Ho, Wo). No bias (add it yourself, shape (O, 1, 1)).
+Array conv2d(const Array& x, const Array& w, const ConvOptions& options = {});
+
+struct PoolOptions {
+  Int2 stride = 1;  // Equinox's default: 1 (not the kernel size)
+  Padding2 padding = 0;
+};
+
+// Max over each kernel window of x (N, C, H, W); padding is -inf (never wins).
+Array max_pool2d(const Array& x, Int2 kernel, const PoolOptions& options = {});
+// Mean over each window; padded zeros count (divides by KH * KW, as Equinox).
+Array avg_pool2d(const Array& x, Int2 kernel, const PoolOptions& options = {});
+
+}  // namespace kiln::nn

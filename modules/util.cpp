@@ -1,0 +1,45 @@
+// Helpers shared by the kiln::nn layers (see util.hpp).
+#include "kiln/modules/util.hpp"
+
+#include "kiln/dsl/ops.hpp"
+#include "kiln/dsl/random.hpp"
+#include "kiln/runtime/error.hpp"
+#include "kiln/runtime/strings.hpp"
+
+namespace kiln::nn::detail {
+
+using kiln::detail::str_cat;
+
+void check_key(std::string_view module, const Array& key) {
+  if (key.is_null()) {
+    throw ValueError(str_cat("[", module, "] a PRNG key is required (e.g. kiln::random::key(0))"));
+  }
+  if (key.dtype() != u32 || key.shape() != Shape{2}) {
+    throw ValueError(str_cat("[", module, "] expected a PRNG key (u32, shape (2,)), got ",
+                             name(key.dtype()), " of shape ", to_string(key.shape())));
+  }
+}
+
+Array key_at(const Array& keys, std::int64_t i) {
+  return reshape(slice_axis(keys, 0, i, i + 1), Shape{2});
+}
+
+Array uniform_init(const Array& key, const Shape& shape, double lim) {
+  return random::uniform(key, shape, f32, -lim, lim);
+}
+
+void throw_input_shape(std::string_view module, std::string_view what,
+                       std::string_view expected, const Shape& got) {
+  throw ShapeError(str_cat("[", module, "] expected ", what, " ", expected, ", got ",
+                           to_string(got)));
+}
+
+void check_floating_input(std::string_view module, std::string_view what, const Array& a) {
+  if (a.is_null()) throw ValueError(str_cat("[", module, "] ", what, " is None"));
+  if (!is_inexact(a.dtype())) {
+    throw DTypeError(str_cat("[", module, "] ", what, " must be floating, got ",
+                             name(a.dtype()), " of shape ", to_string(a.shape())));
+  }
+}
+
+}  // namespace kiln::nn::detail

@@ -1,0 +1,26 @@
+// Helpers shared by the kiln::nn layers: keys for initialisation (Equinox's
+// splitting scheme) and the "[nn.X] expected input ..., got ..." errors.
+// Installed only because the Sequential template uses key_at.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "kiln/runtime/array.hpp"
+
+namespace kiln::nn::detail {
+
+// Throws ValueError unless `key` is a PRNG key (u32, shape (2,)).
+void check_key(std::string_view module, const Array& key);
+// Row i of random::split(key, n) as a key of shape (2,).
+Array key_at(const Array& keys, std::int64_t i);
+// Equinox's default_init: uniform in [-lim, lim) of f32.
+Array uniform_init(const Array& key, const Shape& shape, double lim);
+
+// ShapeError "[<module>] expected input <expected>, got <shape>".
+[[noreturn]] void throw_input_shape(std::string_view module, std::string_view what,
+                                    std::string_view expected, const Shape& got);
+// ValueError "[<module>] <what> is None" when `a` is null; DTypeError unless floating.
+void check_floating_input(std::string_view module, std::string_view what, const Array& a);
+
+}  // namespace kiln::nn::detail
