@@ -31,7 +31,8 @@ Array cos_0_to_pi(const Array& x) {
   // sin(y) = y (1 - y2/3! (1 - y2/(4*5) (1 - y2/(6*7) (...))))
   Array p = 1.0 - y2 / (14.0 * 15.0);
   for (int k = 6; k >= 1; --k) {
-    const double d = static_cast<double>(2 * k) * static_cast<double>(2 * k + 1);
+    const double d =
+        static_cast<double>(2 * k) * static_cast<double>(2 * k + 1);
     p = 1.0 - y2 * p / d;
   }
   return -(y * p);
@@ -40,7 +41,8 @@ Array cos_0_to_pi(const Array& x) {
 Array as_f32(const Array& a) { return astype(a, f32); }
 
 Array eval_piece(const SchedulePiece& p, const Array& count_i32) {
-  const Array count = p.offset == 0 ? count_i32 : count_i32 - static_cast<double>(p.offset);
+  const Array count =
+      p.offset == 0 ? count_i32 : count_i32 - static_cast<double>(p.offset);
   switch (p.kind) {
     case SchedulePiece::Kind::kConstant:
       return full_like(as_f32(count), p.init_value);
@@ -55,8 +57,10 @@ Array eval_piece(const SchedulePiece& p, const Array& count_i32) {
     case SchedulePiece::Kind::kCosine: {
       const double steps = static_cast<double>(p.steps);
       const Array c = minimum(as_f32(count), steps);
-      const Array cosine = (cos_0_to_pi(c * std::numbers::pi / steps) + 1.0) * 0.5;
-      const Array shaped = p.exponent == 1.0 ? cosine : power(cosine, p.exponent);
+      const Array cosine =
+          (cos_0_to_pi(c * std::numbers::pi / steps) + 1.0) * 0.5;
+      const Array shaped =
+          p.exponent == 1.0 ? cosine : power(cosine, p.exponent);
       return (shaped * (1.0 - p.alpha) + p.alpha) * p.init_value;
     }
     case SchedulePiece::Kind::kPiecewise: {
@@ -82,14 +86,16 @@ Schedule::Schedule(std::vector<SchedulePiece> pieces,
                    std::vector<std::int64_t> boundaries)
     : pieces_(std::move(pieces)), boundaries_(std::move(boundaries)) {
   if (pieces_.empty() || boundaries_.size() + 1 != pieces_.size()) {
-    throw ValueError(str_cat("[optim.schedule] a schedule needs one boundary fewer than pieces, got ",
-                             pieces_.size(), " pieces and ", boundaries_.size(),
-                             " boundaries"));
+    throw ValueError(str_cat(
+        "[optim.schedule] a schedule needs one boundary fewer than pieces, "
+        "got ",
+        pieces_.size(), " pieces and ", boundaries_.size(), " boundaries"));
   }
 }
 
 bool Schedule::is_constant() const {
-  return pieces_.size() == 1 && pieces_[0].kind == SchedulePiece::Kind::kConstant;
+  return pieces_.size() == 1 &&
+         pieces_[0].kind == SchedulePiece::Kind::kConstant;
 }
 
 double Schedule::constant_value() const {
@@ -101,10 +107,11 @@ double Schedule::constant_value() const {
 
 Array Schedule::operator()(const Array& count) const {
   if (count.is_null() || count.dtype() != i32 || count.ndim() != 0) {
-    throw DTypeError(str_cat("[optim.schedule] the step count must be an i32 scalar, got ",
-                             count.is_null() ? std::string("None")
-                                             : str_cat(name(count.dtype()),
-                                                       to_string(count.shape()))));
+    throw DTypeError(
+        str_cat("[optim.schedule] the step count must be an i32 scalar, got ",
+                count.is_null()
+                    ? std::string("None")
+                    : str_cat(name(count.dtype()), to_string(count.shape()))));
   }
   Array out = eval_piece(pieces_[0], count);
   for (std::size_t i = 0; i < boundaries_.size(); ++i) {
@@ -116,9 +123,11 @@ Array Schedule::operator()(const Array& count) const {
 
 double Schedule::at(std::int64_t count) const {
   if (count < 0 || count > std::numeric_limits<std::int32_t>::max()) {
-    throw ValueError(str_cat("[optim.schedule] step ", count, " is outside the i32 range"));
+    throw ValueError(
+        str_cat("[optim.schedule] step ", count, " is outside the i32 range"));
   }
-  return (*this)(scalar<std::int32_t>(static_cast<std::int32_t>(count))).item<float>();
+  return (*this)(scalar<std::int32_t>(static_cast<std::int32_t>(count)))
+      .item<float>();
 }
 
 std::ostream& operator<<(std::ostream& os, const Schedule& s) {
@@ -128,8 +137,8 @@ std::ostream& operator<<(std::ostream& os, const Schedule& s) {
         os << p.init_value;
         break;
       case SchedulePiece::Kind::kLinear:
-        os << "linear(" << p.init_value << " -> " << p.end_value << ", steps=" << p.steps
-           << ", begin=" << p.begin << ")";
+        os << "linear(" << p.init_value << " -> " << p.end_value
+           << ", steps=" << p.steps << ", begin=" << p.begin << ")";
         break;
       case SchedulePiece::Kind::kCosine:
         os << "cosine_decay(init=" << p.init_value << ", steps=" << p.steps
@@ -137,7 +146,8 @@ std::ostream& operator<<(std::ostream& os, const Schedule& s) {
         break;
       case SchedulePiece::Kind::kPiecewise:
         os << "piecewise_constant(init=" << p.init_value;
-        for (const auto& [b, sc] : p.boundaries_and_scales) os << ", " << b << ": x" << sc;
+        for (const auto& [b, sc] : p.boundaries_and_scales)
+          os << ", " << b << ": x" << sc;
         os << ")";
         break;
     }
@@ -173,8 +183,9 @@ Schedule linear_schedule(double init_value, double end_value,
 Schedule cosine_decay_schedule(double init_value, std::int64_t decay_steps,
                                double alpha, double exponent) {
   if (decay_steps <= 0) {
-    throw ValueError(str_cat("[optim.cosine_decay_schedule] decay_steps must be positive, got ",
-                             decay_steps));
+    throw ValueError(str_cat(
+        "[optim.cosine_decay_schedule] decay_steps must be positive, got ",
+        decay_steps));
   }
   SchedulePiece p;
   p.kind = SchedulePiece::Kind::kCosine;
@@ -199,9 +210,9 @@ Schedule piecewise_constant_schedule(
 Schedule join_schedules(const std::vector<Schedule>& schedules,
                         const std::vector<std::int64_t>& boundaries) {
   if (schedules.empty() || boundaries.size() + 1 != schedules.size()) {
-    throw ValueError(str_cat("[optim.join_schedules] needs one boundary fewer than schedules, got ",
-                             schedules.size(), " schedules and ", boundaries.size(),
-                             " boundaries"));
+    throw ValueError(str_cat(
+        "[optim.join_schedules] needs one boundary fewer than schedules, got ",
+        schedules.size(), " schedules and ", boundaries.size(), " boundaries"));
   }
   // Sequential `where(count < b, out, next(count - b))`, flattened: the pieces
   // of schedule i are shifted by boundaries[i-1] (nested joins stay exact).
@@ -223,13 +234,14 @@ Schedule join_schedules(const std::vector<Schedule>& schedules,
 
 Schedule warmup_cosine_decay_schedule(double init_value, double peak_value,
                                       std::int64_t warmup_steps,
-                                      std::int64_t decay_steps, double end_value,
-                                      double exponent) {
+                                      std::int64_t decay_steps,
+                                      double end_value, double exponent) {
   const double alpha = peak_value == 0.0 ? 0.0 : end_value / peak_value;
-  return join_schedules({linear_schedule(init_value, peak_value, warmup_steps),
-                         cosine_decay_schedule(peak_value, decay_steps - warmup_steps,
-                                               alpha, exponent)},
-                        {warmup_steps});
+  return join_schedules(
+      {linear_schedule(init_value, peak_value, warmup_steps),
+       cosine_decay_schedule(peak_value, decay_steps - warmup_steps, alpha,
+                             exponent)},
+      {warmup_steps});
 }
 
 }  // namespace kiln::optim

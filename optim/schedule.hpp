@@ -20,13 +20,14 @@ struct SchedulePiece {
   enum class Kind : std::uint8_t { kConstant, kLinear, kCosine, kPiecewise };
   Kind kind = Kind::kConstant;
   double init_value = 0;
-  double end_value = 0;             // kLinear
-  std::int64_t steps = 0;           // kLinear: transition steps; kCosine: decay steps
-  std::int64_t begin = 0;           // kLinear: transition_begin
-  double alpha = 0;                 // kCosine: final value as a fraction of init
-  double exponent = 1;              // kCosine
-  std::vector<std::pair<std::int64_t, double>> boundaries_and_scales;  // kPiecewise
-  std::int64_t offset = 0;          // set by join_schedules
+  double end_value = 0;    // kLinear
+  std::int64_t steps = 0;  // kLinear: transition steps; kCosine: decay steps
+  std::int64_t begin = 0;  // kLinear: transition_begin
+  double alpha = 0;        // kCosine: final value as a fraction of init
+  double exponent = 1;     // kCosine
+  std::vector<std::pair<std::int64_t, double>>
+      boundaries_and_scales;  // kPiecewise
+  std::int64_t offset = 0;    // set by join_schedules
 
   friend bool operator==(const SchedulePiece&, const SchedulePiece&) = default;
   template <class H>
@@ -45,7 +46,8 @@ class Schedule {
  public:
   Schedule() : Schedule(0.0) {}
   Schedule(double value);  // NOLINT: implicit by design (a constant)
-  Schedule(std::vector<SchedulePiece> pieces, std::vector<std::int64_t> boundaries);
+  Schedule(std::vector<SchedulePiece> pieces,
+           std::vector<std::int64_t> boundaries);
 
   bool is_constant() const;
   // The constant's value (ValueError when the schedule is not constant).

@@ -15,7 +15,8 @@ GradientTransformation one(StageOp op) {
 
 bool under(std::string_view path, std::string_view prefix) {
   if (prefix.empty()) return true;  // the root holds everything
-  if (path.size() < prefix.size() || path.substr(0, prefix.size()) != prefix) return false;
+  if (path.size() < prefix.size() || path.substr(0, prefix.size()) != prefix)
+    return false;
   return path.size() == prefix.size() || path[prefix.size()] == '.' ||
          path[prefix.size()] == '[';
 }
@@ -35,7 +36,8 @@ bool Mask::matches(std::string_view path, const Array& leaf) const {
 }
 
 std::string_view Stage::name() const {
-  return std::visit([](const auto& op) { return std::decay_t<decltype(op)>::kName; }, op);
+  return std::visit(
+      [](const auto& op) { return std::decay_t<decltype(op)>::kName; }, op);
 }
 
 std::ostream& operator<<(std::ostream& os, const Stage& s) {
@@ -50,7 +52,8 @@ std::ostream& operator<<(std::ostream& os, const Stage& s) {
          << ", initial_scale=" << a.initial_scale << ")";
     }
     void operator()(const Momentum& a) {
-      os << "trace(decay=" << a.decay << (a.nesterov ? ", nesterov" : "") << ")";
+      os << "trace(decay=" << a.decay << (a.nesterov ? ", nesterov" : "")
+         << ")";
     }
     void operator()(const AddDecayedWeights& a) {
       os << "add_decayed_weights(" << a.weight_decay << ")";
@@ -68,14 +71,18 @@ std::ostream& operator<<(std::ostream& os, const Stage& s) {
     os << " where " << (m.invert ? "not " : "") << "(";
     const char* sep = "";
     if (m.filter != nullptr) {
-      os << kiln::detail::function_name(reinterpret_cast<std::uintptr_t>(m.filter));
+      os << kiln::detail::function_name(
+          reinterpret_cast<std::uintptr_t>(m.filter));
       sep = " and ";
     }
     if (m.path_filter != nullptr) {
-      os << sep << kiln::detail::function_name(reinterpret_cast<std::uintptr_t>(m.path_filter));
+      os << sep
+         << kiln::detail::function_name(
+                reinterpret_cast<std::uintptr_t>(m.path_filter));
       sep = " and ";
     }
-    if (!m.paths.empty()) os << sep << "under " << kiln::detail::join(m.paths, " or ");
+    if (!m.paths.empty())
+      os << sep << "under " << kiln::detail::join(m.paths, " or ");
     os << ")";
   }
   return os;
@@ -96,56 +103,67 @@ GradientTransformation chain(const std::vector<GradientTransformation>& parts) {
   return GradientTransformation(std::move(stages));
 }
 
-GradientTransformation scale_by_adam(double b1, double b2, double eps, double eps_root) {
+GradientTransformation scale_by_adam(double b1, double b2, double eps,
+                                     double eps_root) {
   return one(ScaleByAdam{b1, b2, eps, eps_root});
 }
-GradientTransformation scale_by_rms(double decay, double eps, double initial_scale) {
+GradientTransformation scale_by_rms(double decay, double eps,
+                                    double initial_scale) {
   return one(ScaleByRms{decay, eps, initial_scale});
 }
 GradientTransformation trace(double decay, bool nesterov) {
   return one(Momentum{decay, nesterov});
 }
-GradientTransformation add_decayed_weights(double weight_decay, std::optional<Mask> mask) {
+GradientTransformation add_decayed_weights(double weight_decay,
+                                           std::optional<Mask> mask) {
   GradientTransformation t = one(AddDecayedWeights{weight_decay});
   return mask ? masked(t, *mask) : t;
 }
 GradientTransformation clip_by_global_norm(double max_norm) {
   if (!(max_norm > 0)) {
     throw ValueError(kiln::detail::str_cat(
-        "[optim.clip_by_global_norm] max_norm must be positive, got ", max_norm));
+        "[optim.clip_by_global_norm] max_norm must be positive, got ",
+        max_norm));
   }
   return one(ClipByGlobalNorm{max_norm});
 }
 GradientTransformation scale_by_learning_rate(Schedule learning_rate) {
   return one(ScaleByLearningRate{std::move(learning_rate)});
 }
-GradientTransformation masked(const GradientTransformation& inner, const Mask& mask) {
+GradientTransformation masked(const GradientTransformation& inner,
+                              const Mask& mask) {
   std::vector<Stage> stages = inner.stages();
   for (Stage& s : stages) s.masks.push_back(mask);
   return GradientTransformation(std::move(stages));
 }
-GradientTransformation frozen(const Mask& mask) { return masked(one(Freeze{}), mask); }
-
-GradientTransformation sgd(Schedule learning_rate, std::optional<double> momentum,
-                           bool nesterov) {
-  if (!momentum) return scale_by_learning_rate(std::move(learning_rate));
-  return chain(trace(*momentum, nesterov), scale_by_learning_rate(std::move(learning_rate)));
+GradientTransformation frozen(const Mask& mask) {
+  return masked(one(Freeze{}), mask);
 }
-GradientTransformation adam(Schedule learning_rate, double b1, double b2, double eps,
-                            double eps_root) {
+
+GradientTransformation sgd(Schedule learning_rate,
+                           std::optional<double> momentum, bool nesterov) {
+  if (!momentum) return scale_by_learning_rate(std::move(learning_rate));
+  return chain(trace(*momentum, nesterov),
+               scale_by_learning_rate(std::move(learning_rate)));
+}
+GradientTransformation adam(Schedule learning_rate, double b1, double b2,
+                            double eps, double eps_root) {
   return chain(scale_by_adam(b1, b2, eps, eps_root),
                scale_by_learning_rate(std::move(learning_rate)));
 }
-GradientTransformation adamw(Schedule learning_rate, double b1, double b2, double eps,
-                             double weight_decay, std::optional<Mask> mask) {
-  return chain(scale_by_adam(b1, b2, eps), add_decayed_weights(weight_decay, std::move(mask)),
+GradientTransformation adamw(Schedule learning_rate, double b1, double b2,
+                             double eps, double weight_decay,
+                             std::optional<Mask> mask) {
+  return chain(scale_by_adam(b1, b2, eps),
+               add_decayed_weights(weight_decay, std::move(mask)),
                scale_by_learning_rate(std::move(learning_rate)));
 }
 GradientTransformation rmsprop(Schedule learning_rate, double decay, double eps,
-                               double initial_scale, std::optional<double> momentum,
-                               bool nesterov) {
-  GradientTransformation t = chain(scale_by_rms(decay, eps, initial_scale),
-                                   scale_by_learning_rate(std::move(learning_rate)));
+                               double initial_scale,
+                               std::optional<double> momentum, bool nesterov) {
+  GradientTransformation t =
+      chain(scale_by_rms(decay, eps, initial_scale),
+            scale_by_learning_rate(std::move(learning_rate)));
   return momentum ? chain(t, trace(*momentum, nesterov)) : t;
 }
 

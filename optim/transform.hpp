@@ -41,12 +41,15 @@ struct Mask {
   PathFilter path_filter = nullptr;
   // A slot matches a listed path when it is that path or lies under it
   // ("layers[0]" matches "layers[0].weight"). Every listed path must match
-  // some slot (ValueError at init otherwise: a typo would silently mask nothing).
+  // some slot (ValueError at init otherwise: a typo would silently mask
+  // nothing).
   std::vector<std::string> paths;
   bool invert = false;  // act where the mask does *not* match
 
   static Mask by_filter(Filter f) { return Mask{f, nullptr, {}, false}; }
-  static Mask by_path_filter(PathFilter f) { return Mask{nullptr, f, {}, false}; }
+  static Mask by_path_filter(PathFilter f) {
+    return Mask{nullptr, f, {}, false};
+  }
   static Mask by_paths(std::vector<std::string> p) {
     return Mask{nullptr, nullptr, std::move(p), false};
   }
@@ -67,12 +70,12 @@ struct Mask {
 };
 
 // ---- the stages (each mirrors the Optax transformation of the same name) ----
-#define KILN_OPTIM_STAGE_(Type, name, ...)                                  \
-  static constexpr std::string_view kName = name;                           \
-  friend bool operator==(const Type&, const Type&) = default;               \
-  template <class H>                                                        \
-  friend H AbslHashValue(H h, const Type& s) {                              \
-    return H::combine(std::move(h), __VA_ARGS__);                           \
+#define KILN_OPTIM_STAGE_(Type, name, ...)                    \
+  static constexpr std::string_view kName = name;             \
+  friend bool operator==(const Type&, const Type&) = default; \
+  template <class H>                                          \
+  friend H AbslHashValue(H h, const Type& s) {                \
+    return H::combine(std::move(h), __VA_ARGS__);             \
   }
 
 struct ScaleByAdam {
@@ -100,7 +103,8 @@ struct ClipByGlobalNorm {
 // f32 "learning_rate"; a schedule is evaluated at the state's i32 "count".
 struct ScaleByLearningRate {
   Schedule learning_rate;
-  KILN_OPTIM_STAGE_(ScaleByLearningRate, "scale_by_learning_rate", s.learning_rate)
+  KILN_OPTIM_STAGE_(ScaleByLearningRate, "scale_by_learning_rate",
+                    s.learning_rate)
 };
 #undef KILN_OPTIM_STAGE_
 // Replaces the update by None (apply_updates leaves the parameter untouched,
@@ -114,8 +118,9 @@ struct Freeze {
   }
 };
 
-using StageOp = std::variant<ScaleByAdam, ScaleByRms, Momentum, AddDecayedWeights,
-                             ClipByGlobalNorm, ScaleByLearningRate, Freeze>;
+using StageOp =
+    std::variant<ScaleByAdam, ScaleByRms, Momentum, AddDecayedWeights,
+                 ClipByGlobalNorm, ScaleByLearningRate, Freeze>;
 
 struct Stage {
   StageOp op;
@@ -126,8 +131,8 @@ struct Stage {
   template <class H>
   friend H AbslHashValue(H h, const Stage& s) {
     h = H::combine(std::move(h), s.op.index(), s.masks);
-    return std::visit([&](const auto& op) { return H::combine(std::move(h), op); },
-                      s.op);
+    return std::visit(
+        [&](const auto& op) { return H::combine(std::move(h), op); }, s.op);
   }
 };
 
@@ -138,12 +143,10 @@ State init_flat(const GradientTransformation& opt, const TreeDef& def,
                 std::span<const Array> slots);
 // Checks grads (and params, when given) against the state; returns the update
 // slots (one per gradient slot) and the new state.
-std::pair<std::vector<Array>, State> update_flat(const GradientTransformation& opt,
-                                                 const TreeDef& grads_def,
-                                                 std::vector<Array> grad_slots,
-                                                 const State& state,
-                                                 const TreeDef* params_def,
-                                                 std::span<const Array> param_slots);
+std::pair<std::vector<Array>, State> update_flat(
+    const GradientTransformation& opt, const TreeDef& grads_def,
+    std::vector<Array> grad_slots, const State& state,
+    const TreeDef* params_def, std::span<const Array> param_slots);
 std::vector<Array> apply_updates_flat(const TreeDef& params_def,
                                       std::span<const Array> param_slots,
                                       const TreeDef& updates_def,
@@ -153,7 +156,8 @@ std::vector<Array> apply_updates_flat(const TreeDef& params_def,
 class GradientTransformation {
  public:
   GradientTransformation() = default;  // the identity
-  explicit GradientTransformation(std::vector<Stage> stages) : stages_(std::move(stages)) {}
+  explicit GradientTransformation(std::vector<Stage> stages)
+      : stages_(std::move(stages)) {}
 
   // State for gradients shaped like `gradient_template` (use
   // optim::gradient_template(model); a tree shaped like the params instead is
@@ -161,26 +165,29 @@ class GradientTransformation {
   template <class T>
   State init(const T& gradient_template) const {
     tree::Flat f = tree::flatten(gradient_template);
-    return detail::init_flat(*this, f.def, kiln::detail::expand_slots(f.def, f.leaves));
+    return detail::init_flat(*this, f.def,
+                             kiln::detail::expand_slots(f.def, f.leaves));
   }
 
   // (updates, new state). `grads` must have exactly the structure the state
   // was initialised with (TreeError listing every differing path otherwise).
   // `params` is needed by add_decayed_weights (adamw).
   template <class T>
-  std::pair<T, State> update(const T& grads, const State& state, const T& params) const {
+  std::pair<T, State> update(const T& grads, const State& state,
+                             const T& params) const {
     tree::Flat g = tree::flatten(grads);
     tree::Flat p = tree::flatten(params);
     auto [slots, next] = detail::update_flat(
-        *this, g.def, kiln::detail::expand_slots(g.def, g.leaves), state, &p.def,
-        kiln::detail::expand_slots(p.def, p.leaves));
+        *this, g.def, kiln::detail::expand_slots(g.def, g.leaves), state,
+        &p.def, kiln::detail::expand_slots(p.def, p.leaves));
     return {kiln::detail::unflatten_slots<T>(g.def, slots), std::move(next)};
   }
   template <class T>
   std::pair<T, State> update(const T& grads, const State& state) const {
     tree::Flat g = tree::flatten(grads);
     auto [slots, next] = detail::update_flat(
-        *this, g.def, kiln::detail::expand_slots(g.def, g.leaves), state, nullptr, {});
+        *this, g.def, kiln::detail::expand_slots(g.def, g.leaves), state,
+        nullptr, {});
     return {kiln::detail::unflatten_slots<T>(g.def, slots), std::move(next)};
   }
 
@@ -203,14 +210,17 @@ std::ostream& operator<<(std::ostream& os, const GradientTransformation& t);
 
 // What grad returns for `model`: zeros at the leaves grad differentiates,
 // None at every other slot (integer and bool arrays, None, arrays inside
-// Frozen), statics copied. The same rule as grad (detail::differentiable_leaves).
+// Frozen), statics copied. The same rule as grad
+// (detail::differentiable_leaves).
 template <class T>
 T gradient_template(const T& model) {
   tree::Flat flat = tree::flatten(model);
-  const std::vector<bool> diff = kiln::detail::differentiable_leaves(flat.def, flat.leaves);
+  const std::vector<bool> diff =
+      kiln::detail::differentiable_leaves(flat.def, flat.leaves);
   std::size_t next = 0;
-  return tree::map([&](const Array& a) { return diff[next++] ? zeros_like(a) : Array(); },
-                   model);
+  return tree::map(
+      [&](const Array& a) { return diff[next++] ? zeros_like(a) : Array(); },
+      model);
 }
 
 // params + updates at every slot where updates holds an array (in the
@@ -221,14 +231,16 @@ T apply_updates(const T& params, const T& updates) {
   tree::Flat p = tree::flatten(params);
   tree::Flat u = tree::flatten(updates);
   return kiln::detail::unflatten_slots<T>(
-      p.def, detail::apply_updates_flat(p.def, kiln::detail::expand_slots(p.def, p.leaves),
-                                        u.def, kiln::detail::expand_slots(u.def, u.leaves)));
+      p.def, detail::apply_updates_flat(
+                 p.def, kiln::detail::expand_slots(p.def, p.leaves), u.def,
+                 kiln::detail::expand_slots(u.def, u.leaves)));
 }
 
 // The state with every constant learning rate replaced (no retrace: it is a
 // dynamic scalar). ValueError when the optimizer has none (only schedules).
 State set_learning_rate(const State& state, double learning_rate);
-// The constant learning rate of the first stage that has one (ValueError if none).
+// The constant learning rate of the first stage that has one (ValueError if
+// none).
 Array learning_rate(const State& state);
 
 }  // namespace kiln::optim

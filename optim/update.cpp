@@ -30,10 +30,12 @@ Paths array_slot_paths(const TreeDef& def) {
 
 // Structures that passed a check, with their slot paths. A training loop
 // calls update with the same few structures every step, so the diff and path
-// formatting run once per structure; a hit costs a hash lookup and a TreeDef ==.
+// formatting run once per structure; a hit costs a hash lookup and a TreeDef
+// ==.
 class CheckedCache {
  public:
-  using Key = std::tuple<int, TreeDef, TreeDef>;  // (which check, expected, got)
+  using Key =
+      std::tuple<int, TreeDef, TreeDef>;  // (which check, expected, got)
   std::shared_ptr<const Paths> find(const Key& key) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = map_.find(key);
@@ -54,7 +56,8 @@ class CheckedCache {
 };
 
 CheckedCache& checked_cache() {
-  static CheckedCache* cache = new CheckedCache();  // never destroyed: no exit-order issue
+  static CheckedCache* cache =
+      new CheckedCache();  // never destroyed: no exit-order issue
   return *cache;
 }
 
@@ -65,8 +68,8 @@ std::vector<tree::Difference> diff_except_none_in_got(const TreeDef& expected,
   std::vector<tree::Difference> diffs = tree::diff(expected, got);
   std::erase_if(diffs, [](const tree::Difference& d) {
     return d.kind == tree::DiffKind::kNoneVsArray &&
-           d.description == str_cat("expected ", name(NodeKind::kArray), ", got ",
-                                    name(NodeKind::kNone));
+           d.description == str_cat("expected ", name(NodeKind::kArray),
+                                    ", got ", name(NodeKind::kNone));
   });
   return diffs;
 }
@@ -75,18 +78,23 @@ constexpr int kGradsCheck = 0;
 constexpr int kParamsCheck = 1;
 constexpr int kApplyCheck = 2;
 
-std::shared_ptr<const Paths> check_grads(const TreeDef& expected, const TreeDef& got) {
+std::shared_ptr<const Paths> check_grads(const TreeDef& expected,
+                                         const TreeDef& got) {
   const CheckedCache::Key key{kGradsCheck, expected, got};
   if (auto hit = checked_cache().find(key)) return hit;
   if (!(expected == got)) {
-    throw TreeError(str_cat(
-        "[optim.update] the gradient tree does not have the structure the optimizer "
-        "state was initialised with:\n",
-        tree::format_diff(tree::diff(expected, got)),
-        "\n(expected = the tree given to init, got = these gradients). Initialise the "
-        "state with opt.init(optim::gradient_template(model)): it has None exactly "
-        "where grad gives None (integer arrays, Frozen, None), so the structure "
-        "stays the same at every step"));
+    throw TreeError(
+        str_cat("[optim.update] the gradient tree does not have the structure "
+                "the optimizer "
+                "state was initialised with:\n",
+                tree::format_diff(tree::diff(expected, got)),
+                "\n(expected = the tree given to init, got = these gradients). "
+                "Initialise the "
+                "state with opt.init(optim::gradient_template(model)): it has "
+                "None exactly "
+                "where grad gives None (integer arrays, Frozen, None), so the "
+                "structure "
+                "stays the same at every step"));
   }
   return checked_cache().insert(key, array_slot_paths(got));
 }
@@ -97,7 +105,8 @@ void check_params(const TreeDef& grads, const TreeDef& params) {
   std::vector<tree::Difference> diffs = diff_except_none_in_got(params, grads);
   if (!diffs.empty()) {
     throw TreeError(str_cat(
-        "[optim.update] the params do not have the structure of the gradients:\n",
+        "[optim.update] the params do not have the structure of the "
+        "gradients:\n",
         tree::format_diff(diffs), "\n(expected = params, got = gradients)"));
   }
   checked_cache().insert(key, {});
@@ -108,43 +117,52 @@ struct StageCtx {
   std::size_t index;
   std::string_view name;
   const Paths& paths;
-  std::string where() const { return str_cat("stage ", index, " (", name, ")"); }
+  std::string where() const {
+    return str_cat("stage ", index, " (", name, ")");
+  }
 };
 
-const Array& state_scalar(const StageState& s, const StageCtx& c, const std::string& key) {
+const Array& state_scalar(const StageState& s, const StageCtx& c,
+                          const std::string& key) {
   auto it = s.scalars.find(key);
   if (it == s.scalars.end() || it->second.is_null()) {
-    throw TreeError(str_cat("[optim.update] ", c.where(), ": the state has no scalar '", key,
+    throw TreeError(str_cat("[optim.update] ", c.where(),
+                            ": the state has no scalar '", key,
                             "'; was it made by this optimizer's init?"));
   }
   return it->second;
 }
 
-std::vector<Array>& state_leaves(StageState& s, const StageCtx& c, const std::string& key) {
+std::vector<Array>& state_leaves(StageState& s, const StageCtx& c,
+                                 const std::string& key) {
   auto it = s.leaves.find(key);
   if (it == s.leaves.end() || it->second.size() != c.paths.size()) {
-    throw TreeError(str_cat("[optim.update] ", c.where(), ": the state's '", key, "' ",
-                            it == s.leaves.end() ? std::string("is missing")
-                                                 : str_cat("has ", it->second.size(),
-                                                           " entries for ", c.paths.size(),
-                                                           " gradient slots"),
-                            "; was it made by this optimizer's init?"));
+    throw TreeError(
+        str_cat("[optim.update] ", c.where(), ": the state's '", key, "' ",
+                it == s.leaves.end()
+                    ? std::string("is missing")
+                    : str_cat("has ", it->second.size(), " entries for ",
+                              c.paths.size(), " gradient slots"),
+                "; was it made by this optimizer's init?"));
   }
   return it->second;
 }
 
 // The state entry for a gradient at slot i: present, same dtype and shape.
 const Array& state_entry(const std::vector<Array>& entries, const StageCtx& c,
-                         const std::string& key, std::size_t i, const Array& g) {
+                         const std::string& key, std::size_t i,
+                         const Array& g) {
   const Array& e = entries[i];
   const std::string path = tree::display_path(c.paths[i]);
   if (e.is_null()) {
-    throw TreeError(str_cat("[optim.update] ", c.where(), ": a gradient arrived at ", path,
+    throw TreeError(str_cat("[optim.update] ", c.where(),
+                            ": a gradient arrived at ", path,
                             " but the state's '", key, "' has None there"));
   }
   if (e.dtype() != g.dtype() || e.shape() != g.shape()) {
-    throw ShapeError(str_cat("[optim.update] ", c.where(), " at ", path, ": the gradient is ",
-                             name(g.dtype()), to_string(g.shape()), " but the state's '", key,
+    throw ShapeError(str_cat("[optim.update] ", c.where(), " at ", path,
+                             ": the gradient is ", name(g.dtype()),
+                             to_string(g.shape()), " but the state's '", key,
                              "' is ", name(e.dtype()), to_string(e.shape())));
   }
   return e;
@@ -155,7 +173,9 @@ Array safe_increment(const Array& count) {
   return where(count < max, count + 1, count);
 }
 
-Array scalar_on(double v, DType dtype, Device device) { return full(Shape{}, v, dtype, device); }
+Array scalar_on(double v, DType dtype, Device device) {
+  return full(Shape{}, v, dtype, device);
+}
 
 // 1 - decay^count, in f32 as Optax computes it.
 Array bias_correction(double decay, const Array& count) {
@@ -182,24 +202,30 @@ State init_flat(const GradientTransformation& opt, const TreeDef& def,
     for (const Mask& m : stage.masks) {
       for (const std::string& p : m.paths) {
         bool found = false;
-        for (const std::string& q : paths) found = found || Mask::by_paths({p}).matches(q, Array());
+        for (const std::string& q : paths)
+          found = found || Mask::by_paths({p}).matches(q, Array());
         if (!found) {
           Paths shown;
-          for (const std::string& q : paths) shown.push_back(tree::display_path(q));
-          throw ValueError(str_cat("[optim.init] stage ", k, " (", stage.name(), "): the mask path '",
-                                   p, "' names no array slot; the slots are: ", join(shown, ", ")));
+          for (const std::string& q : paths)
+            shown.push_back(tree::display_path(q));
+          throw ValueError(str_cat(
+              "[optim.init] stage ", k, " (", stage.name(),
+              "): the mask path '", p,
+              "' names no array slot; the slots are: ", join(shown, ", ")));
         }
       }
     }
     std::vector<bool> active(live.size());
     for (std::size_t i = 0; i < live.size(); ++i) {
       active[i] = !live[i].is_null();
-      for (const Mask& m : stage.masks) active[i] = active[i] && m.matches(paths[i], live[i]);
+      for (const Mask& m : stage.masks)
+        active[i] = active[i] && m.matches(paths[i], live[i]);
     }
     auto per_leaf = [&](double value) {
       std::vector<Array> out(live.size());
       for (std::size_t i = 0; i < live.size(); ++i) {
-        if (active[i]) out[i] = value == 0 ? zeros_like(live[i]) : full_like(live[i], value);
+        if (active[i])
+          out[i] = value == 0 ? zeros_like(live[i]) : full_like(live[i], value);
       }
       return out;
     };
@@ -235,19 +261,19 @@ State init_flat(const GradientTransformation& opt, const TreeDef& def,
   return state;
 }
 
-std::pair<std::vector<Array>, State> update_flat(const GradientTransformation& opt,
-                                                 const TreeDef& grads_def,
-                                                 std::vector<Array> g, const State& state,
-                                                 const TreeDef* params_def,
-                                                 std::span<const Array> params) {
+std::pair<std::vector<Array>, State> update_flat(
+    const GradientTransformation& opt, const TreeDef& grads_def,
+    std::vector<Array> g, const State& state, const TreeDef* params_def,
+    std::span<const Array> params) {
   const std::shared_ptr<const Paths> paths_ptr =
       check_grads(state.gradient_structure, grads_def);
   const Paths& paths = *paths_ptr;
   if (params_def != nullptr) check_params(grads_def, *params_def);
   if (state.stages.size() != opt.stages().size()) {
-    throw TreeError(str_cat("[optim.update] the state has ", state.stages.size(),
-                            " stages but the optimizer has ", opt.stages().size(),
-                            "; was it made by this optimizer's init?"));
+    throw TreeError(
+        str_cat("[optim.update] the state has ", state.stages.size(),
+                " stages but the optimizer has ", opt.stages().size(),
+                "; was it made by this optimizer's init?"));
   }
   State out;
   out.gradient_structure = state.gradient_structure;
@@ -257,9 +283,10 @@ std::pair<std::vector<Array>, State> update_flat(const GradientTransformation& o
     StageState& st = out.stages[k];
     const StageCtx c{k, stage.name(), paths};
     if (st.kind != stage.name()) {
-      throw TreeError(str_cat("[optim.update] stage ", k, " of the state was made by ", st.kind,
-                              " but this optimizer's stage ", k, " is ", stage.name(),
-                              "; was the state made by another optimizer?"));
+      throw TreeError(
+          str_cat("[optim.update] stage ", k, " of the state was made by ",
+                  st.kind, " but this optimizer's stage ", k, " is ",
+                  stage.name(), "; was the state made by another optimizer?"));
     }
     std::vector<std::size_t> active;
     for (std::size_t i = 0; i < g.size(); ++i) {
@@ -299,22 +326,24 @@ std::pair<std::vector<Array>, State> update_flat(const GradientTransformation& o
           } else if constexpr (std::is_same_v<Op, Momentum>) {
             std::vector<Array>& trace = state_leaves(st, c, "trace");
             for (std::size_t i : active) {
-              const Array t = g[i] + state_entry(trace, c, "trace", i, g[i]) * op.decay;
+              const Array t =
+                  g[i] + state_entry(trace, c, "trace", i, g[i]) * op.decay;
               g[i] = op.nesterov ? g[i] + t * op.decay : t;
               trace[i] = t;
             }
           } else if constexpr (std::is_same_v<Op, AddDecayedWeights>) {
             if (active.empty()) return;
             if (params_def == nullptr) {
-              throw ValueError(str_cat("[optim.update] ", c.where(),
-                                       " needs the parameters: call opt.update(grads, state, "
-                                       "params)"));
+              throw ValueError(str_cat(
+                  "[optim.update] ", c.where(),
+                  " needs the parameters: call opt.update(grads, state, "
+                  "params)"));
             }
             for (std::size_t i : active) {
               if (params[i].is_null()) {
-                throw TreeError(str_cat("[optim.update] ", c.where(), ": params has None at ",
-                                        tree::display_path(paths[i]),
-                                        " where a gradient arrived"));
+                throw TreeError(str_cat(
+                    "[optim.update] ", c.where(), ": params has None at ",
+                    tree::display_path(paths[i]), " where a gradient arrived"));
               }
               g[i] = g[i] + params[i] * op.weight_decay;
             }
@@ -328,7 +357,8 @@ std::pair<std::vector<Array>, State> update_flat(const GradientTransformation& o
             const Array norm = sqrt(sq);
             const Array keep = norm < op.max_norm;
             for (std::size_t i : active) {
-              g[i] = where(keep, g[i], (g[i] / astype(norm, g[i].dtype())) * op.max_norm);
+              g[i] = where(keep, g[i],
+                           (g[i] / astype(norm, g[i].dtype())) * op.max_norm);
             }
           } else if constexpr (std::is_same_v<Op, ScaleByLearningRate>) {
             Array step;
@@ -339,7 +369,8 @@ std::pair<std::vector<Array>, State> update_flat(const GradientTransformation& o
               step = -op.learning_rate(count);
               st.scalars["count"] = safe_increment(count);
             }
-            for (std::size_t i : active) g[i] = astype(step, g[i].dtype()) * g[i];
+            for (std::size_t i : active)
+              g[i] = astype(step, g[i].dtype()) * g[i];
           } else if constexpr (std::is_same_v<Op, Freeze>) {
             for (std::size_t i : active) g[i] = Array();
           }
@@ -356,10 +387,12 @@ std::vector<Array> apply_updates_flat(const TreeDef& params_def,
   const CheckedCache::Key key{kApplyCheck, params_def, updates_def};
   std::shared_ptr<const Paths> paths = checked_cache().find(key);
   if (paths == nullptr) {
-    std::vector<tree::Difference> diffs = diff_except_none_in_got(params_def, updates_def);
+    std::vector<tree::Difference> diffs =
+        diff_except_none_in_got(params_def, updates_def);
     if (!diffs.empty()) {
       throw TreeError(str_cat(
-          "[optim.apply_updates] the updates do not have the structure of the params:\n",
+          "[optim.apply_updates] the updates do not have the structure of the "
+          "params:\n",
           tree::format_diff(diffs), "\n(expected = params, got = updates)"));
     }
     paths = checked_cache().insert(key, array_slot_paths(params_def));
@@ -370,9 +403,10 @@ std::vector<Array> apply_updates_flat(const TreeDef& params_def,
     if (u.is_null()) continue;
     const Array& p = params[i];
     if (p.shape() != u.shape()) {
-      throw ShapeError(str_cat("[optim.apply_updates] at ", tree::display_path((*paths)[i]),
-                               ": the param has shape ", to_string(p.shape()),
-                               " but the update has shape ", to_string(u.shape())));
+      throw ShapeError(
+          str_cat("[optim.apply_updates] at ", tree::display_path((*paths)[i]),
+                  ": the param has shape ", to_string(p.shape()),
+                  " but the update has shape ", to_string(u.shape())));
     }
     out[i] = p + (u.dtype() == p.dtype() ? u : astype(u, p.dtype()));
   }
@@ -389,12 +423,14 @@ State set_learning_rate(const State& state, double learning_rate) {
   for (StageState& s : out.stages) {
     auto it = s.scalars.find("learning_rate");
     if (it == s.scalars.end()) continue;
-    it->second = full(Shape{}, learning_rate, it->second.dtype(), it->second.device());
+    it->second =
+        full(Shape{}, learning_rate, it->second.dtype(), it->second.device());
     found = true;
   }
   if (!found) {
     throw ValueError(
-        "[optim.set_learning_rate] this optimizer state has no constant learning rate "
+        "[optim.set_learning_rate] this optimizer state has no constant "
+        "learning rate "
         "(a schedule computes it from the step count)");
   }
   return out;
@@ -406,7 +442,8 @@ Array learning_rate(const State& state) {
     if (it != s.scalars.end()) return it->second;
   }
   throw ValueError(
-      "[optim.learning_rate] this optimizer state has no constant learning rate "
+      "[optim.learning_rate] this optimizer state has no constant learning "
+      "rate "
       "(a schedule computes it from the step count)");
 }
 

@@ -30,10 +30,12 @@ struct Model {
 
 Model make_model() {
   Model m;
-  m.embed->weight = array<float>({0.5f, -0.25f, 1.0f, 0.75f, -0.5f, 0.125f}, {2, 3});
+  m.embed->weight =
+      array<float>({0.5f, -0.25f, 1.0f, 0.75f, -0.5f, 0.125f}, {2, 3});
   m.embed->bias = array<float>({0.1f, -0.2f, 0.3f});
   m.head.weight = array<float>({1.0f, -1.0f, 0.5f}, {3, 1});
-  m.head.bias = array<float>({-0.0f});  // -0.0: an update of +0 would flip its bit
+  m.head.bias =
+      array<float>({-0.0f});  // -0.0: an update of +0 would flip its bit
   m.step = array<std::int32_t>({7});
   m.activation = tanh;
   return m;
@@ -46,7 +48,8 @@ Array loss(const Model& m, const Array& x) {
 }
 
 const Array& batch() {
-  static const Array x = array<float>({1.0f, 2.0f, -1.0f, 0.5f, 0.0f, 3.0f}, {3, 2});
+  static const Array x =
+      array<float>({1.0f, 2.0f, -1.0f, 0.5f, 0.0f, 3.0f}, {3, 2});
   return x;
 }
 
@@ -67,19 +70,23 @@ std::string error_text(F&& f) {
   return "(no error)";
 }
 
-bool ends_with_bias(std::string_view path, const Array&) { return path.ends_with("bias"); }
+bool ends_with_bias(std::string_view path, const Array&) {
+  return path.ends_with("bias");
+}
 bool is_matrix(const Array& a) { return a.ndim() == 2; }
 
 }  // namespace
 
-TEST_CASE("gradient_template has exactly the structure grad returns, zeros where grad has arrays") {
+TEST_CASE(
+    "gradient_template has exactly the structure grad returns, zeros where "
+    "grad has arrays") {
   const Model model = make_model();
   const Model g = grad(loss)(model, batch());
   const Model t = optim::gradient_template(model);
   CHECK(tree::structure(t) == tree::structure(g));
   CHECK(t.embed->weight.is_null());  // Frozen
   CHECK(t.embed->bias.is_null());
-  CHECK(t.step.is_null());           // integer array
+  CHECK(t.step.is_null());  // integer array
   CHECK((t.activation == model.activation));
   REQUIRE_FALSE(t.head.weight.is_null());
   CHECK(t.head.weight.shape() == Shape{3, 1});
@@ -87,7 +94,9 @@ TEST_CASE("gradient_template has exactly the structure grad returns, zeros where
   CHECK(t.head.bias.to_vector<float>() == std::vector<float>{0});
 }
 
-TEST_CASE("seed 2: state from the gradient template keeps one structure over three steps") {
+TEST_CASE(
+    "seed 2: state from the gradient template keeps one structure over three "
+    "steps") {
   Model model = make_model();
   const Model original = model;
   const auto opt = optim::adam(0.05);
@@ -95,7 +104,8 @@ TEST_CASE("seed 2: state from the gradient template keeps one structure over thr
   const TreeDef structure = tree::structure(state);
   // The state holds moments only where gradients arrive (head), None elsewhere.
   const std::vector<Array>& mu = state.stages[0].leaves.at("mu");
-  REQUIRE(mu.size() == 5);  // slots: embed.weight, embed.bias, head.weight, head.bias, step
+  REQUIRE(mu.size() ==
+          5);  // slots: embed.weight, embed.bias, head.weight, head.bias, step
   CHECK(mu[0].is_null());
   CHECK(mu[1].is_null());
   CHECK_FALSE(mu[2].is_null());
@@ -120,26 +130,34 @@ TEST_CASE("seed 2: state from the gradient template keeps one structure over thr
   CHECK_FALSE(same_bits(model.head.weight, original.head.weight));
 }
 
-TEST_CASE("seed 2: a state initialised from the params is rejected, naming each differing path") {
+TEST_CASE(
+    "seed 2: a state initialised from the params is rejected, naming each "
+    "differing path") {
   const Model model = make_model();
   const auto opt = optim::adam(0.05);
   const optim::State wrong = opt.init(model);  // arrays where grads have None
   const Model g = grad(loss)(model, batch());
-  const std::string msg = error_text([&] { (void)opt.update(g, wrong, model); });
-  CHECK(msg.starts_with("[optim.update] the gradient tree does not have the structure the "
-                        "optimizer state was initialised with:\n"));
-  CHECK(msg.find("  embed.value.weight: expected array, got None\n") != std::string::npos);
-  CHECK(msg.find("  embed.value.bias: expected array, got None\n") != std::string::npos);
+  const std::string msg =
+      error_text([&] { (void)opt.update(g, wrong, model); });
+  CHECK(msg.starts_with(
+      "[optim.update] the gradient tree does not have the structure the "
+      "optimizer state was initialised with:\n"));
+  CHECK(msg.find("  embed.value.weight: expected array, got None\n") !=
+        std::string::npos);
+  CHECK(msg.find("  embed.value.bias: expected array, got None\n") !=
+        std::string::npos);
   CHECK(msg.find("  step: expected array, got None\n") != std::string::npos);
   CHECK(msg.find("head.") == std::string::npos);  // head matches: not listed
   CHECK(msg.find("optim::gradient_template(model)") != std::string::npos);
   CHECK_THROWS_AS((void)opt.update(g, wrong, model), TreeError);
 }
 
-TEST_CASE("frozen leaves (by path and by path filter) stay bit for bit unchanged") {
+TEST_CASE(
+    "frozen leaves (by path and by path filter) stay bit for bit unchanged") {
   const Model original = make_model();
-  for (const optim::Mask& mask : {optim::Mask::by_paths({"head.bias"}),
-                                  optim::Mask::by_path_filter(ends_with_bias)}) {
+  for (const optim::Mask& mask :
+       {optim::Mask::by_paths({"head.bias"}),
+        optim::Mask::by_path_filter(ends_with_bias)}) {
     Model model = original;
     const auto opt = optim::chain(optim::frozen(mask), optim::adam(0.1));
     optim::State state = opt.init(optim::gradient_template(model));
@@ -159,26 +177,34 @@ TEST_CASE("frozen leaves (by path and by path filter) stay bit for bit unchanged
   }
 }
 
-TEST_CASE("masked applies the inner transformation only where the mask matches") {
+TEST_CASE(
+    "masked applies the inner transformation only where the mask matches") {
   Model model = make_model();
   const Model g = grad(loss)(model, batch());
-  const auto opt = optim::masked(optim::sgd(2.0), optim::Mask::by_filter(is_matrix));
+  const auto opt =
+      optim::masked(optim::sgd(2.0), optim::Mask::by_filter(is_matrix));
   optim::State state = opt.init(optim::gradient_template(model));
   auto [updates, next] = opt.update(g, state);
   CHECK(same_bits(updates.head.weight, g.head.weight * -2.0f));
   CHECK(same_bits(updates.head.bias, g.head.bias));  // passed through unchanged
   // The inverted mask does the opposite.
-  const auto inv = optim::masked(optim::sgd(2.0), !optim::Mask::by_filter(is_matrix));
+  const auto inv =
+      optim::masked(optim::sgd(2.0), !optim::Mask::by_filter(is_matrix));
   auto [u2, s2] = inv.update(g, inv.init(optim::gradient_template(model)));
   CHECK(same_bits(u2.head.weight, g.head.weight));
   CHECK(same_bits(u2.head.bias, g.head.bias * -2.0f));
 }
 
-TEST_CASE("an optimizer is a static value: equal configurations hash and compare equal") {
+TEST_CASE(
+    "an optimizer is a static value: equal configurations hash and compare "
+    "equal") {
   static_assert(StaticLeaf<optim::GradientTransformation>);
-  const auto a = optim::chain(optim::clip_by_global_norm(1.0), optim::adamw(1e-3));
-  const auto b = optim::chain(optim::clip_by_global_norm(1.0), optim::adamw(1e-3));
-  const auto c = optim::chain(optim::clip_by_global_norm(1.0), optim::adamw(1e-4));
+  const auto a =
+      optim::chain(optim::clip_by_global_norm(1.0), optim::adamw(1e-3));
+  const auto b =
+      optim::chain(optim::clip_by_global_norm(1.0), optim::adamw(1e-3));
+  const auto c =
+      optim::chain(optim::clip_by_global_norm(1.0), optim::adamw(1e-4));
   CHECK(a == b);
   CHECK(absl::Hash<optim::GradientTransformation>{}(a) ==
         absl::Hash<optim::GradientTransformation>{}(b));
@@ -190,22 +216,26 @@ TEST_CASE("an optimizer is a static value: equal configurations hash and compare
   // As a static leaf of a tree (what a jit key holds): same structure for equal
   // optimizers, and a diff that names the change.
   CHECK(tree::structure(std::tuple{a}) == tree::structure(std::tuple{b}));
-  const std::vector<tree::Difference> d =
-      tree::diff(tree::structure(std::tuple{a}), tree::structure(std::tuple{c}));
+  const std::vector<tree::Difference> d = tree::diff(
+      tree::structure(std::tuple{a}), tree::structure(std::tuple{c}));
   REQUIRE(d.size() == 1);
   CHECK(d[0].path == "[0]");
   CHECK(d[0].kind == tree::DiffKind::kStaticValue);
   std::ostringstream os;
   os << a;
   CHECK(os.str() ==
-        "chain(clip_by_global_norm(1), scale_by_adam(b1=0.9, b2=0.999, eps=1e-08, "
-        "eps_root=0), add_decayed_weights(0.0001), scale_by_learning_rate(0.001))");
+        "chain(clip_by_global_norm(1), scale_by_adam(b1=0.9, b2=0.999, "
+        "eps=1e-08, "
+        "eps_root=0), add_decayed_weights(0.0001), "
+        "scale_by_learning_rate(0.001))");
   std::ostringstream os2;
   os2 << optim::frozen(optim::Mask::by_filter(is_matrix));
   CHECK(os2.str() == "freeze() where (is_matrix)");
 }
 
-TEST_CASE("the learning rate is a dynamic scalar in the state: set it without changing the structure") {
+TEST_CASE(
+    "the learning rate is a dynamic scalar in the state: set it without "
+    "changing the structure") {
   const Model model = make_model();
   const Model g = grad(loss)(model, batch());
   const auto opt = optim::sgd(0.1);
@@ -214,15 +244,19 @@ TEST_CASE("the learning rate is a dynamic scalar in the state: set it without ch
   const optim::State faster = optim::set_learning_rate(state, 0.5);
   CHECK(tree::structure(faster) == tree::structure(state));
   CHECK(optim::learning_rate(faster).item<float>() == 0.5f);
-  CHECK(optim::learning_rate(state).item<float>() == 0.1f);  // the input is not changed
+  CHECK(optim::learning_rate(state).item<float>() ==
+        0.1f);  // the input is not changed
   auto [updates, next] = opt.update(g, faster);
   CHECK(same_bits(updates.head.weight, g.head.weight * -0.5f));
   const auto scheduled = optim::sgd(optim::linear_schedule(1.0, 0.0, 10));
   const std::string msg = error_text([&] {
-    (void)optim::set_learning_rate(scheduled.init(optim::gradient_template(model)), 0.5);
+    (void)optim::set_learning_rate(
+        scheduled.init(optim::gradient_template(model)), 0.5);
   });
-  CHECK(msg == "[optim.set_learning_rate] this optimizer state has no constant learning rate "
-               "(a schedule computes it from the step count)");
+  CHECK(msg ==
+        "[optim.set_learning_rate] this optimizer state has no constant "
+        "learning rate "
+        "(a schedule computes it from the step count)");
 }
 
 TEST_CASE("update errors name the stage, the path and what differs") {
@@ -231,35 +265,43 @@ TEST_CASE("update errors name the stage, the path and what differs") {
   const Model tmpl = optim::gradient_template(model);
 
   SUBCASE("a mask path that names no slot") {
-    const auto opt = optim::masked(optim::sgd(0.1), optim::Mask::by_paths({"head.weights"}));
+    const auto opt =
+        optim::masked(optim::sgd(0.1), optim::Mask::by_paths({"head.weights"}));
     CHECK(error_text([&] { (void)opt.init(tmpl); }) ==
-          "[optim.init] stage 0 (scale_by_learning_rate): the mask path 'head.weights' names "
-          "no array slot; the slots are: embed.value.weight, embed.value.bias, head.weight, "
+          "[optim.init] stage 0 (scale_by_learning_rate): the mask path "
+          "'head.weights' names "
+          "no array slot; the slots are: embed.value.weight, embed.value.bias, "
+          "head.weight, "
           "head.bias, step");
   }
   SUBCASE("add_decayed_weights without params") {
     const auto opt = optim::adamw(0.1);
     CHECK(error_text([&] { (void)opt.update(g, opt.init(tmpl)); }) ==
-          "[optim.update] stage 1 (add_decayed_weights) needs the parameters: call "
+          "[optim.update] stage 1 (add_decayed_weights) needs the parameters: "
+          "call "
           "opt.update(grads, state, params)");
   }
   SUBCASE("a state made by another optimizer") {
     const optim::State sgd_state = optim::sgd(0.1, 0.9).init(tmpl);
     CHECK(error_text([&] { (void)optim::adam(0.1).update(g, sgd_state); }) ==
-          "[optim.update] stage 0 of the state was made by trace but this optimizer's stage 0 "
+          "[optim.update] stage 0 of the state was made by trace but this "
+          "optimizer's stage 0 "
           "is scale_by_adam; was the state made by another optimizer?");
     CHECK(error_text([&] { (void)optim::sgd(0.1).update(g, sgd_state); }) ==
-          "[optim.update] the state has 2 stages but the optimizer has 1; was it made by this "
+          "[optim.update] the state has 2 stages but the optimizer has 1; was "
+          "it made by this "
           "optimizer's init?");
   }
   SUBCASE("a gradient of another shape at the same structure") {
     const auto opt = optim::adam(0.1);
     const optim::State state = opt.init(tmpl);
-    const Model bad = tree::tree_at([](Model& m) -> Array& { return m.head.weight; }, g,
-                                    zeros({1, 3}));
+    const Model bad = tree::tree_at(
+        [](Model& m) -> Array& { return m.head.weight; }, g, zeros({1, 3}));
     const std::string msg = error_text([&] { (void)opt.update(bad, state); });
-    CHECK(msg == "[optim.update] stage 0 (scale_by_adam) at head.weight: the gradient is "
-                 "f32(1, 3) but the state's 'mu' is f32(3, 1)");
+    CHECK(msg ==
+          "[optim.update] stage 0 (scale_by_adam) at head.weight: the gradient "
+          "is "
+          "f32(1, 3) but the state's 'mu' is f32(3, 1)");
   }
   SUBCASE("params whose structure differs from the gradients") {
     const auto opt = optim::adamw(0.1);
@@ -267,15 +309,21 @@ TEST_CASE("update errors name the stage, the path and what differs") {
     other.activation = relu;
     const std::string msg =
         error_text([&] { (void)opt.update(g, opt.init(tmpl), other); });
-    CHECK(msg.starts_with("[optim.update] the params do not have the structure of the gradients:\n"
-                          "  activation: "));
+    CHECK(
+        msg.starts_with("[optim.update] the params do not have the structure "
+                        "of the gradients:\n"
+                        "  activation: "));
   }
   SUBCASE("apply_updates with an update where the params have None") {
     Model params = model;
     params.head.bias = Array();
-    const std::string msg = error_text([&] { (void)optim::apply_updates(params, g); });
-    CHECK(msg == "[optim.apply_updates] the updates do not have the structure of the params:\n"
-                 "  head.bias: expected None, got array\n(expected = params, got = updates)");
+    const std::string msg =
+        error_text([&] { (void)optim::apply_updates(params, g); });
+    CHECK(msg ==
+          "[optim.apply_updates] the updates do not have the structure of the "
+          "params:\n"
+          "  head.bias: expected None, got array\n(expected = params, got = "
+          "updates)");
   }
 }
 
@@ -285,11 +333,14 @@ TEST_CASE("apply_updates adds where updates hold arrays and skips None") {
   updates.head.weight = ones({3, 1});
   updates.head.bias = Array();
   const Model out = optim::apply_updates(model, updates);
-  CHECK(out.head.weight.to_vector<float>() == std::vector<float>{2.0f, 0.0f, 1.5f});
+  CHECK(out.head.weight.to_vector<float>() ==
+        std::vector<float>{2.0f, 0.0f, 1.5f});
   CHECK(out.head.bias.same(model.head.bias));
 }
 
-TEST_CASE("update works for several structures in turn (the check cache is keyed per structure)") {
+TEST_CASE(
+    "update works for several structures in turn (the check cache is keyed per "
+    "structure)") {
   struct Small {
     Array w;
     KILN_MODULE(Small, w);
@@ -300,26 +351,31 @@ TEST_CASE("update works for several structures in turn (the check cache is keyed
   const optim::State small_state = opt.init(optim::gradient_template(s));
   const optim::State model_state = opt.init(optim::gradient_template(model));
   for (int i = 0; i < 2; ++i) {
-    CHECK(opt.update(s, small_state).first.w.to_vector<float>() == std::vector<float>{-1, -2});
+    CHECK(opt.update(s, small_state).first.w.to_vector<float>() ==
+          std::vector<float>{-1, -2});
     CHECK_NOTHROW((void)opt.update(grad(loss)(model, batch()), model_state));
     CHECK_THROWS_AS((void)opt.update(s, model_state), TreeError);
   }
 }
 
-TEST_CASE("the optimizer state is a pytree with readable paths that rebuilds from its leaves") {
+TEST_CASE(
+    "the optimizer state is a pytree with readable paths that rebuilds from "
+    "its leaves") {
   const Model model = make_model();
   const auto opt = optim::adam(0.1);
   const optim::State state = opt.init(optim::gradient_template(model));
   const tree::Flat flat = tree::flatten(state);
   CHECK(tree::paths(flat.def) ==
-        std::vector<std::string>{R"(stages[0].leaves["mu"][2])", R"(stages[0].leaves["mu"][3])",
-                                 R"(stages[0].leaves["nu"][2])", R"(stages[0].leaves["nu"][3])",
-                                 R"(stages[0].scalars["count"])",
-                                 R"(stages[1].scalars["learning_rate"])"});
+        std::vector<std::string>{
+            R"(stages[0].leaves["mu"][2])", R"(stages[0].leaves["mu"][3])",
+            R"(stages[0].leaves["nu"][2])", R"(stages[0].leaves["nu"][3])",
+            R"(stages[0].scalars["count"])",
+            R"(stages[1].scalars["learning_rate"])"});
   CHECK(flat.leaves[4].dtype() == i32);
   CHECK(flat.leaves[4].ndim() == 0);
   CHECK(flat.leaves[5].dtype() == f32);
-  const optim::State rebuilt = tree::unflatten<optim::State>(flat.def, flat.leaves);
+  const optim::State rebuilt =
+      tree::unflatten<optim::State>(flat.def, flat.leaves);
   CHECK(rebuilt.gradient_structure == state.gradient_structure);
   CHECK(rebuilt.stages[0].kind == "scale_by_adam");
   const Model g = grad(loss)(model, batch());
@@ -327,7 +383,8 @@ TEST_CASE("the optimizer state is a pytree with readable paths that rebuilds fro
                   opt.update(g, state).first.head.weight));
 }
 
-TEST_CASE("update is traceable: grad differentiates through an optimizer step") {
+TEST_CASE(
+    "update is traceable: grad differentiates through an optimizer step") {
   struct Small {
     Array w;
     KILN_MODULE(Small, w);
