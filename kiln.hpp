@@ -7,6 +7,7 @@
 #include "kiln/dsl/ops.hpp"
 #include "kiln/dsl/random.hpp"
 #include "kiln/modules/nn.hpp"
+#include "kiln/optim/optim.hpp"
 #include "kiln/runtime/array.hpp"
 #include "kiln/runtime/device.hpp"
 #include "kiln/runtime/dtype.hpp"

@@ -16,6 +16,14 @@ Array stop_gradient(const Array& a) {
 
 namespace detail {
 
+std::vector<bool> differentiable_leaves(const TreeDef& def, std::span<const Array> leaves) {
+  std::vector<bool> out = tree::frozen_leaves(def);
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    out[i] = !out[i] && is_inexact(leaves[i].dtype());
+  }
+  return out;
+}
+
 void check_grad_output(const Array& out) {
   if (out.is_null()) throw ValueError("[grad] the function returned None");
   if (out.size() != 1 || out.ndim() != 0) {

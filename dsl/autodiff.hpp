@@ -29,6 +29,11 @@ namespace detail {
 std::pair<std::vector<Array>, std::vector<Array>> value_and_grad_program(
     const Program& p, std::span<const Array> inputs);
 
+// For each array leaf of a flattened first argument, whether grad differentiates
+// it: a floating array outside every kiln::Frozen subtree. The one statement of
+// that rule (optim::gradient_template reuses it).
+std::vector<bool> differentiable_leaves(const TreeDef& def, std::span<const Array> leaves);
+
 // Checks what a differentiated function returned: a scalar floating array.
 void check_grad_output(const Array& out);
 // The first argument has no floating array outside Frozen: grad would be all None.
@@ -41,7 +46,7 @@ template <class F, class T, class... Rest>
 auto trace_and_differentiate(F& f, const T& x, const Rest&... rest) {
   tree::Flat flat = tree::flatten(x);
   const std::vector<std::string> names = tree::paths(flat.def);
-  const std::vector<bool> frozen = tree::frozen_leaves(flat.def);
+  const std::vector<bool> differentiable = differentiable_leaves(flat.def, flat.leaves);
   using Result = std::invoke_result_t<F&, const T&, const Rest&...>;
   Program program;
   Result result_shape{};
@@ -50,7 +55,7 @@ auto trace_and_differentiate(F& f, const T& x, const Rest&... rest) {
     Trace trace;
     std::vector<Array> traced = flat.leaves;
     for (std::size_t i = 0; i < traced.size(); ++i) {
-      if (!is_inexact(traced[i].dtype()) || frozen[i]) continue;
+      if (!differentiable[i]) continue;
       diff.push_back(i);
       traced[i] = trace.input(traced[i].aval(), traced[i].device(), names[i]);
     }

@@ -75,6 +75,21 @@ int main() {
   std::cout << "  grad structure: " << to_string(tree::structure(grads)) << "\n";
   std::cout << "  d loss / d layers[1].weight =\n" << grads.layers[1].weight << "\n\n";
 
+  std::cout << "three adam steps, state built from the gradient template:\n";
+  {
+    const auto opt = optim::adam(0.05);
+    optim::State state = opt.init(optim::gradient_template(model));
+    auto trained = model;
+    for (int step = 0; step < 3; ++step) {
+      auto [l, g] = value_and_grad(loss)(trained, x);
+      auto [updates, next] = opt.update(g, state, trained);
+      trained = optim::apply_updates(trained, updates);
+      state = std::move(next);
+      std::cout << "  step " << step << ": loss = " << l.item<float>() << "\n";
+    }
+    std::cout << "  optimizer: " << opt << "\n\n";
+  }
+
   std::cout << "the traced program of the loss:\n";
   {
     Trace trace;

@@ -1,0 +1,8 @@
+// kiln::optim: Optax-style optimizers written in the public DSL. Include this
+// one header; see docs/ARCHITECTURE.md ("optim") for the design.
+#pragma once
+
+#include "kiln/optim/alias.hpp"
+#include "kiln/optim/schedule.hpp"
+#include "kiln/optim/state.hpp"
+#include "kiln/optim/transform.hpp"

@@ -1,0 +1,247 @@
+// Schedules as data, evaluated with DSL ops on an i32 count (see schedule.hpp).
+// The arithmetic follows optax's formulas step by step in f32 (constants are
+// combined in double first, as Python does before they meet an f32 array), so
+// values agree with optax to f32 rounding.
+#include "kiln/optim/schedule.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numbers>
+#include <ostream>
+
+#include "kiln/dsl/ops.hpp"
+#include "kiln/runtime/error.hpp"
+#include "kiln/runtime/strings.hpp"
+
+namespace kiln::optim {
+namespace {
+
+using detail::str_cat;
+
+// cos(x) for x in [0, pi] from DSL ops (kiln has no cos primitive): cos(x) =
+// -sin(x - pi/2) with pi/2 split in two f32 parts (Cody-Waite) and sin's
+// Taylor series through y^15, whose truncation error on |y| <= pi/2 is below
+// 1e-9, i.e. well under an f32 ulp.
+Array cos_0_to_pi(const Array& x) {
+  constexpr double kHalfPiHi = 1.57079637050628662109375;  // f32(pi/2)
+  constexpr double kHalfPiLo = -4.37113900018624283e-8;    // pi/2 - kHalfPiHi
+  const Array y = (x - kHalfPiHi) - kHalfPiLo;
+  const Array y2 = y * y;
+  // sin(y) = y (1 - y2/3! (1 - y2/(4*5) (1 - y2/(6*7) (...))))
+  Array p = 1.0 - y2 / (14.0 * 15.0);
+  for (int k = 6; k >= 1; --k) {
+    const double d =
+        static_cast<double>(2 * k) * static_cast<double>(2 * k + 1);
+    p = 1.0 - y2 * p / d;
+  }
+  return -(y * p);
+}
+
+Array as_f32(const Array& a) { return astype(a, f32); }
+
+Array eval_piece(const SchedulePiece& p, const Array& count_i32) {
+  const Array count =
+      p.offset == 0 ? count_i32 : count_i32 - static_cast<double>(p.offset);
+  switch (p.kind) {
+    case SchedulePiece::Kind::kConstant:
+      return full_like(as_f32(count), p.init_value);
+    case SchedulePiece::Kind::kLinear: {
+      if (p.steps <= 0) return full_like(as_f32(count), p.init_value);
+      // optax: count = clip(count - begin, 0, steps); frac = 1 - count / steps
+      Array c = count - static_cast<double>(p.begin);
+      c = minimum(maximum(c, 0.0), static_cast<double>(p.steps));
+      const Array frac = 1.0 - as_f32(c) / static_cast<double>(p.steps);
+      return frac * (p.init_value - p.end_value) + p.end_value;
+    }
+    case SchedulePiece::Kind::kCosine: {
+      const double steps = static_cast<double>(p.steps);
+      const Array c = minimum(as_f32(count), steps);
+      const Array cosine =
+          (cos_0_to_pi(c * std::numbers::pi / steps) + 1.0) * 0.5;
+      const Array shaped =
+          p.exponent == 1.0 ? cosine : power(cosine, p.exponent);
+      return (shaped * (1.0 - p.alpha) + p.alpha) * p.init_value;
+    }
+    case SchedulePiece::Kind::kPiecewise: {
+      Array v = full_like(as_f32(count), p.init_value);
+      for (const auto& [boundary, scale] : p.boundaries_and_scales) {
+        v = where(count >= static_cast<double>(boundary), v * scale, v);
+      }
+      return v;
+    }
+  }
+  throw ValueError("[optim.schedule] unknown schedule kind");
+}
+
+}  // namespace
+
+Schedule::Schedule(double value) {
+  SchedulePiece p;
+  p.init_value = value;
+  pieces_.push_back(std::move(p));
+}
+
+Schedule::Schedule(std::vector<SchedulePiece> pieces,
+                   std::vector<std::int64_t> boundaries)
+    : pieces_(std::move(pieces)), boundaries_(std::move(boundaries)) {
+  if (pieces_.empty() || boundaries_.size() + 1 != pieces_.size()) {
+    throw ValueError(str_cat(
+        "[optim.schedule] a schedule needs one boundary fewer than pieces, "
+        "got ",
+        pieces_.size(), " pieces and ", boundaries_.size(), " boundaries"));
+  }
+}
+
+bool Schedule::is_constant() const {
+  return pieces_.size() == 1 &&
+         pieces_[0].kind == SchedulePiece::Kind::kConstant;
+}
+
+double Schedule::constant_value() const {
+  if (!is_constant()) {
+    throw ValueError(str_cat("[optim.schedule] ", *this, " is not a constant"));
+  }
+  return pieces_[0].init_value;
+}
+
+Array Schedule::operator()(const Array& count) const {
+  if (count.is_null() || count.dtype() != i32 || count.ndim() != 0) {
+    throw DTypeError(
+        str_cat("[optim.schedule] the step count must be an i32 scalar, got ",
+                count.is_null()
+                    ? std::string("None")
+                    : str_cat(name(count.dtype()), to_string(count.shape()))));
+  }
+  Array out = eval_piece(pieces_[0], count);
+  for (std::size_t i = 0; i < boundaries_.size(); ++i) {
+    out = where(count < static_cast<double>(boundaries_[i]), out,
+                eval_piece(pieces_[i + 1], count));
+  }
+  return out;
+}
+
+double Schedule::at(std::int64_t count) const {
+  if (count < 0 || count > std::numeric_limits<std::int32_t>::max()) {
+    throw ValueError(
+        str_cat("[optim.schedule] step ", count, " is outside the i32 range"));
+  }
+  return (*this)(scalar<std::int32_t>(static_cast<std::int32_t>(count)))
+      .item<float>();
+}
+
+std::ostream& operator<<(std::ostream& os, const Schedule& s) {
+  auto piece = [&os](const SchedulePiece& p) {
+    switch (p.kind) {
+      case SchedulePiece::Kind::kConstant:
+        os << p.init_value;
+        break;
+      case SchedulePiece::Kind::kLinear:
+        os << "linear(" << p.init_value << " -> " << p.end_value
+           << ", steps=" << p.steps << ", begin=" << p.begin << ")";
+        break;
+      case SchedulePiece::Kind::kCosine:
+        os << "cosine_decay(init=" << p.init_value << ", steps=" << p.steps
+           << ", alpha=" << p.alpha << ", exponent=" << p.exponent << ")";
+        break;
+      case SchedulePiece::Kind::kPiecewise:
+        os << "piecewise_constant(init=" << p.init_value;
+        for (const auto& [b, sc] : p.boundaries_and_scales)
+          os << ", " << b << ": x" << sc;
+        os << ")";
+        break;
+    }
+    if (p.offset != 0) os << " from step " << p.offset;
+  };
+  if (s.pieces().size() == 1) {
+    piece(s.pieces()[0]);
+    return os;
+  }
+  os << "join(";
+  piece(s.pieces()[0]);
+  for (std::size_t i = 0; i < s.boundaries().size(); ++i) {
+    os << ", @" << s.boundaries()[i] << " ";
+    piece(s.pieces()[i + 1]);
+  }
+  return os << ")";
+}
+
+Schedule constant_schedule(double value) { return Schedule(value); }
+
+Schedule linear_schedule(double init_value, double end_value,
+                         std::int64_t transition_steps,
+                         std::int64_t transition_begin) {
+  SchedulePiece p;
+  p.kind = SchedulePiece::Kind::kLinear;
+  p.init_value = init_value;
+  p.end_value = end_value;
+  p.steps = transition_steps;
+  p.begin = transition_begin < 0 ? 0 : transition_begin;  // as optax
+  return Schedule({p}, {});
+}
+
+Schedule cosine_decay_schedule(double init_value, std::int64_t decay_steps,
+                               double alpha, double exponent) {
+  if (decay_steps <= 0) {
+    throw ValueError(str_cat(
+        "[optim.cosine_decay_schedule] decay_steps must be positive, got ",
+        decay_steps));
+  }
+  SchedulePiece p;
+  p.kind = SchedulePiece::Kind::kCosine;
+  p.init_value = init_value;
+  p.steps = decay_steps;
+  p.alpha = alpha;
+  p.exponent = exponent;
+  return Schedule({p}, {});
+}
+
+Schedule piecewise_constant_schedule(
+    double init_value,
+    std::vector<std::pair<std::int64_t, double>> boundaries_and_scales) {
+  std::sort(boundaries_and_scales.begin(), boundaries_and_scales.end());
+  SchedulePiece p;
+  p.kind = SchedulePiece::Kind::kPiecewise;
+  p.init_value = init_value;
+  p.boundaries_and_scales = std::move(boundaries_and_scales);
+  return Schedule({p}, {});
+}
+
+Schedule join_schedules(const std::vector<Schedule>& schedules,
+                        const std::vector<std::int64_t>& boundaries) {
+  if (schedules.empty() || boundaries.size() + 1 != schedules.size()) {
+    throw ValueError(str_cat(
+        "[optim.join_schedules] needs one boundary fewer than schedules, got ",
+        schedules.size(), " schedules and ", boundaries.size(), " boundaries"));
+  }
+  // Sequential `where(count < b, out, next(count - b))`, flattened: the pieces
+  // of schedule i are shifted by boundaries[i-1] (nested joins stay exact).
+  std::vector<SchedulePiece> pieces;
+  std::vector<std::int64_t> bounds;
+  for (std::size_t i = 0; i < schedules.size(); ++i) {
+    const std::int64_t shift = i == 0 ? 0 : boundaries[i - 1];
+    if (i > 0) bounds.push_back(shift);
+    const Schedule& s = schedules[i];
+    for (std::size_t k = 0; k < s.pieces().size(); ++k) {
+      SchedulePiece p = s.pieces()[k];
+      p.offset += shift;
+      if (k > 0) bounds.push_back(s.boundaries()[k - 1] + shift);
+      pieces.push_back(std::move(p));
+    }
+  }
+  return Schedule(std::move(pieces), std::move(bounds));
+}
+
+Schedule warmup_cosine_decay_schedule(double init_value, double peak_value,
+                                      std::int64_t warmup_steps,
+                                      std::int64_t decay_steps,
+                                      double end_value, double exponent) {
+  const double alpha = peak_value == 0.0 ? 0.0 : end_value / peak_value;
+  return join_schedules(
+      {linear_schedule(init_value, peak_value, warmup_steps),
+       cosine_decay_schedule(peak_value, decay_steps - warmup_steps, alpha,
+                             exponent)},
+      {warmup_steps});
+}
+
+}  // namespace kiln::optim
