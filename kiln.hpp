@@ -7,6 +7,7 @@
 #include "kiln/dsl/ops.hpp"
 #include "kiln/dsl/random.hpp"
 #include "kiln/runtime/array.hpp"
+#include "kiln/runtime/checkpoint.hpp"
 #include "kiln/runtime/device.hpp"
 #include "kiln/runtime/dtype.hpp"
 #include "kiln/runtime/error.hpp"
