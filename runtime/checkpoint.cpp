@@ -95,8 +95,8 @@ class ZipWriter {
  private:
   void check(int rc, const std::string& name) {
     if (rc != ZIP_OK) {
-      throw CheckpointError(str_cat(ctx_, ": writing ", name, " failed (",
-                                    errno_text(), ")"));
+      throw CheckpointError(
+          str_cat(ctx_, ": writing ", name, " failed (", errno_text(), ")"));
     }
   }
 
@@ -114,8 +114,7 @@ std::string temp_path(const std::filesystem::path& path) {
   return str_cat(path.string(), ".tmp.", ::getpid(), ".", hex);
 }
 
-void fsync_path(const std::string& path, bool directory,
-                std::string_view ctx) {
+void fsync_path(const std::string& path, bool directory, std::string_view ctx) {
   const int fd = ::open(path.c_str(), O_RDONLY | (directory ? O_DIRECTORY : 0));
   if (fd < 0) {
     if (directory) return;  // best effort: some filesystems refuse
@@ -186,10 +185,11 @@ class ZipReader {
                                 0) != UNZ_OK) {
       fail_member("corrupt zip directory entry");
     }
-    if ((info.flag & 1) != 0) fail_member("encrypted members are not supported");
+    if ((info.flag & 1) != 0)
+      fail_member("encrypted members are not supported");
     if (info.compression_method != 0 && info.compression_method != Z_DEFLATED) {
-      fail_member(str_cat("unsupported compression method ",
-                          info.compression_method));
+      fail_member(
+          str_cat("unsupported compression method ", info.compression_method));
     }
     if (unzOpenCurrentFile(zip_) != UNZ_OK) {
       fail_member("corrupt local header");
@@ -288,7 +288,8 @@ class ZipReader {
         fail("corrupt zip directory");
       }
       Entry e;
-      if (unzGetFilePos64(zip_, &e.pos) != UNZ_OK) fail("corrupt zip directory");
+      if (unzGetFilePos64(zip_, &e.pos) != UNZ_OK)
+        fail("corrupt zip directory");
       e.size = info.uncompressed_size;
       std::string key(name.data(), info.size_filename);
       if (!entries_.emplace(key, e).second) {
@@ -320,7 +321,8 @@ std::string read_manifest(ZipReader& zip) {
     text.append(buf, n);
     if (text.size() > kMaxManifestBytes) zip.fail_member("too large");
   }
-  if (text.size() != e->size) zip.fail_member("size differs from the directory");
+  if (text.size() != e->size)
+    zip.fail_member("size differs from the directory");
   zip.finish();
   return text;
 }
@@ -368,8 +370,8 @@ Array read_array(ZipReader& zip, const ManifestNode& node, Device device) {
 
 namespace detail {
 
-void save_checkpoint_flat(const std::filesystem::path& path,
-                          const TreeDef& def, std::span<const Array> leaves,
+void save_checkpoint_flat(const std::filesystem::path& path, const TreeDef& def,
+                          std::span<const Array> leaves,
                           const SaveOptions& options) {
   const std::string ctx = str_cat("[save_checkpoint] ", path.string());
   const std::vector<std::string> leaf_paths = tree::paths(def);
@@ -417,8 +419,8 @@ void save_checkpoint_flat(const std::filesystem::path& path,
   }
   fsync_path(tmp.path, false, ctx);
   if (std::rename(tmp.path.c_str(), path.c_str()) != 0) {
-    throw CheckpointError(str_cat(ctx, ": cannot rename ", tmp.path, ": ",
-                                  errno_text()));
+    throw CheckpointError(
+        str_cat(ctx, ": cannot rename ", tmp.path, ": ", errno_text()));
   }
   tmp.keep = true;
   const std::filesystem::path dir = path.parent_path();

@@ -1,16 +1,18 @@
-// Checkpoints: any pytree saved to a .npz file that numpy.load reads, and loaded
-// back into a template tree with the structure, dtypes and shapes checked.
+// Checkpoints: any pytree saved to a .npz file that numpy.load reads, and
+// loaded back into a template tree with the structure, dtypes and shapes
+// checked.
 //
 //   save_checkpoint("model.npz", model);          // atomic: temp file + rename
 //   MLP restored = load_checkpoint("model.npz", model_template);
 //
 // The file is a zip archive with one .npy member per array leaf, named by the
 // leaf's tree path ("layers[1].bias.npy"; "root.npy" for a tree that is one
-// array; bytes outside printable ASCII and '/', '\', '%' are %XX-escaped), and a
-// text member "__kiln_manifest__.txt" recording every node of the TreeDef: its
-// path, kind, struct type and fields, container lengths, None slots, array dtype
-// and shape, and each static leaf's type and value (as printed). None leaves and
-// statics have no .npy member. numpy.load(path)["layers[1].bias"] is the array.
+// array; bytes outside printable ASCII and '/', '\', '%' are %XX-escaped), and
+// a text member "__kiln_manifest__.txt" recording every node of the TreeDef:
+// its path, kind, struct type and fields, container lengths, None slots, array
+// dtype and shape, and each static leaf's type and value (as printed). None
+// leaves and statics have no .npy member. numpy.load(path)["layers[1].bias"] is
+// the array.
 #pragma once
 
 #include <filesystem>
@@ -39,8 +41,8 @@ struct SaveOptions {
 };
 
 struct LoadOptions {
-  // Static leaves must print the same in the file and in the template; false
-  // keeps the template's statics whatever the file recorded.
+  // Static leaves must print the same in the file and in the template. With
+  // false only their types must match, and the template's values are kept.
   bool check_statics = true;
 };
 
@@ -65,8 +67,8 @@ T load_checkpoint(const std::filesystem::path& path, const T& like,
                   const LoadOptions& options = {});
 
 namespace detail {
-void save_checkpoint_flat(const std::filesystem::path& path,
-                          const TreeDef& def, std::span<const Array> leaves,
+void save_checkpoint_flat(const std::filesystem::path& path, const TreeDef& def,
+                          std::span<const Array> leaves,
                           const SaveOptions& options);
 // The file's arrays in the template's leaf order.
 std::vector<Array> load_checkpoint_flat(const std::filesystem::path& path,

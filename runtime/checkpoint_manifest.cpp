@@ -96,8 +96,10 @@ class Parser {
     std::vector<std::string> f = line();
     if (f.size() != 2 || f[0] != kFormat) bad("not a kiln checkpoint manifest");
     if (f[1] != kVersion) {
-      fail(str_cat("manifest version ", f[1], " is not supported (this kiln "
-                   "reads version ", kVersion, ")"));
+      fail(str_cat("manifest version ", f[1],
+                   " is not supported (this kiln "
+                   "reads version ",
+                   kVersion, ")"));
     }
     f = line();
     if (f.size() != 2 || f[0] != "treedef") bad("expected the treedef line");
@@ -173,10 +175,9 @@ class Parser {
     n.arity = static_cast<std::uint32_t>(
         std::min<std::uint64_t>(number(f[1], "arity"), 0xffffffffu));
     n.path = f[2];
-    const bool container = n.kind == NodeKind::kStruct ||
-                           n.kind == NodeKind::kList ||
-                           n.kind == NodeKind::kTuple ||
-                           n.kind == NodeKind::kDict;
+    const bool container =
+        n.kind == NodeKind::kStruct || n.kind == NodeKind::kList ||
+        n.kind == NodeKind::kTuple || n.kind == NodeKind::kDict;
     if (!container && n.arity != 0) bad("a leaf with children");
     std::size_t want = 3;
     switch (n.kind) {
@@ -195,8 +196,9 @@ class Parser {
       default:
         break;
     }
-    if (f.size() != want) bad(str_cat(f[0], " record with ", f.size(),
-                                      " fields (expected ", want, ")"));
+    if (f.size() != want)
+      bad(str_cat(f[0], " record with ", f.size(), " fields (expected ", want,
+                  ")"));
     return n;
   }
 
@@ -286,7 +288,8 @@ class Comparer {
       case NodeKind::kList:
       case NodeKind::kTuple:
         if (f.arity == t.arity) return children(fi, ti);
-        return add(t.path, str_cat("length ", f.arity), std::to_string(t.arity));
+        return add(t.path, str_cat("length ", f.arity),
+                   std::to_string(t.arity));
       case NodeKind::kDict:
         return dict(fi, ti);
       case NodeKind::kArray:
@@ -300,7 +303,8 @@ class Comparer {
         return;
       case NodeKind::kStatic:
         if (f.type != t.type) {
-          return add(t.path, str_cat("static type ", f.type, " (", f.value, ")"),
+          return add(t.path,
+                     str_cat("static type ", f.type, " (", f.value, ")"),
                      str_cat(t.type, " (", t.value, ")"));
         }
         if (check_statics_ && f.value != t.value) {
@@ -358,8 +362,7 @@ class Comparer {
     for (std::size_t c : child_indices(f_, fi)) {
       if (!in_template.contains(f_[c].path)) {
         out_.push_back(str_cat(tree::display_path(f_[c].path), ": ",
-                               describe(f_[c]),
-                               " in file, not in template"));
+                               describe(f_[c]), " in file, not in template"));
       }
     }
   }

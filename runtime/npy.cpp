@@ -170,9 +170,9 @@ std::string make_header(DType dtype, const Shape& shape) {
     shape_text += shape.size() == 1 ? "," : (i + 1 < shape.size() ? ", " : "");
   }
   shape_text += ")";
-  std::string dict = str_cat("{'descr': '", descr(dtype),
-                             "', 'fortran_order': False, 'shape': ",
-                             shape_text, ", }");
+  std::string dict =
+      str_cat("{'descr': '", descr(dtype),
+              "', 'fortran_order': False, 'shape': ", shape_text, ", }");
   // Magic (6) + version (2) + length (2), then the dict padded with spaces and
   // ended by '\n' to a multiple of 64 bytes, as numpy writes it.
   const std::size_t unpadded = 10 + dict.size() + 1;

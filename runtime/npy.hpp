@@ -1,13 +1,13 @@
-// The .npy header (numpy's format 1.0/2.0/3.0): writing it for kiln's dtypes and
-// parsing it strictly from untrusted bytes. Internal to checkpoints: not
+// The .npy header (numpy's format 1.0/2.0/3.0): writing it for kiln's dtypes
+// and parsing it strictly from untrusted bytes. Internal to checkpoints: not
 // installed.
 //
 // Why not xtensor's xnpy.hpp: it has no f16 element type (numpy's '<f2'), loads
-// only into an xt::xarray of a compile-time element type, and is not written for
-// untrusted input (the 1.0 header length is read through signed chars, short
-// reads of the data go unnoticed, shape entries are parsed without checks and
-// the element count is allocated unbounded), while a corrupt checkpoint must
-// give a clear error, never a crash or a huge allocation.
+// only into an xt::xarray of a compile-time element type, and is not written
+// for untrusted input (the 1.0 header length is read through signed chars,
+// short reads of the data go unnoticed, shape entries are parsed without checks
+// and the element count is allocated unbounded), while a corrupt checkpoint
+// must give a clear error, never a crash or a huge allocation.
 #pragma once
 
 #include <cstddef>
