@@ -14,7 +14,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <map>
+#include <memory>
 #include <random>
 #include <unordered_map>
 
@@ -157,15 +157,14 @@ class ZipReader {
     if (!complete) {
       fail("not a zip archive, or truncated (no zip directory at its end)");
     }
-    zip_ = unzOpen64(path.c_str());
+    zip_.reset(unzOpen64(path.c_str()));
     if (zip_ == nullptr) {
       fail("not a zip archive, or truncated (no zip directory at its end)");
     }
     index();
   }
   ~ZipReader() {
-    if (open_) unzCloseCurrentFile(zip_);
-    if (zip_ != nullptr) unzClose(zip_);
+    if (open_) unzCloseCurrentFile(zip_.get());
   }
   ZipReader(const ZipReader&) = delete;
   ZipReader& operator=(const ZipReader&) = delete;
@@ -180,9 +179,9 @@ class ZipReader {
     member_ = name;
     unz64_file_pos pos = e.pos;
     unz_file_info64 info{};
-    if (unzGoToFilePos64(zip_, &pos) != UNZ_OK ||
-        unzGetCurrentFileInfo64(zip_, &info, nullptr, 0, nullptr, 0, nullptr,
-                                0) != UNZ_OK) {
+    if (unzGoToFilePos64(zip_.get(), &pos) != UNZ_OK ||
+        unzGetCurrentFileInfo64(zip_.get(), &info, nullptr, 0, nullptr, 0,
+                                nullptr, 0) != UNZ_OK) {
       fail_member("corrupt zip directory entry");
     }
     if ((info.flag & 1) != 0)
@@ -191,7 +190,7 @@ class ZipReader {
       fail_member(
           str_cat("unsupported compression method ", info.compression_method));
     }
-    if (unzOpenCurrentFile(zip_) != UNZ_OK) {
+    if (unzOpenCurrentFile(zip_.get()) != UNZ_OK) {
       fail_member("corrupt local header");
     }
     open_ = true;
@@ -203,7 +202,7 @@ class ZipReader {
     std::size_t done = 0;
     while (done < n) {
       const auto len = static_cast<unsigned>(std::min(n - done, kChunk));
-      const int r = unzReadCurrentFile(zip_, p + done, len);
+      const int r = unzReadCurrentFile(zip_.get(), p + done, len);
       if (r < 0) fail_member(str_cat("corrupt data (", error_text(r), ")"));
       if (r == 0) break;
       done += static_cast<std::size_t>(r);
@@ -218,7 +217,7 @@ class ZipReader {
     char extra;
     if (read(&extra, 1) != 0) fail_member("longer than its header says");
     open_ = false;
-    const int rc = unzCloseCurrentFile(zip_);
+    const int rc = unzCloseCurrentFile(zip_.get());
     if (rc == UNZ_CRCERROR) fail_member("CRC mismatch (corrupt data)");
     if (rc != UNZ_OK) fail_member(str_cat("corrupt (", error_text(rc), ")"));
   }
@@ -278,29 +277,33 @@ class ZipReader {
   // or more, and tree paths can be longer).
   void index() {
     std::vector<char> name(65536);
-    int rc = unzGoToFirstFile(zip_);
+    int rc = unzGoToFirstFile(zip_.get());
     while (rc == UNZ_OK) {
       unz_file_info64 info{};
-      if (unzGetCurrentFileInfo64(zip_, &info, name.data(),
+      if (unzGetCurrentFileInfo64(zip_.get(), &info, name.data(),
                                   static_cast<uLong>(name.size()), nullptr, 0,
                                   nullptr, 0) != UNZ_OK ||
           info.size_filename >= name.size()) {
         fail("corrupt zip directory");
       }
       Entry e;
-      if (unzGetFilePos64(zip_, &e.pos) != UNZ_OK)
+      if (unzGetFilePos64(zip_.get(), &e.pos) != UNZ_OK)
         fail("corrupt zip directory");
       e.size = info.uncompressed_size;
       std::string key(name.data(), info.size_filename);
       if (!entries_.emplace(key, e).second) {
         fail(str_cat("duplicate member \"", key, "\""));
       }
-      rc = unzGoToNextFile(zip_);
+      rc = unzGoToNextFile(zip_.get());
     }
     if (rc != UNZ_END_OF_LIST_OF_FILE) fail("corrupt zip directory");
   }
 
-  unzFile zip_ = nullptr;
+  struct Close {
+    void operator()(void* z) const { unzClose(z); }
+  };
+  // Closed also when the constructor throws after opening.
+  std::unique_ptr<void, Close> zip_;
   bool open_ = false;
   std::string ctx_;
   std::string member_;
