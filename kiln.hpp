@@ -9,6 +9,7 @@
 #include "kiln/modules/nn.hpp"
 #include "kiln/optim/optim.hpp"
 #include "kiln/runtime/array.hpp"
+#include "kiln/runtime/checkpoint.hpp"
 #include "kiln/runtime/device.hpp"
 #include "kiln/runtime/dtype.hpp"
 #include "kiln/runtime/error.hpp"

@@ -8,10 +8,10 @@ packages=(
   meson ninja-build pkg-config g++ cmake python3
   # CPU backend
   libxtensor-dev xtl-dev libxsimd-dev libxtensor-blas-dev libopenblas-dev
-  # runtime
-  libabsl-dev
+  # runtime (checkpoints: .npz through minizip on zlib)
+  libabsl-dev libminizip-dev zlib1g-dev
   # tests and benchmarks
-  doctest-dev libbenchmark-dev
+  doctest-dev libbenchmark-dev python3-numpy
   # Vulkan backend (next slice): loader, headers, lavapipe, validation, SPIR-V tools
   libvulkan-dev mesa-vulkan-drivers vulkan-validationlayers spirv-tools
   spirv-headers

@@ -1,0 +1,454 @@
+// Checkpoint manifests: see checkpoint_manifest.hpp. The text is one record per
+// line, fields separated by tabs (\\, \t, \n, \r escaped inside fields):
+//   kiln-checkpoint  1
+//   treedef  MLP(layers=[Linear(weight=*, bias=None)], activation=relu)
+//   struct   2  <path>  MLP(layers, activation)
+//   list     1  layers
+//   array    0  layers[0].weight  f32  3,4  layers[0].weight.npy
+//   none     0  layers[0].bias
+//   static   0  activation  <C++ type>  relu
+#include "kiln/runtime/checkpoint_manifest.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <unordered_map>
+#include <utility>
+
+#include "kiln/runtime/checkpoint.hpp"
+#include "kiln/runtime/strings.hpp"
+#include "kiln/runtime/tree_internal.hpp"
+
+namespace kiln::detail::ckpt {
+namespace {
+
+constexpr std::string_view kFormat = "kiln-checkpoint";
+constexpr std::string_view kVersion = "1";
+
+constexpr std::pair<NodeKind, std::string_view> kKindNames[] = {
+    {NodeKind::kArray, "array"},   {NodeKind::kNone, "none"},
+    {NodeKind::kStatic, "static"}, {NodeKind::kStruct, "struct"},
+    {NodeKind::kList, "list"},     {NodeKind::kTuple, "tuple"},
+    {NodeKind::kDict, "dict"},     {NodeKind::kEmpty, "nullopt"},
+};
+
+std::string_view kind_token(NodeKind k) {
+  for (auto [kind, token] : kKindNames) {
+    if (kind == k) return token;
+  }
+  return "?";
+}
+
+std::string escape(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (char c : s) {
+    switch (c) {
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      default:
+        out += c;
+    }
+  }
+  return out;
+}
+
+std::string dims_text(const Shape& s) {
+  std::string out;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (i > 0) out += ',';
+    out += std::to_string(s[i]);
+  }
+  return out;
+}
+
+// Pre-order walk of a TreeDef calling fn(index, node, path).
+template <class Fn>
+void walk(const TreeDefData& d, std::size_t idx, std::string& path, Fn& fn) {
+  const DefNode& n = d.nodes[idx];
+  fn(idx, n, std::as_const(path));
+  std::size_t child = idx + 1;
+  for (std::size_t i = 0; i < n.arity; ++i) {
+    const std::size_t len = path.size();
+    append_child(path, d, n, i);
+    walk(d, child, path, fn);
+    path.resize(len);
+    child += d.nodes[child].size;
+  }
+}
+
+class Parser {
+ public:
+  Parser(std::string_view text, std::string_view context)
+      : text_(text), context_(context) {}
+
+  Manifest parse() {
+    Manifest m;
+    std::vector<std::string> f = line();
+    if (f.size() != 2 || f[0] != kFormat) bad("not a kiln checkpoint manifest");
+    if (f[1] != kVersion) {
+      fail(str_cat("manifest version ", f[1],
+                   " is not supported (this kiln "
+                   "reads version ",
+                   kVersion, ")"));
+    }
+    f = line();
+    if (f.size() != 2 || f[0] != "treedef") bad("expected the treedef line");
+    m.treedef = f[1];
+    while (pos_ < text_.size()) m.nodes.push_back(node(line()));
+    if (m.nodes.empty()) bad("no nodes");
+    compute_sizes(m.nodes);
+    return m;
+  }
+
+ private:
+  [[noreturn]] void fail(std::string_view what) {
+    throw CheckpointError(str_cat(context_, ": ", what));
+  }
+  [[noreturn]] void bad(std::string_view what) {
+    fail(str_cat("corrupt manifest (line ", line_no_, "): ", what));
+  }
+
+  std::vector<std::string> line() {
+    ++line_no_;
+    if (pos_ >= text_.size()) bad("unexpected end");
+    std::size_t end = text_.find('\n', pos_);
+    if (end == std::string_view::npos) bad("unterminated line");
+    std::string_view l = text_.substr(pos_, end - pos_);
+    pos_ = end + 1;
+    std::vector<std::string> fields(1);
+    for (std::size_t i = 0; i < l.size(); ++i) {
+      const char c = l[i];
+      if (c == '\t') {
+        fields.emplace_back();
+      } else if (c == '\\') {
+        if (++i == l.size()) bad("dangling escape");
+        switch (l[i]) {
+          case '\\':
+            fields.back() += '\\';
+            break;
+          case 't':
+            fields.back() += '\t';
+            break;
+          case 'n':
+            fields.back() += '\n';
+            break;
+          case 'r':
+            fields.back() += '\r';
+            break;
+          default:
+            bad("bad escape");
+        }
+      } else {
+        fields.back() += c;
+      }
+    }
+    return fields;
+  }
+
+  std::uint64_t number(std::string_view s, std::string_view what) {
+    std::uint64_t v = 0;
+    auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (s.empty() || ec != std::errc() || ptr != s.data() + s.size() ||
+        v > (std::uint64_t{1} << 62)) {
+      bad(str_cat("bad ", what, " '", s, "'"));
+    }
+    return v;
+  }
+
+  ManifestNode node(const std::vector<std::string>& f) {
+    if (f.size() < 3) bad("too few fields");
+    ManifestNode n;
+    auto kind = std::find_if(std::begin(kKindNames), std::end(kKindNames),
+                             [&](const auto& p) { return p.second == f[0]; });
+    if (kind == std::end(kKindNames)) bad(str_cat("unknown kind '", f[0], "'"));
+    n.kind = kind->first;
+    n.arity = static_cast<std::uint32_t>(
+        std::min<std::uint64_t>(number(f[1], "arity"), 0xffffffffu));
+    n.path = f[2];
+    const bool container =
+        n.kind == NodeKind::kStruct || n.kind == NodeKind::kList ||
+        n.kind == NodeKind::kTuple || n.kind == NodeKind::kDict;
+    if (!container && n.arity != 0) bad("a leaf with children");
+    std::size_t want = 3;
+    switch (n.kind) {
+      case NodeKind::kStruct:
+        want = 4;
+        if (f.size() == want) n.type = f[3];
+        break;
+      case NodeKind::kStatic:
+        want = 5;
+        if (f.size() == want) n.type = f[3], n.value = f[4];
+        break;
+      case NodeKind::kArray:
+        want = 6;
+        if (f.size() == want) array(f, n);
+        break;
+      default:
+        break;
+    }
+    if (f.size() != want)
+      bad(str_cat(f[0], " record with ", f.size(), " fields (expected ", want,
+                  ")"));
+    return n;
+  }
+
+  void array(const std::vector<std::string>& f, ManifestNode& n) {
+    bool known = false;
+    for (DType t : {DType::kBool, DType::kI32, DType::kU32, DType::kF16,
+                    DType::kF32, DType::kF64}) {
+      if (f[3] == name(t)) n.dtype = t, known = true;
+    }
+    if (!known) bad(str_cat("unknown dtype '", f[3], "'"));
+    std::string_view dims = f[4];
+    while (!dims.empty()) {
+      const std::size_t comma = dims.find(',');
+      n.shape.push_back(static_cast<std::int64_t>(
+          number(dims.substr(0, comma), "dimension")));
+      if (n.shape.size() > 64) bad("more than 64 dimensions");
+      if (comma == std::string_view::npos) break;
+      dims.remove_prefix(comma + 1);
+      if (dims.empty()) bad("trailing comma in shape");
+    }
+    n.member = f[5];
+    if (n.member.empty()) bad("empty member name");
+  }
+
+  // Subtree sizes from the arities, checking that the records form one tree.
+  void compute_sizes(std::vector<ManifestNode>& nodes) {
+    std::vector<std::pair<std::size_t, std::uint32_t>> open;  // node, left
+    for (std::size_t i = 0; i < nodes.size(); ++i) {
+      if (i > 0) {
+        if (open.empty()) bad("records after the end of the tree");
+        --open.back().second;
+      }
+      if (nodes[i].arity > 0) {
+        open.emplace_back(i, nodes[i].arity);
+        continue;
+      }
+      nodes[i].size = 1;
+      while (!open.empty() && open.back().second == 0) {
+        const std::size_t idx = open.back().first;
+        nodes[idx].size = static_cast<std::uint32_t>(i - idx + 1);
+        open.pop_back();
+      }
+    }
+    if (!open.empty()) bad("the tree ends early");
+  }
+
+  std::string_view text_;
+  std::string_view context_;
+  std::size_t pos_ = 0;
+  std::size_t line_no_ = 0;
+};
+
+std::string describe(const ManifestNode& n) {
+  switch (n.kind) {
+    case NodeKind::kStruct:
+      return n.type.substr(0, n.type.find('('));
+    case NodeKind::kStatic:
+      return "static " + n.type;
+    case NodeKind::kEmpty:
+      return "empty optional";
+    case NodeKind::kNone:
+      return "None";
+    default:
+      return std::string(kind_token(n.kind));
+  }
+}
+
+class Comparer {
+ public:
+  Comparer(const Manifest& file, const Manifest& like, bool check_statics)
+      : f_(file.nodes), t_(like.nodes), check_statics_(check_statics) {}
+
+  void run(std::size_t fi, std::size_t ti) {
+    const ManifestNode& f = f_[fi];
+    const ManifestNode& t = t_[ti];
+    if (f.kind != t.kind) {
+      return add(t.path, describe(f), describe(t));
+    }
+    switch (t.kind) {
+      case NodeKind::kStruct:
+        if (f.type == t.type) return children(fi, ti);
+        if (describe(f) != describe(t)) {
+          return add(t.path, describe(f), describe(t));
+        }
+        return add(t.path, "fields " + f.type.substr(f.type.find('(')),
+                   t.type.substr(t.type.find('(')));
+      case NodeKind::kList:
+      case NodeKind::kTuple:
+        if (f.arity == t.arity) return children(fi, ti);
+        return add(t.path, str_cat("length ", f.arity),
+                   std::to_string(t.arity));
+      case NodeKind::kDict:
+        return dict(fi, ti);
+      case NodeKind::kArray:
+        if (f.dtype != t.dtype) {
+          add(t.path, str_cat("dtype ", name(f.dtype)),
+              std::string(name(t.dtype)));
+        }
+        if (f.shape != t.shape) {
+          add(t.path, "shape " + to_string(f.shape), to_string(t.shape));
+        }
+        return;
+      case NodeKind::kStatic:
+        if (f.type != t.type) {
+          return add(t.path,
+                     str_cat("static type ", f.type, " (", f.value, ")"),
+                     str_cat(t.type, " (", t.value, ")"));
+        }
+        if (check_statics_ && f.value != t.value) {
+          add(t.path, "static value " + f.value, t.value);
+        }
+        return;
+      default:
+        return;
+    }
+  }
+
+  std::vector<std::string> take() { return std::move(out_); }
+
+ private:
+  void add(const std::string& path, const std::string& in_file,
+           const std::string& in_template) {
+    out_.push_back(str_cat(tree::display_path(path), ": ", in_file,
+                           " in file, ", in_template, " in template"));
+  }
+
+  std::vector<std::size_t> child_indices(const std::vector<ManifestNode>& v,
+                                         std::size_t idx) {
+    std::vector<std::size_t> out;
+    std::size_t c = idx + 1;
+    for (std::uint32_t i = 0; i < v[idx].arity; ++i) {
+      out.push_back(c);
+      c += v[c].size;
+    }
+    return out;
+  }
+
+  void children(std::size_t fi, std::size_t ti) {
+    const auto fc = child_indices(f_, fi);
+    const auto tc = child_indices(t_, ti);
+    for (std::size_t i = 0; i < tc.size(); ++i) run(fc[i], tc[i]);
+  }
+
+  // Entries are matched by path (which holds the key); extra and missing keys
+  // are reported one per path.
+  void dict(std::size_t fi, std::size_t ti) {
+    std::unordered_map<std::string_view, std::size_t> in_file;
+    for (std::size_t c : child_indices(f_, fi)) in_file.emplace(f_[c].path, c);
+    std::unordered_map<std::string_view, bool> in_template;
+    for (std::size_t c : child_indices(t_, ti)) {
+      in_template.emplace(t_[c].path, true);
+      auto it = in_file.find(t_[c].path);
+      if (it == in_file.end()) {
+        out_.push_back(str_cat(tree::display_path(t_[c].path),
+                               ": not in file, ", describe(t_[c]),
+                               " in template"));
+      } else {
+        run(it->second, c);
+      }
+    }
+    for (std::size_t c : child_indices(f_, fi)) {
+      if (!in_template.contains(f_[c].path)) {
+        out_.push_back(str_cat(tree::display_path(f_[c].path), ": ",
+                               describe(f_[c]), " in file, not in template"));
+      }
+    }
+  }
+
+  const std::vector<ManifestNode>& f_;
+  const std::vector<ManifestNode>& t_;
+  bool check_statics_;
+  std::vector<std::string> out_;
+};
+
+}  // namespace
+
+std::string member_name(std::string_view path) {
+  if (path.empty()) return "root.npy";
+  std::string out;
+  for (char ch : path) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c < 0x20 || c >= 0x7f || c == '/' || c == '\\' || c == '%') {
+      constexpr char kHex[] = "0123456789ABCDEF";
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    } else {
+      out += ch;
+    }
+  }
+  return out + ".npy";
+}
+
+Manifest make_manifest(const TreeDef& def, std::span<const Array> leaves) {
+  Manifest m;
+  m.treedef = to_string(def);
+  m.nodes.reserve(def.num_nodes());
+  const TreeDefData& d = def.data();
+  std::size_t leaf = 0;
+  std::string path;
+  auto fn = [&](std::size_t, const DefNode& n, const std::string& p) {
+    ManifestNode out;
+    out.path = p;
+    out.kind = n.kind;
+    out.arity = n.arity;
+    out.size = n.size;
+    if (n.kind == NodeKind::kStruct) {
+      out.type = str_cat(n.info->name, "(", join(n.info->fields, ", "), ")");
+    } else if (n.kind == NodeKind::kStatic) {
+      out.type = d.statics[n.aux].type_name();
+      out.value = d.statics[n.aux].repr();
+    } else if (n.kind == NodeKind::kArray) {
+      const Array& a = leaves[leaf++];
+      out.dtype = a.dtype();
+      out.shape = a.shape();
+      out.member = member_name(p);
+    }
+    m.nodes.push_back(std::move(out));
+  };
+  walk(d, 0, path, fn);
+  return m;
+}
+
+std::string format_manifest(const Manifest& m) {
+  std::string out = str_cat(kFormat, "\t", kVersion, "\n");
+  out += str_cat("treedef\t", escape(m.treedef), "\n");
+  for (const ManifestNode& n : m.nodes) {
+    out += str_cat(kind_token(n.kind), "\t", n.arity, "\t", escape(n.path));
+    if (n.kind == NodeKind::kStruct) {
+      out += str_cat("\t", escape(n.type));
+    } else if (n.kind == NodeKind::kStatic) {
+      out += str_cat("\t", escape(n.type), "\t", escape(n.value));
+    } else if (n.kind == NodeKind::kArray) {
+      out += str_cat("\t", name(n.dtype), "\t", dims_text(n.shape), "\t",
+                     escape(n.member));
+    }
+    out += '\n';
+  }
+  return out;
+}
+
+Manifest parse_manifest(std::string_view text, std::string_view context) {
+  return Parser(text, context).parse();
+}
+
+std::vector<std::string> compare(const Manifest& file, const Manifest& like,
+                                 bool check_statics) {
+  Comparer c(file, like, check_statics);
+  c.run(0, 0);
+  return c.take();
+}
+
+}  // namespace kiln::detail::ckpt

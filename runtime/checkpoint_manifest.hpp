@@ -1,0 +1,55 @@
+// The manifest of a kiln checkpoint: one record per TreeDef node (path, kind,
+// struct type, container length, None, array dtype/shape/member, static type
+// and value), its text form stored in the .npz, and the comparison of a file's
+// manifest against a template's that load_checkpoint reports. Internal: not
+// installed.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kiln/runtime/array.hpp"
+#include "kiln/runtime/tree_def.hpp"
+
+namespace kiln::detail::ckpt {
+
+inline constexpr std::string_view kManifestMember = "__kiln_manifest__.txt";
+
+struct ManifestNode {
+  std::string path;
+  NodeKind kind = NodeKind::kNone;
+  std::uint32_t arity = 0;
+  std::uint32_t size = 1;  // records in the subtree, itself included
+  std::string type;        // struct: "Linear(weight, bias)"; static: C++ type
+  std::string value;       // static: its printed value
+  DType dtype = DType::kF32;  // array
+  Shape shape;                // array
+  std::string member;         // array: the .npy member's name
+};
+
+struct Manifest {
+  std::string treedef;  // to_string(def), for people reading the file
+  std::vector<ManifestNode> nodes;  // pre-order
+};
+
+// The zip member for an array at `path`: the path with bytes outside
+// printable ASCII and / \ % escaped as %XX, plus ".npy" ("root.npy" for "").
+std::string member_name(std::string_view path);
+
+// `leaves` are the tree's arrays (leaf order) and give dtypes and shapes.
+Manifest make_manifest(const TreeDef& def, std::span<const Array> leaves);
+std::string format_manifest(const Manifest& m);
+// Throws CheckpointError "<context>: ..." for text that is not a well-formed
+// manifest (so nothing after this needs to distrust the node records).
+Manifest parse_manifest(std::string_view text, std::string_view context);
+
+// Every difference between the file's manifest and the template's, as
+// "path: what in file, what in template" lines, at the deepest node where it
+// shows (children of nodes that differ in kind, type or length are skipped).
+std::vector<std::string> compare(const Manifest& file, const Manifest& like,
+                                 bool check_statics);
+
+}  // namespace kiln::detail::ckpt

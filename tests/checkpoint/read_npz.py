@@ -1,0 +1,70 @@
+"""Checks a kiln checkpoint with numpy (run by tests/test_checkpoint.cpp).
+
+  read_npz.py check FILE    numpy.load reads FILE; names, dtypes, shapes and
+                            values are the ones the C++ test saved.
+  read_npz.py rewrite IN OUT  writes OUT with every .npy member re-encoded by
+                            numpy itself (np.lib.format, deflated), keeping
+                            kiln's manifest, so the C++ test can load numpy's
+                            own headers.
+Exits non-zero (with the reason on stderr) on any mismatch.
+"""
+import io
+import sys
+import zipfile
+
+import numpy as np
+
+MANIFEST = "__kiln_manifest__.txt"
+
+
+def check(path):
+    f16_bits = np.array([0x3C00, 0xC000, 0x3555, 0x7C00], dtype="<u2")
+    expected = {
+        "layers[0].weight": np.arange(6, dtype=np.float32).reshape(2, 3) / 4,
+        "layers[1].weight": np.array([[1.5], [-2.0], [0.25]], dtype=np.float32),
+        "layers[1].bias": np.array([0.5], dtype=np.float32),
+        'buffers["count"]': np.array(7, dtype=np.int32),
+        'buffers["key"]': np.array([0, 4294967295], dtype=np.uint32),
+        'buffers["mask"]': np.array([True, False, True]),
+        "half": f16_bits.view(np.float16),
+        "precise": np.array([1.0 / 3.0, -1e300], dtype=np.float64),
+    }
+    with np.load(path) as z:
+        arrays = {k for k in z.files if k != MANIFEST}
+        if arrays != set(expected):
+            sys.exit(f"names: {sorted(arrays)} != {sorted(expected)}")
+        for name, want in expected.items():
+            got = z[name]
+            if got.dtype != want.dtype or got.shape != want.shape:
+                sys.exit(f"{name}: {got.dtype}{got.shape} != {want.dtype}{want.shape}")
+            if not np.array_equal(got, want):
+                sys.exit(f"{name}: {got!r} != {want!r}")
+        manifest = z[MANIFEST].decode()
+    if not manifest.startswith("kiln-checkpoint\t1\n"):
+        sys.exit(f"manifest starts {manifest[:40]!r}")
+    if "none\t0\tlayers[0].bias\n" not in manifest:
+        sys.exit("manifest does not record the None leaf layers[0].bias")
+    print("numpy read", len(expected), "arrays")
+
+
+def rewrite(src, dst):
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(
+        dst, "w", compression=zipfile.ZIP_DEFLATED
+    ) as zout:
+        for name in zin.namelist():
+            data = zin.read(name)
+            if name.endswith(".npy"):
+                array = np.lib.format.read_array(io.BytesIO(data))
+                out = io.BytesIO()
+                np.lib.format.write_array(out, array)
+                data = out.getvalue()
+            zout.writestr(name, data)
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "check":
+        check(sys.argv[2])
+    elif sys.argv[1] == "rewrite":
+        rewrite(sys.argv[2], sys.argv[3])
+    else:
+        sys.exit(f"unknown mode {sys.argv[1]}")

@@ -1,0 +1,216 @@
+// Damaged checkpoints: missing, empty, foreign, truncated at every length,
+// flipped at every byte, bad .npy headers and sizes, bad manifests. Each
+// is a kiln error with a clear message, never a crash (the sanitizer
+// build runs these too).
+#include "checkpoint/helpers.hpp"
+
+using namespace ckpt_test;
+
+// Loads `file` expecting a CheckpointError whose message contains `text`.
+void check_corrupt(const fs::path& file, const Model& like,
+                   const std::string& text) {
+  INFO("expecting: " << text);
+  CHECK_THROWS_WITH_AS(
+      load_checkpoint(file, like),
+      doctest::Contains(
+          ("[load_checkpoint] " + file.string() + ": " + text).c_str()),
+      CheckpointError);
+}
+
+TEST_CASE("missing, empty, non-zip and foreign zip files give clear errors") {
+  TempDir dir;
+  const Model like = zeros_like_model(make_model());
+  check_corrupt(dir / "nope.npz", like, "cannot open: No such file");
+  write_file(dir / "empty.npz", "");
+  check_corrupt(dir / "empty.npz", like, "not a zip archive, or truncated");
+  write_file(dir / "text.npz", std::string(5000, 'x'));
+  check_corrupt(dir / "text.npz", like, "not a zip archive, or truncated");
+  write_zip(dir / "numpy.npz",
+            {{"w.npy", npy("{'descr': '<f4', 'fortran_order': False, "
+                           "'shape': (1,), }\n",
+                           std::string(4, '\0'))}});
+  check_corrupt(dir / "numpy.npz", like,
+                "no kiln manifest (__kiln_manifest__.txt): not a kiln "
+                "checkpoint");
+}
+
+TEST_CASE("a truncated checkpoint fails to load at every length") {
+  TempDir dir;
+  const Model model = make_model();
+  save_checkpoint(dir / "full.npz", model);
+  const std::string bytes = read_file(dir / "full.npz");
+  const Model like = zeros_like_model(model);
+  int failures = 0;
+  for (std::size_t n = 0; n < bytes.size(); ++n) {
+    write_file(dir / "cut.npz", bytes.substr(0, n));
+    try {
+      load_checkpoint(dir / "cut.npz", like);
+      FAIL_CHECK("a file cut to " << n << " of " << bytes.size()
+                                  << " bytes loaded");
+    } catch (const CheckpointError& e) {
+      ++failures;
+      if (n == bytes.size() / 2) {
+        CHECK(std::string(e.what()).find("not a zip archive, or truncated") !=
+              std::string::npos);
+      }
+    }
+  }
+  CHECK(failures == static_cast<int>(bytes.size()));
+}
+
+TEST_CASE(
+    "flipped bytes give a kiln error or the original values, never a "
+    "crash") {
+  TempDir dir;
+  const Model model = make_model();
+  for (bool compress : {false, true}) {
+    INFO("compress=" << compress);
+    save_checkpoint(dir / "good.npz", model, SaveOptions{.compress = compress});
+    const std::string bytes = read_file(dir / "good.npz");
+    const Model like = zeros_like_model(model);
+    std::size_t errors = 0, total = 0;
+    for (std::size_t i = 0; i < bytes.size(); ++i) {
+      for (unsigned char mask : {0x01, 0x80, 0xff}) {
+        std::string bad = bytes;
+        bad[i] = static_cast<char>(bad[i] ^ mask);
+        write_file(dir / "bad.npz", bad);
+        ++total;
+        try {
+          const Model got = load_checkpoint(dir / "bad.npz", like);
+          INFO("byte " << i << " mask " << int(mask));
+          check_identical_leaves(got, model);  // an unchecked field was hit
+        } catch (const Error&) {
+          ++errors;
+        }
+      }
+    }
+    MESSAGE(errors << " of " << total << " corruptions detected");
+    // Only zip fields nobody checks (dates, "version made by", attributes,
+    // about a fifth of the headers) pass, and then with the original values.
+    CHECK(errors * 10 > total * 7);
+  }
+}
+
+TEST_CASE("a corrupt array byte is a CRC error naming the member") {
+  TempDir dir;
+  const Model model = make_model();
+  save_checkpoint(dir / "good.npz", model);
+  std::string bytes = read_file(dir / "good.npz");
+  // layers[1].weight starts 1.5, -2 (0x3fc00000, 0xc0000000): make it 1.5, 2.
+  const std::string needle("\x00\x00\xc0\x3f\x00\x00\x00\xc0", 8);
+  const std::size_t at = bytes.find(needle);
+  REQUIRE(at != std::string::npos);
+  REQUIRE(bytes.find(needle, at + 1) == std::string::npos);
+  bytes[at + 7] = '\x40';
+  write_file(dir / "bad.npz", bytes);
+  check_corrupt(dir / "bad.npz", zeros_like_model(model),
+                "member \"layers[1].weight.npy\": CRC mismatch (corrupt data)");
+}
+
+TEST_CASE("bad .npy headers, sizes and manifests give clear errors") {
+  TempDir dir;
+  const Model model = make_model();
+  const Model like = zeros_like_model(model);
+  save_checkpoint(dir / "good.npz", model);
+  Members good = read_zip(dir / "good.npz");
+  const std::string w = "layers[0].weight.npy";
+  const std::string data(24, '\0');  // 2x3 f32
+  auto dict = [](const std::string& descr, const std::string& order,
+                 const std::string& shape) {
+    return "{'descr': '" + descr + "', 'fortran_order': " + order +
+           ", 'shape': " + shape + ", }\n";
+  };
+  auto tampered = [&](const std::string& name, std::string contents) {
+    Members m = good;
+    member(m, name) = std::move(contents);
+    write_zip(dir / "bad.npz", m);
+    return dir / "bad.npz";
+  };
+  const std::string prefix = "member \"" + w + "\": ";
+
+  // The unmodified member, rewritten by the helper, still loads.
+  check_identical_leaves(load_checkpoint(tampered(w, member(good, w)), like),
+                         model);
+  check_corrupt(tampered(w, "\x93NUMPX\x01" + std::string(100, ' ')), like,
+                prefix + "not npy data (bad magic)");
+  check_corrupt(tampered(w, "\x93NUMPY\x07" + std::string(100, ' ')), like,
+                prefix + "unsupported npy version 7.32");
+  check_corrupt(tampered(w, std::string("\x93NUMPY\x01\x00\xff\x7f", 10) +
+                                std::string(100, ' ')),
+                like, prefix + "data ends early (truncated)");
+  check_corrupt(
+      tampered(w, std::string("\x93NUMPY\x02\x00\xff\xff\xff\x7f", 12)), like,
+      prefix + "npy header of 2147483659 bytes is too long");
+  check_corrupt(tampered(w, "\x93NUMPY"), like,
+                prefix + "data ends early (truncated)");
+  check_corrupt(tampered(w, npy(dict("<c8", "False", "(2, 3)"), data)), like,
+                prefix +
+                    "unsupported dtype '<c8' (kiln reads |b1, <i4, <u4, "
+                    "<f2, <f4, <f8)");
+  check_corrupt(tampered(w, npy(dict(">f4", "False", "(2, 3)"), data)), like,
+                prefix + "big-endian data ('>f4') is not supported");
+  check_corrupt(tampered(w, npy(dict("<f4", "True", "(2, 3)"), data)), like,
+                prefix + "Fortran-order arrays are not supported");
+  check_corrupt(tampered(w, npy(dict("<f4", "False", "(2, x)"), data)), like,
+                prefix + "bad npy header: expected a dimension at offset");
+  check_corrupt(
+      tampered(w,
+               npy(dict("<f4", "False", "(99999999999, 99999999999)"), data)),
+      like, prefix + "bad npy header: element count too large");
+  check_corrupt(tampered(w, npy("{'descr': '<f4', 'shape': (2, 3)}\n", data)),
+                like,
+                prefix +
+                    "bad npy header: missing 'descr', 'fortran_order' "
+                    "or 'shape'");
+  check_corrupt(tampered(w, npy(dict("<f4", "False", "(3, 2)"), data)), like,
+                prefix + "npy header says f32 (3, 2), the manifest f32 (2, 3)");
+  // Wrong element count: the data is short or long for the header's shape.
+  const std::string original = member(good, w);
+  check_corrupt(tampered(w, original.substr(0, original.size() - 4)), like,
+                prefix +
+                    "holds 148 bytes, but a (2, 3) f32 array takes 152 "
+                    "(wrong element count)");
+  check_corrupt(tampered(w, original + "xxxx"), like,
+                prefix +
+                    "holds 156 bytes, but a (2, 3) f32 array takes 152 "
+                    "(wrong element count)");
+
+  // A member the manifest names but the archive lacks.
+  Members without = good;
+  std::erase_if(without, [&](const auto& m) { return m.first == w; });
+  write_zip(dir / "bad.npz", without);
+  check_corrupt(dir / "bad.npz", like,
+                "member \"layers[0].weight.npy\" for layers[0].weight is "
+                "missing");
+
+  // Manifests: another version, damaged records, a broken tree.
+  const std::string manifest = "__kiln_manifest__.txt";
+  const std::string text = member(good, manifest);
+  auto replaced = [&](const std::string& from, const std::string& to) {
+    std::string t = text;
+    const std::size_t at = t.find(from);
+    REQUIRE(at != std::string::npos);
+    return t.replace(at, from.size(), to);
+  };
+  check_corrupt(
+      tampered(manifest, replaced("kiln-checkpoint\t1", "kiln-checkpoint\t2")),
+      like,
+      "manifest version 2 is not supported (this kiln reads "
+      "version 1)");
+  check_corrupt(tampered(manifest, "PK garbage"), like,
+                "corrupt manifest (line 1): unterminated line");
+  check_corrupt(tampered(manifest, replaced("\tf32\t2,3\t", "\tf32\t2,-3\t")),
+                like, "corrupt manifest (line 6): bad dimension '-3'");
+  check_corrupt(tampered(manifest, replaced("\tf32\t2,3\t", "\tc64\t2,3\t")),
+                like, "corrupt manifest (line 6): unknown dtype 'c64'");
+  check_corrupt(tampered(manifest, replaced("list\t2\t", "list\t9\t")), like,
+                "corrupt manifest (line ");
+  check_corrupt(tampered(manifest, replaced("list\t2\t", "list\t1\t")), like,
+                "corrupt manifest (line ");
+  check_corrupt(tampered(manifest, replaced("\nnone\t0\t", "\nnone\t1\t")),
+                like, "corrupt manifest (line 7): a leaf with children");
+  check_corrupt(tampered(manifest, text.substr(0, text.size() - 1)), like,
+                "corrupt manifest (line 20): unterminated line");
+  check_corrupt(tampered(manifest, replaced("treedef\t", "treedef\t\\q")), like,
+                "corrupt manifest (line 2): bad escape");
+}
