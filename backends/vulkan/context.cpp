@@ -185,6 +185,7 @@ struct ContextFactory {
     caps.max_storage_buffer_range = lim.maxStorageBufferRange;
     caps.min_storage_buffer_offset_alignment = lim.minStorageBufferOffsetAlignment;
     caps.non_coherent_atom_size = lim.nonCoherentAtomSize;
+    if (c->props_.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU) caps.map_group_cap = 64;
     VkPhysicalDeviceMaintenance3Properties m3{
         VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES};
     VkPhysicalDeviceProperties2 p3{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};

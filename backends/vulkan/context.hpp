@@ -35,6 +35,9 @@ struct Capabilities {
   std::uint64_t min_storage_buffer_offset_alignment = 0;
   std::uint64_t max_allocation_size = 0;
   std::uint64_t non_coherent_atom_size = 0;
+  // Most workgroups a map kernel launches; each invocation loops over the rest.
+  // CPU implementations pay per workgroup, so they get few, long-running ones.
+  std::uint32_t map_group_cap = 1u << 20;
 };
 
 // Optional features kiln can do without. Each is set from the device, then by the

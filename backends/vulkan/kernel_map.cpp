@@ -142,12 +142,11 @@ Launch map_kernel(Context& ctx, MapSpec spec) {
   }
   const std::uint32_t local = local_size(ctx);
   const Pipeline& p = ctx.pipelines().get(key, [&] {
-    Builder b(local, 1);
+    Builder b(local, 2);
     for (DType d : spec.inputs) b.buffer(d, true);
     const int out = b.buffer(spec.out, false);
-    Val i = b.global_index();
-    Val inside = b.op("OpULessThan", Ty::kBool, {i, b.push(0)});
-    b.if_then(inside, [&] {
+    // Grid-stride loop: push 0 = element count, push 1 = invocations launched.
+    b.loop(b.global_index(), b.push(0), b.push(1), [&](const Val& i) {
       MapIndex mi{&b, &spec.domain, i, {}, &spec.views};
       if (!rank1) {
         mi.dims.resize(spec.domain.size());
@@ -164,12 +163,14 @@ Launch map_kernel(Context& ctx, MapSpec spec) {
       mo.views = &outv;
       b.store(out, mo.offset(0), v);
     });
-    return KernelSource{b.finish(), static_cast<std::uint32_t>(spec.inputs.size() + 1), 1};
+    return KernelSource{b.finish(), static_cast<std::uint32_t>(spec.inputs.size() + 1), 2};
   });
   Launch l;
   l.pipeline = &p;
-  l.push = {static_cast<std::uint32_t>(n)};
-  l.groups = grid_for(ctx, (static_cast<std::uint64_t>(n) + local - 1) / local, spec.key.c_str());
+  const std::uint64_t needed = (static_cast<std::uint64_t>(n) + local - 1) / local;
+  l.groups = grid_for(ctx, std::min<std::uint64_t>(needed, ctx.caps().map_group_cap),
+                      spec.key.c_str());
+  l.push = {static_cast<std::uint32_t>(n), l.groups[0] * l.groups[1] * local};
   return l;
 }
 

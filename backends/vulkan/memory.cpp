@@ -17,6 +17,9 @@ namespace {
 
 VkDeviceSize round_up(VkDeviceSize x, VkDeviceSize a) { return (x + a - 1) / a * a; }
 
+// Freed dedicated blocks kept for reuse by size, at most this many bytes.
+constexpr std::size_t kMaxKeptBytes = 512ull << 20;
+
 int find_type(const VkPhysicalDeviceMemoryProperties& mem, VkMemoryPropertyFlags want) {
   for (std::uint32_t i = 0; i < mem.memoryTypeCount; ++i) {
     if ((mem.memoryTypes[i].propertyFlags & want) == want) return static_cast<int>(i);
@@ -141,7 +144,8 @@ void Allocator::release_block(int index) {
 
 Allocation Allocator::allocate_in(bool staging, std::size_t nbytes,
                                   const std::string& what) {
-  const VkDeviceSize size = round_up(std::max<std::size_t>(nbytes, 1), alignment_);
+  VkDeviceSize size = round_up(std::max<std::size_t>(nbytes, 1), alignment_);
+  if (size > block_size_ / 2) size = round_up(size, 1ull << 20);
   std::lock_guard lock(mu_);
   int found = -1;
   VkDeviceSize offset = 0;
@@ -161,6 +165,7 @@ Allocation Allocator::allocate_in(bool staging, std::size_t nbytes,
       }
     }
     if (found < 0) {
+      if (!staging && heap_used_ + block_size_ > heap_size_) release_kept();
       found = new_block(staging, block_size_, false, what);
       Block& b = blocks_[static_cast<std::size_t>(found)];
       b.free.clear();
@@ -168,7 +173,21 @@ Allocation Allocator::allocate_in(bool staging, std::size_t nbytes,
       offset = 0;
     }
   } else {
-    found = new_block(staging, size, true, what);
+    // Dedicated: reuse a kept block of the same size (a fresh one page-faults on
+    // first touch on unified-memory devices), else allocate, releasing kept
+    // blocks first if the heap is short.
+    for (std::size_t i = 0; i < blocks_.size() && found < 0; ++i) {
+      Block& b = blocks_[i];
+      if (b.memory != VK_NULL_HANDLE && b.dedicated && b.used == 0 && b.staging == staging &&
+          b.size == size) {
+        found = static_cast<int>(i);
+        kept_ -= b.size;
+      }
+    }
+    if (found < 0) {
+      if (!staging && heap_used_ + size > heap_size_) release_kept();
+      found = new_block(staging, size, true, what);
+    }
     blocks_[static_cast<std::size_t>(found)].free.clear();
   }
   Block& b = blocks_[static_cast<std::size_t>(found)];
@@ -185,6 +204,14 @@ Allocation Allocator::allocate_in(bool staging, std::size_t nbytes,
   a.block = found;
   a.staging = staging;
   return a;
+}
+
+void Allocator::release_kept() {
+  for (std::size_t i = 0; i < blocks_.size(); ++i) {
+    Block& b = blocks_[i];
+    if (b.memory != VK_NULL_HANDLE && b.dedicated && b.used == 0) release_block(static_cast<int>(i));
+  }
+  kept_ = 0;
 }
 
 Allocation Allocator::allocate(std::size_t nbytes, const std::string& what) {
@@ -208,6 +235,10 @@ void Allocator::free(const Allocation& a) {
   Block& b = blocks_[static_cast<std::size_t>(a.block)];
   b.used -= a.size;
   if (!a.staging) in_use_ -= a.size;
+  if (b.dedicated && b.used == 0 && kept_ + b.size <= kMaxKeptBytes) {
+    kept_ += b.size;  // kept for reuse by an array of the same size
+    return;
+  }
   if (b.dedicated || b.used == 0) {
     // Keep one empty regular block per kind for reuse; release the rest.
     bool keep = !b.dedicated;

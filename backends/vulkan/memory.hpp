@@ -58,6 +58,7 @@ class Allocator {
   Allocation allocate_in(bool staging, std::size_t nbytes, const std::string& what);
   int new_block(bool staging, VkDeviceSize size, bool dedicated, const std::string& what);
   void release_block(int index);
+  void release_kept();  // frees the kept dedicated blocks
 
   Context& ctx_;
   mutable std::mutex mu_;
@@ -66,7 +67,7 @@ class Allocator {
   bool direct_ = false;
   VkDeviceSize alignment_ = 256;
   VkDeviceSize block_size_ = 64ull << 20;
-  std::size_t heap_size_ = 0, heap_used_ = 0, in_use_ = 0, peak_ = 0;
+  std::size_t heap_size_ = 0, heap_used_ = 0, in_use_ = 0, peak_ = 0, kept_ = 0;
 };
 
 // The storage of one array on a Vulkan device.
