@@ -71,21 +71,6 @@ std::string dims_text(const Shape& s) {
   return out;
 }
 
-// Pre-order walk of a TreeDef calling fn(index, node, path).
-template <class Fn>
-void walk(const TreeDefData& d, std::size_t idx, std::string& path, Fn& fn) {
-  const DefNode& n = d.nodes[idx];
-  fn(idx, n, std::as_const(path));
-  std::size_t child = idx + 1;
-  for (std::size_t i = 0; i < n.arity; ++i) {
-    const std::size_t len = path.size();
-    append_child(path, d, n, i);
-    walk(d, child, path, fn);
-    path.resize(len);
-    child += d.nodes[child].size;
-  }
-}
-
 class Parser {
  public:
   Parser(std::string_view text, std::string_view context)

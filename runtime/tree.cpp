@@ -47,21 +47,6 @@ std::size_t mix(std::size_t h, std::size_t v) {
   return h ^ (v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2));
 }
 
-// Pre-order walk calling fn(index, node, path) on every record.
-template <class Fn>
-void walk(const TreeDefData& d, std::size_t idx, std::string& path, Fn& fn) {
-  const DefNode& n = d.nodes[idx];
-  fn(idx, n, std::as_const(path));
-  std::size_t child = idx + 1;
-  for (std::size_t i = 0; i < n.arity; ++i) {
-    const std::size_t len = path.size();
-    append_child(path, d, n, i);
-    walk(d, child, path, fn);
-    path.resize(len);
-    child += d.nodes[child].size;
-  }
-}
-
 void print(const TreeDefData& d, std::size_t idx, std::string& out) {
   const DefNode& n = d.nodes[idx];
   std::size_t child = idx + 1;
