@@ -17,6 +17,7 @@
 #include <random>
 #include <vector>
 
+#include "kiln/backends/vulkan/check.hpp"
 #include "kiln/backends/vulkan/context.hpp"
 #include "kiln/backends/vulkan/external.hpp"
 #include "kiln/backends/vulkan/memory.hpp"
@@ -520,4 +521,38 @@ TEST_CASE("kernels come back from the disk cache after a restart; a corrupt file
   const ChildRun repaired = run_child(dir);
   CHECK(repaired.disk_hits == repaired.pipelines);
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a failing Vulkan call is a kiln error naming the call, file and line") {
+  CHECK_THROWS_WITH_AS(
+      vk::check(VK_ERROR_DEVICE_LOST, "vkQueueSubmit(queue, 1, &si, fence)", "/x/stream.cpp", 42),
+      "[vulkan] vkQueueSubmit(queue, 1, &si, fence) failed with VK_ERROR_DEVICE_LOST "
+      "(stream.cpp:42): the device was lost (driver reset or a kernel fault); arrays on "
+      "it are gone",
+      DeviceError);
+  CHECK_THROWS_WITH_AS(vk::check(VK_ERROR_OUT_OF_DEVICE_MEMORY, "vkAllocateMemory(...)",
+                                 "memory.cpp", 7),
+                       "[vulkan] vkAllocateMemory(...) failed with "
+                       "VK_ERROR_OUT_OF_DEVICE_MEMORY (memory.cpp:7)",
+                       OutOfMemoryError);
+  CHECK_NOTHROW(vk::check(VK_SUCCESS, "vkFoo()", "a.cpp", 1));
+}
+
+TEST_CASE("with KILN_VALIDATION=1 a validation message fails the next synchronisation") {
+  if (!vk::validation_enabled()) {
+    MESSAGE("validation layers are off (run with KILN_VALIDATION=1, as CI does)");
+    return;
+  }
+  auto& ctx = vk::Context::get(0);
+  // Misuse the API on kiln's device: a zero-sized buffer is invalid usage.
+  VkBufferCreateInfo bi{VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO};
+  bi.size = 0;
+  bi.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT;
+  VkBuffer buf = VK_NULL_HANDLE;
+  (void)vkCreateBuffer(ctx.handle(), &bi, nullptr, &buf);
+  if (buf != VK_NULL_HANDLE) vkDestroyBuffer(ctx.handle(), buf, nullptr);
+  CHECK_THROWS_WITH_AS(synchronize(kGpu), doctest::Contains("validation layer reported"),
+                       DeviceError);
+  // The message was consumed: the device keeps working.
+  CHECK_NOTHROW(synchronize(kGpu));
 }
