@@ -185,7 +185,11 @@ struct ContextFactory {
     caps.max_storage_buffer_range = lim.maxStorageBufferRange;
     caps.min_storage_buffer_offset_alignment = lim.minStorageBufferOffsetAlignment;
     caps.non_coherent_atom_size = lim.nonCoherentAtomSize;
-    if (c->props_.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU) caps.map_group_cap = 64;
+    if (c->props_.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU) {
+      caps.map_group_cap = 64;
+      caps.matmul_shared_tiles = false;
+    }
+    if (env_flag("KILN_VK_MATMUL_SHARED")) caps.matmul_shared_tiles = true;
     VkPhysicalDeviceMaintenance3Properties m3{
         VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES};
     VkPhysicalDeviceProperties2 p3{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};

@@ -38,6 +38,9 @@ struct Capabilities {
   // Most workgroups a map kernel launches; each invocation loops over the rest.
   // CPU implementations pay per workgroup, so they get few, long-running ones.
   std::uint32_t map_group_cap = 1u << 20;
+  // Matmul stages tiles in shared memory (GPUs); CPU implementations do better
+  // with register tiles read straight from memory (no barriers).
+  bool matmul_shared_tiles = true;
 };
 
 // Optional features kiln can do without. Each is set from the device, then by the

@@ -21,9 +21,10 @@ Launch matmul_kernel(Context& ctx, const MatmulSpec& s) {
   const std::uint32_t threads = T * T;
   const Ty t = spv::compute_type(s.dtype);
   const bool f = spv::is_float(t);
+  const bool tiled = ctx.caps().matmul_shared_tiles;
   const auto u = [](std::int64_t x) { return static_cast<std::uint32_t>(x); };
   const std::string key = detail::str_cat(
-      "matmul|", name(s.dtype), "|T=", T, "|mnk=", s.m, ",", s.n, ",", s.k, "|b=",
+      "matmul|", name(s.dtype), "|T=", T, tiled ? "|smem" : "|regs", "|mnk=", s.m, ",", s.n, ",", s.k, "|b=",
       detail::join(s.batch, ","), "|a=", s.a_batch.offset, ":",
       detail::join(s.a_batch.strides, ","), "|b=", s.b_batch.offset, ":",
       detail::join(s.b_batch.strides, ","));
@@ -32,8 +33,8 @@ Launch matmul_kernel(Context& ctx, const MatmulSpec& s) {
     const int A = b.buffer(s.dtype, true);
     const int B = b.buffer(s.dtype, true);
     const int C = b.buffer(s.dtype, false);
-    const int As = b.shared(t, BK * BM);
-    const int Bs = b.shared(t, BK * BN);
+    const int As = tiled ? b.shared(t, BK * BM) : -1;
+    const int Bs = tiled ? b.shared(t, BK * BN) : -1;
     Val lid = b.invocation();
     Val tx = b.op("OpUMod", Ty::kU32, {lid, b.u32(T)});
     Val ty = b.op("OpUDiv", Ty::kU32, {lid, b.u32(T)});
@@ -68,6 +69,44 @@ Launch matmul_kernel(Context& ctx, const MatmulSpec& s) {
       Val idx = b.select(ok, add(base, add(mul(r, ld), c)), b.u32(0));
       return b.select(ok, b.load(buf, idx), zero);
     };
+    if (!tiled) {
+      // Register tiles straight from memory: invocation (tx, ty) owns rows
+      // row0 + ty + i*T and columns col0 + tx + j*T, so neighbouring invocations
+      // read neighbouring columns of B. No barriers: CPU implementations pay for
+      // each one by saving and resuming every slice of the workgroup.
+      std::vector<Val> rows, cols;
+      for (std::uint32_t i = 0; i < R; ++i) {
+        rows.push_back(add(row0, add(ty, b.u32(i * T))));
+        cols.push_back(add(col0, add(tx, b.u32(i * T))));
+      }
+      b.loop(b.u32(0), K, b.u32(1), [&](const Val& k) {
+        std::vector<Val> av, bv, sums;
+        // k < K always; rows and columns need a guard only on ragged edges.
+        const bool ragged_m = s.m % BM != 0, ragged_n = s.n % BN != 0;
+        for (std::uint32_t i = 0; i < R; ++i) {
+          av.push_back(ragged_m ? guarded(A, abase, rows[i], k, M, K, K)
+                                : b.load(A, add(abase, add(mul(rows[i], K), k))));
+          bv.push_back(ragged_n ? guarded(B, bbase, k, cols[i], K, N, N)
+                                : b.load(B, add(bbase, add(mul(k, N), cols[i]))));
+        }
+        for (std::uint32_t i = 0; i < R; ++i) {
+          for (std::uint32_t j = 0; j < R; ++j) {
+            Val prod = b.op(f ? "OpFMul" : "OpIMul", t, {av[i], bv[j]});
+            b.set(acc[i * R + j],
+                  b.op(f ? "OpFAdd" : "OpIAdd", t, {b.get(acc[i * R + j]), prod}));
+          }
+        }
+      });
+      for (std::uint32_t i = 0; i < R; ++i) {
+        for (std::uint32_t j = 0; j < R; ++j) {
+          Val ok = b.op("OpLogicalAnd", Ty::kBool, {lt(rows[i], M), lt(cols[j], N)});
+          b.if_then(ok, [&] {
+            b.store(C, add(cbase, add(mul(rows[i], N), cols[j])), b.get(acc[i * R + j]));
+          });
+        }
+      }
+      return KernelSource{b.finish(), 3, 0};
+    }
     b.loop(b.u32(0), K, b.u32(BK), [&](const Val& k0) {
       for (std::uint32_t e = 0; e < BM * BK / threads; ++e) {
         Val idx = add(lid, b.u32(e * threads));
