@@ -556,3 +556,17 @@ TEST_CASE("with KILN_VALIDATION=1 a validation message fails the next synchronis
   // The message was consumed: the device keeps working.
   CHECK_NOTHROW(synchronize(kGpu));
 }
+
+TEST_CASE("contiguous 32-bit kernels take the 4-wide path and equal the CPU") {
+  // Counts divisible by 4 with unit-stride and scalar operands (vec4 loads), and a
+  // count that is not (the scalar kernel).
+  for (std::int64_t n : {4, 1024, 4099 * 4, 4097}) {
+    CAPTURE(n);
+    differential({host_random({n}, f32), host_random({}, f32)},
+                 [](auto& x) { return x[0] * x[1] - 1.0f; });
+    differential({host_random({n}, i32), host_random({n}, i32)},
+                 [](auto& x) { return maximum(x[0], x[1]) + x[0]; });
+    differential({host_random({n}, u32)}, [](auto& x) { return bitcast(x[0], f32); });
+    differential({host_random({n}, f32)}, [](auto& x) { return astype(x[0], i32); });
+  }
+}

@@ -73,6 +73,7 @@ Val MapIndex::offset(std::size_t input) const {
 }
 
 Val MapIndex::load(std::size_t input) const {
+  if (lanes != nullptr) return (*lanes)[input][lane];
   return b->load(static_cast<int>(input), offset(input));
 }
 
@@ -129,7 +130,13 @@ Launch map_kernel(Context& ctx, MapSpec spec) {
   for (const auto& v : spec.views) {
     generic_size = generic_size && v.offset == 0 && v.strides[0] <= 1;
   }
-  std::string key = detail::str_cat("map|", spec.key, "|", name(spec.out), "|");
+  // Contiguous 32-bit kernels move 16 bytes per load and store (4 elements per
+  // invocation) when the count allows; CPU implementations turn per-lane scalar
+  // loads into gathers, and GPUs like wide accesses too.
+  const auto is32 = [](DType d) { return d == DType::kF32 || d == DType::kI32 || d == DType::kU32; };
+  bool vec4 = generic_size && n % 4 == 0 && is32(spec.out);
+  for (DType d : spec.inputs) vec4 = vec4 && is32(d);
+  std::string key = detail::str_cat("map|", spec.key, "|", name(spec.out), vec4 ? "|v4|" : "|");
   for (std::size_t k = 0; k < spec.inputs.size(); ++k) {
     key += detail::str_cat(name(spec.inputs[k]), "@",
                            generic_size ? std::string(spec.views[k].strides[0] ? "1" : "0")
@@ -143,6 +150,35 @@ Launch map_kernel(Context& ctx, MapSpec spec) {
   const std::uint32_t local = local_size(ctx);
   const Pipeline& p = ctx.pipelines().get(key, [&] {
     Builder b(local, 2);
+    if (vec4) {
+      // Unit-stride inputs and the output as 4-vectors; broadcast scalars as scalars.
+      for (std::size_t k = 0; k < spec.inputs.size(); ++k) {
+        if (spec.views[k].strides[0] == 1) {
+          b.buffer4(spec.inputs[k], true);
+        } else {
+          b.buffer(spec.inputs[k], true);
+        }
+      }
+      const int out = b.buffer4(spec.out, false);
+      b.loop(b.global_index(), b.push(0), b.push(1), [&](const Val& i) {
+        std::vector<std::array<Val, 4>> lanes;
+        for (std::size_t k = 0; k < spec.inputs.size(); ++k) {
+          if (spec.views[k].strides[0] == 1) {
+            lanes.push_back(b.load4(static_cast<int>(k), i));
+          } else {
+            const Val x = b.load(static_cast<int>(k), b.u32(0));
+            lanes.push_back({x, x, x, x});
+          }
+        }
+        std::array<Val, 4> results;
+        for (std::size_t c = 0; c < 4; ++c) {
+          MapIndex mi{&b, &spec.domain, i, {}, &spec.views, &lanes, c};
+          results[c] = spec.body(b, mi);
+        }
+        b.store4(out, i, results);
+      });
+      return KernelSource{b.finish(), static_cast<std::uint32_t>(spec.inputs.size() + 1), 2};
+    }
     for (DType d : spec.inputs) b.buffer(d, true);
     const int out = b.buffer(spec.out, false);
     // Grid-stride loop: push 0 = element count, push 1 = invocations launched.
@@ -167,10 +203,11 @@ Launch map_kernel(Context& ctx, MapSpec spec) {
   });
   Launch l;
   l.pipeline = &p;
-  const std::uint64_t needed = (static_cast<std::uint64_t>(n) + local - 1) / local;
+  const std::int64_t items = vec4 ? n / 4 : n;
+  const std::uint64_t needed = (static_cast<std::uint64_t>(items) + local - 1) / local;
   l.groups = grid_for(ctx, std::min<std::uint64_t>(needed, ctx.caps().map_group_cap),
                       spec.key.c_str());
-  l.push = {static_cast<std::uint32_t>(n), l.groups[0] * l.groups[1] * local};
+  l.push = {static_cast<std::uint32_t>(items), l.groups[0] * l.groups[1] * local};
   return l;
 }
 

@@ -141,14 +141,28 @@ void Builder::need_f16() {
 }
 
 int Builder::buffer(DType dtype, bool readonly) {
-  const int index = static_cast<int>(bindings_.size());
   std::string elem;
-  std::size_t stride = size_of(dtype);
   switch (dtype) {
     case DType::kBool: need_u8(); elem = "%u8"; break;
     case DType::kF16: need_f16(); elem = "%f16"; break;
     default: elem = type_id(compute_type(dtype)); break;
   }
+  return declare_buffer(dtype, readonly, elem, size_of(dtype), false);
+}
+
+int Builder::buffer4(DType dtype, bool readonly) {
+  const std::string scalar = type_id(compute_type(dtype));
+  const std::string elem = detail::str_cat("%v4", scalar.substr(1));
+  if (std::find(declared_.begin(), declared_.end(), elem) == declared_.end()) {
+    declared_.push_back(elem);
+    globals_.push_back(detail::str_cat(elem, " = OpTypeVector ", scalar, " 4"));
+  }
+  return declare_buffer(dtype, readonly, elem, 16, true);
+}
+
+int Builder::declare_buffer(DType dtype, bool readonly, const std::string& elem,
+                            std::size_t stride, bool vec4) {
+  const int index = static_cast<int>(bindings_.size());
   const std::string arr = detail::str_cat("%rta_", elem.substr(1));
   const std::string st = detail::str_cat("%Buf_", elem.substr(1));
   if (std::find(declared_.begin(), declared_.end(), arr) == declared_.end()) {
@@ -167,8 +181,40 @@ int Builder::buffer(DType dtype, bool readonly) {
   decorations_.push_back(detail::str_cat("OpDecorate ", var, " Binding ", index));
   if (readonly) decorations_.push_back(detail::str_cat("OpDecorate ", var, " NonWritable"));
   interface_.push_back(var);
-  bindings_.push_back({dtype, var, pelem, elem});
+  bindings_.push_back({dtype, var, pelem, elem, vec4});
   return index;
+}
+
+std::array<Val, 4> Builder::load4(int binding, const Val& index) {
+  const Binding& b = bindings_[static_cast<std::size_t>(binding)];
+  const std::string ptr = fresh();
+  emit(detail::str_cat(ptr, " = OpAccessChain ", b.elem_ptr, " ", b.var, " ",
+                       u32(0).id, " ", index.id));
+  const std::string vec = fresh();
+  emit(detail::str_cat(vec, " = OpLoad ", b.storage_type, " ", ptr));
+  std::array<Val, 4> out;
+  const Ty t = compute_type(b.dtype);
+  for (int c = 0; c < 4; ++c) {
+    out[static_cast<std::size_t>(c)] = {fresh(), t};
+    emit(detail::str_cat(out[static_cast<std::size_t>(c)].id, " = OpCompositeExtract ",
+                         type_id(t), " ", vec, " ", c));
+  }
+  return out;
+}
+
+void Builder::store4(int binding, const Val& index, const std::array<Val, 4>& v) {
+  const Binding& b = bindings_[static_cast<std::size_t>(binding)];
+  const Ty t = compute_type(b.dtype);
+  std::array<std::string, 4> ids;
+  for (std::size_t c = 0; c < 4; ++c) ids[c] = convert(v[c], t).id;
+  const std::string vec = fresh();
+  std::string line = detail::str_cat(vec, " = OpCompositeConstruct ", b.storage_type);
+  for (const auto& id : ids) line += " " + id;
+  emit(std::move(line));
+  const std::string ptr = fresh();
+  emit(detail::str_cat(ptr, " = OpAccessChain ", b.elem_ptr, " ", b.var, " ",
+                       u32(0).id, " ", index.id));
+  emit(detail::str_cat("OpStore ", ptr, " ", vec));
 }
 
 Val Builder::load(int binding, const Val& index) {

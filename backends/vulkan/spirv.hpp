@@ -5,6 +5,7 @@
 // as halves, but arithmetic on them runs in bool and f32.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -38,6 +39,11 @@ class Builder {
 
   // Storage buffer binding `index` (0, 1, ... in declaration order) of `dtype`.
   int buffer(DType dtype, bool readonly);
+  // A binding of 32-bit elements seen as 4-vectors (16-byte loads and stores);
+  // `index` then counts vectors. Values come and go as 4 scalars.
+  int buffer4(DType dtype, bool readonly);
+  std::array<Val, 4> load4(int binding, const Val& index);
+  void store4(int binding, const Val& index, const std::array<Val, 4>& v);
   Val load(int binding, const Val& index);                 // compute type
   void store(int binding, const Val& index, const Val& v);  // converts
 
@@ -90,7 +96,9 @@ class Builder {
   int next_ = 0;
   std::vector<std::string> caps_, decorations_, globals_, vars_, body_, interface_;
   std::vector<std::string> declared_;  // ids of declared types/constants
-  struct Binding { DType dtype; std::string var, elem_ptr, storage_type; };
+  struct Binding { DType dtype; std::string var, elem_ptr, storage_type; bool vec4 = false; };
+  int declare_buffer(DType dtype, bool readonly, const std::string& elem, std::size_t stride,
+                     bool vec4);
   std::vector<Binding> bindings_;
   struct Shared { Ty ty; std::string var, elem_ptr; };
   std::vector<Shared> shared_;
