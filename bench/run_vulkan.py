@@ -26,8 +26,10 @@ def run(filter_, env=None, reps=args.repetitions):
          "--benchmark_report_aggregates_only=true", "--benchmark_format=json",
          "--benchmark_min_time=0.3", f"--benchmark_filter={filter_}"],
         check=True, capture_output=True, text=True, env=env).stdout
-    return {b["run_name"]: b for b in json.loads(out)["benchmarks"]
-            if b.get("aggregate_name") == "median"}
+    # With one repetition Google Benchmark reports no aggregates: take the run.
+    want = (lambda b: b.get("aggregate_name") == "median") if reps > 1 else (
+        lambda b: b.get("run_type") == "iteration")
+    return {b["run_name"]: b for b in json.loads(out)["benchmarks"] if want(b)}
 
 
 rows = run("BM_(vk_add|cpu_add|memcpy|vk_submit|vk_matmul|cpu_matmul)")
