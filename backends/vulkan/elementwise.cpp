@@ -118,12 +118,10 @@ Val exp_any(Builder& b, const Val& x) {
 }
 
 Val nan_max(Builder& b, const Val& x, const Val& y, bool is_max) {
-  const Ty t = x.ty;
   Val pick = is_max ? b.op("OpFOrdGreaterThan", Ty::kBool, {x, y})
                     : b.op("OpFOrdLessThan", Ty::kBool, {x, y});
   Val r = b.select(pick, x, y);
   r = b.select(b.op("OpIsNan", Ty::kBool, {x}), x, r);
-  (void)t;
   return b.select(b.op("OpIsNan", Ty::kBool, {y}), y, r);
 }
 

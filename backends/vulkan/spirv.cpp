@@ -353,9 +353,7 @@ Val Builder::op(const char* opcode, Ty result, std::initializer_list<Val> args) 
 }
 
 Val Builder::glsl(const char* inst, Ty result, std::initializer_list<Val> args) {
-  if (!glsl_) {
-    glsl_ = true;
-  }
+  glsl_ = true;  // the module imports GLSL.std.450 only when a kernel uses it
   Val r{fresh(), result};
   std::string line =
       detail::str_cat(r.id, " = OpExtInst ", type_id(result), " %glsl ", inst);
