@@ -4,6 +4,7 @@
 #pragma once
 
 #include "kiln/dsl/autodiff.hpp"
+#include "kiln/dsl/jit.hpp"
 #include "kiln/dsl/ops.hpp"
 #include "kiln/dsl/random.hpp"
 #include "kiln/modules/nn.hpp"

@@ -4,10 +4,13 @@
 
 #include <memory>
 #include <span>
+#include <vector>
 
 #include "kiln/dsl/primitive.hpp"
 
 namespace kiln {
+
+struct FusedKernel;  // dsl/fusion.hpp
 
 class Backend {
  public:
@@ -18,6 +21,16 @@ class Backend {
   virtual std::shared_ptr<Buffer> eval(Prim p, const Params& params,
                                        std::span<const Array> inputs,
                                        const Aval& out) = 0;
+  // Runs a fused elementwise group (dsl/fusion.hpp); returns one buffer per body
+  // output. `into` is empty or has one entry per output: a non-null entry is the
+  // buffer of one of `inputs` (same dtype and shape as that output, so read at
+  // the same element index) that the caller gives up; the backend may write the
+  // output there (in place) and return it, provided every element's inputs are
+  // read before that element's outputs are written. The default evaluates the
+  // body one equation at a time with eval() and ignores `into`.
+  virtual std::vector<std::shared_ptr<Buffer>> eval_fused(
+      const FusedKernel& kernel, std::span<const Array> inputs,
+      std::span<const std::shared_ptr<Buffer>> into);
   // Copies a host array onto this device (identity for the CPU backend).
   virtual Array from_host(const Array& host) = 0;
 };

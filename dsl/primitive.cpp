@@ -112,6 +112,11 @@ void check_not_none(std::string_view op, const Array& a, std::string_view which)
 
 Array bind(Prim p, const Params& params, std::span<const Array> inputs,
            Aval out) {
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i].is_donated()) {
+      check_not_donated(name(p), inputs[i], str_cat("argument ", i + 1));
+    }
+  }
   if (Trace* trace = current_trace()) {
     return trace->record(p, params, inputs, std::move(out));
   }

@@ -28,6 +28,23 @@ void check_item(const Array& a) {
   }
 }
 
+void check_not_donated(std::string_view op, const Array& a, std::string_view which) {
+  if (a.is_donated()) {
+    throw ValueError(detail::str_cat(
+        "[", op, "] ", which, " (", name(a.dtype()), to_string(a.shape()),
+        ") was donated to a jitted call (passed with std::move) and no longer holds "
+        "data; use the arrays that call returned"));
+  }
+}
+
+Array take_donated(const Array& a) {
+  const ArrayImpl& impl = *a.impl();
+  Array out(impl.aval.dtype, impl.aval.shape, std::move(impl.buffer));
+  impl.buffer = nullptr;
+  impl.donated = true;
+  return out;
+}
+
 }  // namespace detail
 
 Array::Array(DType dtype, Shape shape, std::shared_ptr<Buffer> buffer) {
@@ -71,6 +88,7 @@ void Array::check_element_type(DType requested, const char* op) const {
 
 const void* Array::host_bytes(const char* op) const {
   check_concrete(checked(), op);
+  detail::check_not_donated(op, *this, "the array");
   void* p = checked().buffer ? checked().buffer->host_data() : nullptr;
   if (p == nullptr && size() != 0) {
     throw DeviceError(detail::str_cat("[", op, "] array lives on ",
@@ -82,6 +100,7 @@ const void* Array::host_bytes(const char* op) const {
 
 void Array::read_bytes(void* dst) const {
   check_concrete(checked(), "to_vector");
+  detail::check_not_donated("to_vector", *this, "the array");
   if (size() != 0) checked().buffer->read(dst);
 }
 

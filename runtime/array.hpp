@@ -9,6 +9,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kiln/runtime/buffer.hpp"
@@ -22,6 +23,11 @@ class Array;
 namespace detail {
 void check_data_size(std::size_t n, const Shape& shape);
 void check_item(const Array& a);
+// Throws ValueError "[op] <which> was donated ..." for a donated array.
+void check_not_donated(std::string_view op, const Array& a, std::string_view which);
+// Moves the buffer out of `a` (all handles sharing its impl see it donated) into
+// a fresh array with the same aval and device. `a` must be concrete.
+Array take_donated(const Array& a);
 }  // namespace detail
 
 // Abstract value: what is known of an array without its data.
@@ -37,12 +43,16 @@ struct Aval {
 
 struct ArrayImpl {
   Aval aval;
-  std::shared_ptr<Buffer> buffer;  // null for tracers
+  // Null for tracers. Mutable for one reason: donating an array to a jitted call
+  // (filter_jit with std::move) takes the buffer out of every handle that shares
+  // this impl, and marks it donated so that a later use is a clear error.
+  mutable std::shared_ptr<Buffer> buffer;
   Device device;
   // Tracers (arrays standing for a value of a program being traced) carry the
   // id of their trace and their value in it; concrete arrays have trace_id 0.
   std::uint64_t trace_id = 0;
   std::int32_t value = -1;
+  mutable bool donated = false;
 };
 
 class Array {
@@ -78,6 +88,14 @@ class Array {
   template <class T>
   T item() const;
 
+  // True after the array was donated to a jitted call (see filter_jit).
+  bool is_donated() const { return impl_ != nullptr && impl_->donated; }
+  // True when this handle is the only way to reach its buffer (no copy of the
+  // handle, no other array over the same buffer): its owner may overwrite it.
+  bool sole_owner() const {
+    return impl_ != nullptr && impl_.use_count() == 1 && impl_->buffer != nullptr &&
+           impl_->buffer.use_count() == 1;
+  }
   // True when both handles share the same contents (not elementwise ==).
   bool same(const Array& other) const { return impl_ == other.impl_; }
   const ArrayImpl* impl() const { return impl_.get(); }

@@ -41,6 +41,11 @@ class DeviceError : public Error {
  public:
   using Error::Error;
 };
+// debug::assert_max_traces: a function was traced more often than allowed.
+class RetraceError : public Error {
+ public:
+  using Error::Error;
+};
 class OutOfMemoryError : public DeviceError {
  public:
   using DeviceError::DeviceError;

@@ -1,0 +1,114 @@
+// Running a compiled program: steps in order, liveness-based release, in-place
+// reuse of dead inputs for elementwise outputs.
+#include "kiln/dsl/executable.hpp"
+
+#include <algorithm>
+
+#include "kiln/dsl/backend.hpp"
+#include "kiln/runtime/error.hpp"
+#include "kiln/runtime/strings.hpp"
+
+namespace kiln {
+
+Executable::Executable(Program program, Device device, std::string name,
+                       const FusionOptions& options)
+    : program_(std::move(program)), device_(device), name_(std::move(name)) {
+  steps_ = fuse(program_, options);
+  is_output_.assign(program_.num_values(), false);
+  for (ValueId v : program_.outputs) is_output_[v] = true;
+  std::vector<int> last_use(program_.num_values(), -1);
+  for (std::size_t s = 0; s < steps_.size(); ++s) {
+    for (ValueId v : steps_[s].inputs) last_use[v] = static_cast<int>(s);
+  }
+  release_after_.resize(steps_.size());
+  for (std::size_t v = 0; v < last_use.size(); ++v) {
+    if (last_use[v] >= 0 && !is_output_[v]) {
+      release_after_[last_use[v]].push_back(static_cast<ValueId>(v));
+    }
+  }
+}
+
+std::string Executable::to_string() const {
+  return detail::str_cat(name_, " on ", device_.to_string(), ": ", kiln::to_string(program_, steps_));
+}
+
+std::vector<Array> Executable::run(std::vector<Array>& inputs, RunStats* stats) const {
+  const Program& p = program_;
+  if (inputs.size() != p.inputs.size()) {
+    throw ValueError(detail::str_cat("[", name_, "] takes ", p.inputs.size(), " arrays, got ",
+                                     inputs.size()));
+  }
+  Backend& backend = backend_for(device_);
+  std::vector<Array> env(p.num_values());
+  std::size_t live_bytes = 0;
+  RunStats local;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    env[p.inputs[i]] = std::move(inputs[i]);
+    live_bytes += env[p.inputs[i]].nbytes();
+  }
+  inputs.clear();
+  for (std::size_t i = 0; i < p.constants.size(); ++i) {
+    env[p.constants[i]] = p.constant_values[i];
+    live_bytes += p.constant_values[i].nbytes();
+  }
+  local.peak_bytes = live_bytes;
+  absl::InlinedVector<Array, 4> args;
+  std::vector<std::shared_ptr<Buffer>> into;
+  for (std::size_t s = 0; s < steps_.size(); ++s) {
+    const Step& step = steps_[s];
+    if (step.equation != nullptr) {
+      args.clear();
+      for (ValueId v : step.inputs) args.push_back(env[v]);
+      const Equation& eq = *step.equation;
+      const Aval& out = p.avals[eq.output];
+      env[eq.output] = Array(out.dtype, out.shape, backend.eval(eq.prim, eq.params, args, out));
+      live_bytes += env[eq.output].nbytes();
+    } else {
+      // In place: an input that dies here, with an output's exact aval and a
+      // buffer no other handle reaches, receives that output.
+      into.assign(step.outputs.size(), nullptr);
+      const std::vector<ValueId>& dying = release_after_[s];
+      args.clear();
+      for (std::size_t o = 0; o < step.outputs.size(); ++o) {
+        const Aval& out = p.avals[step.outputs[o]];
+        for (ValueId v : step.inputs) {
+          if (p.avals[v] != out || !env[v].sole_owner() ||
+              std::find(dying.begin(), dying.end(), v) == dying.end() ||
+              std::find(into.begin(), into.end(), env[v].buffer()) != into.end()) {
+            continue;
+          }
+          into[o] = env[v].buffer();
+          break;
+        }
+      }
+      for (ValueId v : step.inputs) args.push_back(env[v]);
+      std::vector<std::shared_ptr<Buffer>> bufs = backend.eval_fused(*step.kernel, args, into);
+      for (std::size_t o = 0; o < step.outputs.size(); ++o) {
+        const Aval& out = p.avals[step.outputs[o]];
+        if (into[o] != nullptr && bufs[o] == into[o]) {
+          ++local.reused_in_place;
+        } else {
+          into[o] = nullptr;  // the backend did not take it
+          live_bytes += numel(out.shape) * size_of(out.dtype);
+        }
+        env[step.outputs[o]] = Array(out.dtype, out.shape, std::move(bufs[o]));
+      }
+    }
+    ++local.launches;
+    local.peak_bytes = std::max(local.peak_bytes, live_bytes);
+    args.clear();
+    for (ValueId v : release_after_[s]) {
+      const bool reused = step.kernel != nullptr &&
+                          std::find(into.begin(), into.end(), env[v].buffer()) != into.end();
+      if (!reused) live_bytes -= env[v].nbytes();
+      env[v] = Array();
+    }
+  }
+  std::vector<Array> outs;
+  outs.reserve(p.outputs.size());
+  for (ValueId v : p.outputs) outs.push_back(env[v]);
+  if (stats != nullptr) *stats = local;
+  return outs;
+}
+
+}  // namespace kiln

@@ -1,0 +1,171 @@
+// Greedy elementwise fusion over a program in order. An equation joins the open
+// group of one of its inputs when it is fusible and has the group's iteration
+// shape. A group closes as soon as an equation outside it reads one of its
+// values: the group runs at the position of its last member, so every outside
+// reader must come after that member. Values a group computes that are read
+// outside it (or are program outputs) become its outputs; the rest never leave
+// the kernel.
+#include "kiln/dsl/fusion.hpp"
+
+#include <sstream>
+
+#include "absl/container/flat_hash_map.h"
+#include "kiln/dsl/backend.hpp"
+#include "kiln/runtime/strings.hpp"
+
+namespace kiln {
+
+bool fusible(Prim prim) {
+  switch (family(prim)) {
+    case PrimFamily::kUnary:
+    case PrimFamily::kBinary:
+    case PrimFamily::kWhere:
+    case PrimFamily::kAstype:
+    case PrimFamily::kIdentity:
+      return true;
+    default:
+      return false;
+  }
+}
+
+namespace {
+
+struct Group {
+  Shape shape;
+  std::vector<std::size_t> members;  // equation indices, in order
+  bool open = true;
+};
+
+}  // namespace
+
+std::vector<Step> fuse(const Program& p, const FusionOptions& options) {
+  const std::size_t n = p.equations.size();
+  std::vector<int> group_of_value(p.num_values(), -1);
+  std::vector<int> group_of_eq(n, -1);
+  std::vector<Group> groups;
+  if (options.enabled) {
+    for (std::size_t i = 0; i < n; ++i) {
+      const Equation& eq = p.equations[i];
+      const Shape& shape = p.avals[eq.output].shape;
+      int join = -1;
+      if (fusible(eq.prim)) {
+        for (ValueId in : eq.inputs) {
+          const int g = group_of_value[in];
+          if (g >= 0 && groups[g].open && groups[g].shape == shape) {
+            join = g;
+            break;
+          }
+        }
+      }
+      // Every other group this equation reads from now has an outside reader.
+      for (ValueId in : eq.inputs) {
+        const int g = group_of_value[in];
+        if (g >= 0 && g != join) groups[g].open = false;
+      }
+      if (join < 0 && fusible(eq.prim)) {
+        join = static_cast<int>(groups.size());
+        groups.push_back(Group{shape, {}, true});
+      }
+      if (join >= 0) {
+        groups[join].members.push_back(i);
+        group_of_eq[i] = join;
+        group_of_value[eq.output] = join;
+      }
+    }
+  }
+  // Values read outside their group (or returned) leave the kernel.
+  std::vector<bool> escapes(p.num_values(), false);
+  for (ValueId v : p.outputs) escapes[v] = true;
+  for (std::size_t i = 0; i < n; ++i) {
+    for (ValueId in : p.equations[i].inputs) {
+      if (group_of_value[in] >= 0 && group_of_value[in] != group_of_eq[i]) escapes[in] = true;
+    }
+  }
+  std::vector<Step> steps;
+  for (std::size_t i = 0; i < n; ++i) {
+    const Equation& eq = p.equations[i];
+    const int g = group_of_eq[i];
+    if (g < 0 || groups[g].members.size() == 1) {
+      Step s;
+      s.equation = &eq;
+      s.inputs.assign(eq.inputs.begin(), eq.inputs.end());
+      s.outputs = {eq.output};
+      steps.push_back(std::move(s));
+      continue;
+    }
+    if (groups[g].members.back() != i) continue;  // the group runs at its last member
+    auto kernel = std::make_shared<FusedKernel>();
+    kernel->shape = groups[g].shape;
+    Program& body = kernel->body;
+    absl::flat_hash_map<ValueId, ValueId> local;
+    Step s;
+    auto local_of = [&](ValueId v) {
+      auto it = local.find(v);
+      if (it != local.end()) return it->second;
+      const ValueId id = body.new_value(p.avals[v]);
+      body.inputs.push_back(id);
+      s.inputs.push_back(v);
+      local.emplace(v, id);
+      return id;
+    };
+    for (std::size_t m : groups[g].members) {
+      const Equation& member = p.equations[m];
+      Equation copy{member.prim, member.params, {}, 0};
+      for (ValueId in : member.inputs) copy.inputs.push_back(local_of(in));
+      copy.output = body.new_value(p.avals[member.output]);
+      local.emplace(member.output, copy.output);
+      body.equations.push_back(std::move(copy));
+      if (escapes[member.output]) {
+        body.outputs.push_back(copy.output);
+        s.outputs.push_back(member.output);
+      }
+    }
+    s.kernel = std::move(kernel);
+    steps.push_back(std::move(s));
+  }
+  return steps;
+}
+
+std::string to_string(const Program& p, const std::vector<Step>& steps) {
+  std::ostringstream os;
+  os << "compiled program: " << steps.size() << " launches\n";
+  std::size_t k = 0;
+  for (const Step& s : steps) {
+    os << "  [" << k++ << "] ";
+    if (s.equation != nullptr) {
+      Program one;
+      one.avals = p.avals;
+      one.inputs = s.inputs;
+      one.equations = {*s.equation};
+      one.outputs = s.outputs;
+      std::string text = to_string(one);
+      os << text.substr(text.find("let\n") + 4, text.find("\n  in") - text.find("let\n") - 4)
+         << "\n";
+    } else {
+      os << "fused[shape=(" << detail::join(s.kernel->shape, ", ") << ")] "
+         << to_string(s.kernel->body) << "\n";
+    }
+  }
+  return os.str();
+}
+
+std::vector<std::shared_ptr<Buffer>> Backend::eval_fused(
+    const FusedKernel& k, std::span<const Array> inputs,
+    std::span<const std::shared_ptr<Buffer>> /*into*/) {
+  const Program& b = k.body;
+  std::vector<Array> env(b.num_values());
+  for (std::size_t i = 0; i < inputs.size(); ++i) env[b.inputs[i]] = inputs[i];
+  absl::InlinedVector<Array, 3> args;
+  for (const Equation& eq : b.equations) {
+    args.clear();
+    for (ValueId in : eq.inputs) args.push_back(env[in]);
+    const Aval& out = b.avals[eq.output];
+    env[eq.output] = Array(out.dtype, out.shape, eval(eq.prim, eq.params, args, out));
+  }
+  std::vector<std::shared_ptr<Buffer>> out;
+  out.reserve(b.outputs.size());
+  for (ValueId v : b.outputs) out.push_back(env[v].buffer());
+  return out;
+}
+
+}  // namespace kiln

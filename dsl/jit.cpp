@@ -1,0 +1,276 @@
+// filter_jit's cache: keys, lookup, retrace explanations, donation, running.
+#include "kiln/dsl/jit.hpp"
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/hash/hash.h"
+#include "kiln/dsl/trace.hpp"
+#include "kiln/runtime/error.hpp"
+#include "kiln/runtime/strings.hpp"
+
+namespace kiln::detail {
+
+struct JitEntry {
+  std::vector<TreeDef> defs;  // per argument, statics included
+  std::vector<Aval> avals;    // per array leaf
+  Device device;
+  std::size_t hash = 0;
+  std::unique_ptr<Executable> executable;
+  TreeDef result;
+};
+
+namespace {
+
+thread_local const std::string* tl_explanation = nullptr;
+
+bool log_retraces() {
+  static const bool on = [] {
+    const char* v = std::getenv("KILN_LOG_RETRACES");
+    return v != nullptr && v[0] != '\0' && std::string_view(v) != "0";
+  }();
+  return on;
+}
+
+std::size_t key_hash(const JitCall& call, Device device) {
+  std::size_t h = absl::HashOf(device.to_string().size(), call.defs.size());
+  for (const TreeDef& d : call.defs) h = absl::HashOf(h, d.hash());
+  for (const Array& a : call.leaves) h = absl::HashOf(h, a.aval());
+  return h;
+}
+
+bool matches(const JitEntry& e, const JitCall& call, std::size_t hash, Device device) {
+  if (e.hash != hash || e.device != device || e.defs.size() != call.defs.size() ||
+      e.avals.size() != call.leaves.size()) {
+    return false;
+  }
+  for (std::size_t i = 0; i < e.defs.size(); ++i) {
+    if (!(e.defs[i] == call.defs[i])) return false;
+  }
+  for (std::size_t i = 0; i < e.avals.size(); ++i) {
+    if (e.avals[i] != call.leaves[i].aval()) return false;
+  }
+  return true;
+}
+
+std::string aval_text(const Aval& a) {
+  return str_cat(name(a.dtype), "[", join(a.shape, ","), "]");
+}
+
+Device call_device(const JitCall& call, const std::vector<std::string>& paths) {
+  if (call.leaves.empty()) return default_device();
+  const Device d = call.leaves.front().device();
+  for (std::size_t i = 1; i < call.leaves.size(); ++i) {
+    if (call.leaves[i].device() != d) {
+      throw DeviceError(str_cat("[filter_jit] arguments live on different devices: ",
+                                tree::display_path(paths.front()), " on ", d.to_string(), ", ",
+                                tree::display_path(paths[i]), " on ",
+                                call.leaves[i].device().to_string(),
+                                "; move them with to_device()"));
+    }
+  }
+  return d;
+}
+
+}  // namespace
+
+const std::string& current_retrace_explanation() {
+  static const std::string kNone;
+  return tl_explanation != nullptr ? *tl_explanation : kNone;
+}
+
+void throw_too_many_traces(std::string_view what, std::size_t count, std::size_t max,
+                           std::string_view explanation) {
+  throw RetraceError(str_cat("[assert_max_traces] ", what, " was traced ", count,
+                             " times, more than the allowed ", max,
+                             explanation.empty() ? std::string()
+                                                 : str_cat("; this trace: ", explanation)));
+}
+
+JitState::JitState(JitOptions options) : options_(std::move(options)) {
+  if (const char* v = std::getenv("KILN_FUSION"); v != nullptr && std::string_view(v) == "0") {
+    options_.fusion.enabled = false;
+  }
+}
+JitState::~JitState() = default;
+
+std::size_t JitState::cache_size() const { return entries_.size(); }
+
+void JitState::clear_cache() {
+  entries_.clear();
+  last_entry_ = nullptr;
+}
+
+const Executable* JitState::last_executable() const {
+  return last_entry_ == nullptr ? nullptr : last_entry_->executable.get();
+}
+
+std::string JitState::arg_name(std::size_t i) const {
+  if (i < options_.arg_names.size()) return options_.arg_names[i];
+  return str_cat("arg", i);
+}
+
+std::string JitState::explain_miss(const JitCall& call, std::size_t hash, Device device) const {
+  if (entries_.empty()) return str_cat(options_.name, ": first call");
+  std::vector<std::string> best;
+  for (const auto& e : entries_) {
+    std::vector<std::string> lines;
+    if (e->device != device) {
+      lines.push_back(str_cat("device: ", e->device.to_string(), " -> ", device.to_string()));
+    }
+    if (e->defs.size() != call.defs.size()) {
+      lines.push_back(str_cat("number of arguments: ", e->defs.size(), " -> ", call.defs.size()));
+    } else {
+      bool same_structure = true;
+      for (std::size_t a = 0; a < call.defs.size(); ++a) {
+        if (e->defs[a] == call.defs[a]) continue;
+        same_structure = false;
+        for (const tree::Difference& d : tree::diff(e->defs[a], call.defs[a])) {
+          lines.push_back(str_cat(tree::join_path(arg_name(a), d.path), ": ",
+                                  tree::name(d.kind), " changed, ", d.description));
+        }
+      }
+      if (same_structure) {
+        for (std::size_t a = 0; a < call.defs.size(); ++a) {
+          const std::vector<std::string> paths = tree::paths(call.defs[a]);
+          for (std::size_t k = 0; k < paths.size(); ++k) {
+            const Aval& was = e->avals[call.first_leaf[a] + k];
+            const Aval& now = call.leaves[call.first_leaf[a] + k].aval();
+            if (was == now) continue;
+            const char* what = was.dtype != now.dtype ? (was.shape != now.shape ? "dtype and shape" : "dtype") : "shape";
+            lines.push_back(str_cat(tree::join_path(arg_name(a), paths[k]), ": ", what,
+                                    " changed, ", aval_text(was), " -> ", aval_text(now)));
+          }
+        }
+      }
+    }
+    if (lines.empty()) lines.push_back("(equal key with a different hash: report this)");
+    if (best.empty() || lines.size() < best.size()) best = std::move(lines);
+  }
+  (void)hash;
+  return str_cat(options_.name, ": retrace ", trace_count_ + 1, ", the nearest of ",
+                 entries_.size(), " cached ", entries_.size() == 1 ? "key" : "keys",
+                 " differs at\n    ", join(best, "\n    "));
+}
+
+JitEntry& JitState::trace_and_compile(JitCall& call, std::size_t hash, Device device,
+                                      TraceFn trace) {
+  std::string explanation = explain_miss(call, hash, device);
+  if (trace_count_ + 1 > max_traces_) {
+    throw_too_many_traces(str_cat("[", options_.name, "]"), trace_count_ + 1, max_traces_,
+                          explanation);
+  }
+  if (log_retraces()) std::fprintf(stderr, "[filter_jit] %s\n", explanation.c_str());
+  last_retrace_ = explanation;
+  ++trace_count_;
+  auto entry = std::make_unique<JitEntry>();
+  entry->defs = call.defs;
+  entry->device = device;
+  entry->hash = hash;
+  entry->avals.reserve(call.leaves.size());
+  for (const Array& a : call.leaves) entry->avals.push_back(a.aval());
+  Program program;
+  {
+    const std::string* saved = tl_explanation;
+    tl_explanation = &last_retrace_;
+    struct Restore {
+      const std::string* saved;
+      ~Restore() { tl_explanation = saved; }
+    } restore{saved};
+    Trace t;
+    std::vector<Array> tracers;
+    tracers.reserve(call.leaves.size());
+    for (std::size_t a = 0; a < call.defs.size(); ++a) {
+      const std::vector<std::string> paths = tree::paths(call.defs[a]);
+      for (std::size_t k = 0; k < paths.size(); ++k) {
+        const Array& leaf = call.leaves[call.first_leaf[a] + k];
+        tracers.push_back(t.input(leaf.aval(), device, tree::join_path(arg_name(a), paths[k])));
+      }
+    }
+    TraceResult result = trace(tracers);
+    program = t.finish(result.outputs, tree::paths(result.structure));
+    entry->result = std::move(result.structure);
+  }
+  optimize(program);
+  entry->executable =
+      std::make_unique<Executable>(std::move(program), device, options_.name, options_.fusion);
+  entries_.push_back(std::move(entry));
+  return *entries_.back();
+}
+
+std::pair<std::vector<Array>, const TreeDef*> JitState::call(JitCall& call, TraceFn trace) {
+  // Paths are only needed on the slow paths; computed lazily there.
+  Device device;
+  if (call.leaves.empty()) {
+    device = default_device();
+  } else {
+    device = call.leaves.front().device();
+    for (const Array& a : call.leaves) {
+      if (a.device() != device) {
+        std::vector<std::string> paths;
+        for (std::size_t i = 0; i < call.defs.size(); ++i) {
+          for (std::string& p : tree::paths(call.defs[i])) {
+            paths.push_back(tree::join_path(arg_name(i), p));
+          }
+        }
+        call_device(call, paths);
+      }
+      if (a.is_donated() || is_tracer(a)) {
+        for (std::size_t i = 0; i < call.defs.size(); ++i) {
+          const std::vector<std::string> paths = tree::paths(call.defs[i]);
+          for (std::size_t k = 0; k < paths.size(); ++k) {
+            const Array& leaf = call.leaves[call.first_leaf[i] + k];
+            const std::string path = tree::join_path(arg_name(i), paths[k]);
+            check_not_donated(options_.name, leaf, path);
+            if (is_tracer(leaf)) {
+              throw ValueError(str_cat("[", options_.name, "] ", path,
+                                       " is a tracer: calling a jitted function inside "
+                                       "grad or another filter_jit is not supported yet; "
+                                       "call the plain function there"));
+            }
+          }
+        }
+      }
+    }
+  }
+  const std::size_t hash = key_hash(call, device);
+  const JitEntry* entry = nullptr;
+  for (const auto& e : entries_) {
+    if (matches(*e, call, hash, device)) {
+      entry = e.get();
+      break;
+    }
+  }
+  if (entry == nullptr) entry = &trace_and_compile(call, hash, device, trace);
+  last_entry_ = entry;
+  // Donation: the buffers of rvalue arguments move into the call, unless the same
+  // array also arrives through an argument that is not donated.
+  std::vector<Array> inputs = call.leaves;
+  bool any_donated = false;
+  for (bool d : call.donated) any_donated = any_donated || d;
+  if (any_donated) {
+    absl::flat_hash_set<const ArrayImpl*> kept;  // also passed without std::move
+    for (std::size_t a = 0; a < call.defs.size(); ++a) {
+      if (call.donated[a]) continue;
+      for (const Array& leaf : call.leaves_of(a, call.leaves)) kept.insert(leaf.impl());
+    }
+    absl::flat_hash_map<const ArrayImpl*, Array> taken;
+    for (std::size_t a = 0; a < call.defs.size(); ++a) {
+      if (!call.donated[a]) continue;
+      for (std::size_t k = call.first_leaf[a]; k < call.first_leaf[a] + call.defs[a].num_leaves(); ++k) {
+        const ArrayImpl* impl = call.leaves[k].impl();
+        if (kept.contains(impl)) continue;
+        auto [it, inserted] = taken.try_emplace(impl);
+        if (inserted) it->second = take_donated(call.leaves[k]);
+        inputs[k] = it->second;
+      }
+    }
+  }
+  call.leaves.clear();  // our handles must not keep donated buffers alive
+  std::vector<Array> outputs = entry->executable->run(inputs, &last_run_);
+  return {std::move(outputs), &entry->result};
+}
+
+}  // namespace kiln::detail
