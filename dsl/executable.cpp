@@ -15,6 +15,8 @@ Executable::Executable(Program program, Device device, std::string name,
     : program_(std::move(program)), device_(device), name_(std::move(name)) {
   steps_ = fuse(program_, options);
   is_output_.assign(program_.num_values(), false);
+  is_constant_.assign(program_.num_values(), false);
+  for (ValueId v : program_.constants) is_constant_[v] = true;
   for (ValueId v : program_.outputs) is_output_[v] = true;
   std::vector<int> last_use(program_.num_values(), -1);
   for (std::size_t s = 0; s < steps_.size(); ++s) {
@@ -47,10 +49,8 @@ std::vector<Array> Executable::run(std::vector<Array>& inputs, RunStats* stats) 
     live_bytes += env[p.inputs[i]].nbytes();
   }
   inputs.clear();
-  for (std::size_t i = 0; i < p.constants.size(); ++i) {
-    env[p.constants[i]] = p.constant_values[i];
-    live_bytes += p.constant_values[i].nbytes();
-  }
+  // Constants belong to the program (alive between calls): not counted.
+  for (std::size_t i = 0; i < p.constants.size(); ++i) env[p.constants[i]] = p.constant_values[i];
   local.peak_bytes = live_bytes;
   absl::InlinedVector<Array, 4> args;
   std::vector<std::shared_ptr<Buffer>> into;
@@ -100,7 +100,7 @@ std::vector<Array> Executable::run(std::vector<Array>& inputs, RunStats* stats) 
     for (ValueId v : release_after_[s]) {
       const bool reused = step.kernel != nullptr &&
                           std::find(into.begin(), into.end(), env[v].buffer()) != into.end();
-      if (!reused) live_bytes -= env[v].nbytes();
+      if (!reused && !is_constant_[v]) live_bytes -= env[v].nbytes();
       env[v] = Array();
     }
   }

@@ -18,7 +18,9 @@ namespace kiln {
 
 struct RunStats {
   std::size_t launches = 0;     // steps run (kernels dispatched, roughly)
-  std::size_t peak_bytes = 0;   // most bytes of arrays the call held at once
+  // Most bytes of arrays the call held at once: its inputs, intermediates and
+  // outputs (program constants live with the program and are not counted).
+  std::size_t peak_bytes = 0;
   std::size_t reused_in_place = 0;  // outputs written into a dead input's buffer
 };
 
@@ -49,6 +51,7 @@ class Executable {
   // Per step: values whose last use is that step (released after it).
   std::vector<std::vector<ValueId>> release_after_;
   std::vector<bool> is_output_;
+  std::vector<bool> is_constant_;
 };
 
 }  // namespace kiln

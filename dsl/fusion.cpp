@@ -7,6 +7,7 @@
 // the kernel.
 #include "kiln/dsl/fusion.hpp"
 
+#include <algorithm>
 #include <sstream>
 
 #include "absl/container/flat_hash_map.h"
@@ -49,12 +50,25 @@ std::vector<Step> fuse(const Program& p, const FusionOptions& options) {
       const Shape& shape = p.avals[eq.output].shape;
       int join = -1;
       if (fusible(eq.prim)) {
+        // Join the first open group of the same shape it reads; merge any other
+        // such group into it (open groups have no outside reader yet, so the
+        // union can run at this equation's position).
         for (ValueId in : eq.inputs) {
           const int g = group_of_value[in];
-          if (g >= 0 && groups[g].open && groups[g].shape == shape) {
+          if (g < 0 || g == join || !groups[g].open || groups[g].shape != shape) continue;
+          if (join < 0) {
             join = g;
-            break;
+            continue;
           }
+          for (std::size_t m : groups[g].members) {
+            group_of_eq[m] = join;
+            group_of_value[p.equations[m].output] = join;
+          }
+          groups[join].members.insert(groups[join].members.end(), groups[g].members.begin(),
+                                      groups[g].members.end());
+          std::sort(groups[join].members.begin(), groups[join].members.end());
+          groups[g].members.clear();
+          groups[g].open = false;
         }
       }
       // Every other group this equation reads from now has an outside reader.

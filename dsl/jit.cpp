@@ -114,9 +114,13 @@ std::string JitState::arg_name(std::size_t i) const {
 
 std::string JitState::explain_miss(const JitCall& call, std::size_t hash, Device device) const {
   if (entries_.empty()) return str_cat(options_.name, ": first call");
+  // Nearest: fewest structural differences first (an entry with the same tree
+  // structure is nearer than any with another), then fewest leaf differences.
   std::vector<std::string> best;
+  std::size_t best_score = static_cast<std::size_t>(-1);
   for (const auto& e : entries_) {
     std::vector<std::string> lines;
+    std::size_t structural = 0;
     if (e->device != device) {
       lines.push_back(str_cat("device: ", e->device.to_string(), " -> ", device.to_string()));
     }
@@ -128,6 +132,7 @@ std::string JitState::explain_miss(const JitCall& call, std::size_t hash, Device
         if (e->defs[a] == call.defs[a]) continue;
         same_structure = false;
         for (const tree::Difference& d : tree::diff(e->defs[a], call.defs[a])) {
+          ++structural;
           lines.push_back(str_cat(tree::join_path(arg_name(a), d.path), ": ",
                                   tree::name(d.kind), " changed, ", d.description));
         }
@@ -147,7 +152,11 @@ std::string JitState::explain_miss(const JitCall& call, std::size_t hash, Device
       }
     }
     if (lines.empty()) lines.push_back("(equal key with a different hash: report this)");
-    if (best.empty() || lines.size() < best.size()) best = std::move(lines);
+    const std::size_t score = (structural + (e->device != device)) * 1000000 + lines.size();
+    if (score < best_score) {
+      best_score = score;
+      best = std::move(lines);
+    }
   }
   (void)hash;
   return str_cat(options_.name, ": retrace ", trace_count_ + 1, ", the nearest of ",

@@ -34,7 +34,7 @@ namespace kiln {
 
 struct JitOptions {
   std::string name = "filter_jit";     // shown in errors and explanations
-  std::vector<std::string> arg_names;  // default: arg0, arg1, ...
+  std::vector<std::string> arg_names = {};  // default: arg0, arg1, ...
   FusionOptions fusion = {};           // default: KILN_FUSION (on unless "0")
 };
 

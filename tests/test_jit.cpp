@@ -1,0 +1,392 @@
+// filter_jit: the cache keyed on static structure, retrace explanations,
+// assert_max_traces, donation, compiled execution, and the four seed scenarios
+// (../shared/SEEDS.md) as named tests. Device-generic: runs on KILN_DEVICE.
+#include <doctest/doctest.h>
+
+#include <kiln/kiln.hpp>
+#include <string>
+#include <tuple>
+#include <vector>
+
+using namespace kiln;
+
+namespace {
+
+std::vector<float> values(const Array& a) { return a.to_vector<float>(); }
+
+void check_close(const Array& a, const Array& b, float tol = 1e-5f) {
+  REQUIRE(a.shape() == b.shape());
+  const auto x = values(a), y = values(b);
+  for (std::size_t i = 0; i < x.size(); ++i) CHECK(x[i] == doctest::Approx(y[i]).epsilon(tol));
+}
+
+Array ramp(std::int64_t n, float scale = 0.1f) {
+  std::vector<float> v(static_cast<std::size_t>(n));
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = scale * static_cast<float>(i) - 1.0f;
+  return array<float>(v, {n});
+}
+
+Array ramp2(std::int64_t r, std::int64_t c, float scale = 0.05f) {
+  return reshape(ramp(r * c, scale), {r, c});
+}
+
+Array square(const Array& x) { return x * x; }
+
+// ---- seed 1: a callable stored in a module ----
+struct Dense {
+  Array weight, bias;
+  Array (*activation)(const Array&) = nullptr;
+  KILN_MODULE(Dense, weight, bias, activation);
+  Array operator()(const Array& x) const { return activation(matmul(x, weight) + bias); }
+};
+
+Dense make_dense(Array (*act)(const Array&)) {
+  return Dense{ramp2(3, 2), array<float>({0.5f, -0.5f}), act};
+}
+
+// The activation as a captureless lambda: a fresh closure object every time the
+// module is built, with one stable identity (its type).
+template <class Act>
+struct DenseL {
+  Array weight, bias;
+  Act activation{};
+  KILN_MODULE(DenseL, weight, bias, activation);
+};
+
+constexpr auto kLeaky = [](const Array& x) { return maximum(x, x * 0.1); };
+using Leaky = std::remove_const_t<decltype(kLeaky)>;
+
+// ---- seed 2: a model with a frozen leaf and an integer leaf ----
+struct Layer {
+  Array weight, bias;
+  KILN_MODULE(Layer, weight, bias);
+};
+struct Model {
+  Frozen<Layer> embed;
+  Layer head;
+  Array steps;  // i32: no gradient
+  KILN_MODULE(Model, embed, head, steps);
+};
+
+Model make_model() {
+  Model m;
+  m.embed->weight = ramp2(3, 4, 0.1f);
+  m.embed->bias = array<float>({0.1f, -0.2f, 0.3f, 0.0f});
+  m.head.weight = ramp2(4, 1, 0.3f);
+  m.head.bias = array<float>({0.25f});
+  m.steps = array<std::int32_t>({0});
+  return m;
+}
+
+Array model_loss(const Model& m, const Array& x, const Array& y) {
+  const Array h = tanh(matmul(x, m.embed->weight) + m.embed->bias);
+  const Array d = matmul(h, m.head.weight) + m.head.bias - y;
+  return mean(d * d);
+}
+
+struct Config {
+  int width = 1;
+  std::string mode = "a";
+  friend bool operator==(const Config&, const Config&) = default;
+  template <class H>
+  friend H AbslHashValue(H h, const Config& c) {
+    return H::combine(std::move(h), c.width, c.mode);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("filter_jit computes what the eager function computes, tracing once") {
+  auto f = [](const Array& x, const Array& y) { return exp(x) * y + 1.0; };
+  auto jf = filter_jit(f);
+  const Array x = ramp2(4, 5), y = ramp(5);
+  for (int i = 0; i < 3; ++i) check_close(jf(x, y), f(x, y));
+  CHECK(jf.trace_count() == 1);
+  CHECK(jf.cache_size() == 1);
+  CHECK(jf.last_retrace() == "filter_jit: first call");
+  jf.clear_cache();
+  CHECK(jf.cache_size() == 0);
+  check_close(jf(x, y), f(x, y));
+  CHECK(jf.trace_count() == 2);
+}
+
+TEST_CASE("filter_jit returns pytrees with static leaves and passes inputs through") {
+  auto f = [](const Array& x, int k) {
+    return std::tuple{x, x * static_cast<double>(k), k + 1, Array()};
+  };
+  auto jf = filter_jit(f);
+  const Array x = ramp(6);
+  auto [same, scaled, k1, none] = jf(x, 3);
+  CHECK(k1 == 4);
+  CHECK(none.is_null());
+  check_close(same, x);
+  check_close(scaled, x * 3.0);
+  auto [s2, sc2, k2, n2] = jf(x, 5);  // a new static value: a new trace
+  CHECK(k2 == 6);
+  check_close(sc2, x * 5.0);
+  CHECK(jf.trace_count() == 2);
+  CHECK(jf.last_retrace().find("arg1: static_value changed") != std::string::npos);
+}
+
+TEST_CASE("a shape change retraces and the explanation names the path and the shapes") {
+  auto jf = filter_jit([](const Layer& l, const Array& x) {
+    const Array y = matmul(x, astype(l.weight, DType::kF32));
+    return l.bias.is_null() ? y : y + l.bias;
+  },
+                       {.name = "forward", .arg_names = {"layer", "x"}});
+  Layer l{ramp2(3, 2), array<float>({1.0f, 2.0f})};
+  jf(l, ramp2(4, 3));
+  jf(l, ramp2(4, 3, 0.5f));  // new values, same shapes: a hit
+  CHECK(jf.trace_count() == 1);
+  jf(l, ramp2(8, 3));
+  CHECK(jf.trace_count() == 2);
+  const std::string& why = jf.last_retrace();
+  CHECK(why.find("forward: retrace 2") != std::string::npos);
+  CHECK(why.find("x: shape changed, f32[4,3] -> f32[8,3]") != std::string::npos);
+  // dtype of a nested leaf
+  Layer l64{astype(l.weight, DType::kI32), l.bias};
+  jf(l64, ramp2(8, 3));
+  CHECK(jf.last_retrace().find("layer.weight: dtype changed, f32[3,2] -> i32[3,2]") !=
+        std::string::npos);
+  // None where an array was
+  Layer no_bias{l.weight, Array()};
+  jf(no_bias, ramp2(8, 3));
+  CHECK(jf.last_retrace().find("layer.bias: none_vs_array changed") != std::string::npos);
+  CHECK(jf.trace_count() == 4);
+  CHECK(jf.cache_size() == 4);
+}
+
+TEST_CASE("the nearest cached key is the one the explanation uses") {
+  auto jf = filter_jit([](const std::vector<Array>& xs) {
+    Array s = sum(xs[0]);
+    for (std::size_t i = 1; i < xs.size(); ++i) s = s + sum(xs[i]);
+    return s;
+  }, {.arg_names = {"xs"}});
+  jf(std::vector<Array>{ramp(3), ramp(3)});
+  jf(std::vector<Array>{ramp(4), ramp(4), ramp(4)});
+  jf(std::vector<Array>{ramp(4), ramp(4), ramp(5)});
+  // nearest: the 3-element list, one leaf differs
+  CHECK(jf.last_retrace().find("xs[2]: shape changed, f32[4] -> f32[5]") != std::string::npos);
+  jf(std::vector<Array>{ramp(3)});
+  CHECK(jf.last_retrace().find("xs: length changed") != std::string::npos);
+}
+
+TEST_CASE("seed 1: a module holding a function pointer, rebuilt before every call, traces once") {
+  auto step = filter_jit([](const Dense& d, const Array& x) { return d(x); });
+  const Array x = ramp2(5, 3);
+  for (int i = 0; i < 5; ++i) {
+    const Dense d = make_dense(tanh);  // rebuilt from scratch
+    check_close(step(d, x), tanh(matmul(x, d.weight) + d.bias));
+  }
+  CHECK(step.trace_count() == 1);
+  // A different function is a different program, and the explanation says so.
+  step(make_dense(square), x);
+  CHECK(step.trace_count() == 2);
+  CHECK(step.last_retrace().find("arg0.activation: callable_identity changed") !=
+        std::string::npos);
+  // Going back hits the first entry.
+  step(make_dense(tanh), x);
+  CHECK(step.trace_count() == 2);
+}
+
+TEST_CASE("seed 1: a module holding a captureless lambda, rebuilt before every call, traces once") {
+  auto step = filter_jit([](const DenseL<Leaky>& d, const Array& x) {
+    return d.activation(matmul(x, d.weight) + d.bias);
+  });
+  const Array x = ramp2(5, 3);
+  for (int i = 0; i < 5; ++i) {
+    DenseL<Leaky> d{ramp2(3, 2), array<float>({0.5f, -0.5f}), kLeaky};
+    const Array z = matmul(x, d.weight) + d.bias;
+    check_close(step(d, x), maximum(z, z * 0.1));
+  }
+  CHECK(step.trace_count() == 1);
+}
+
+TEST_CASE("seed 1: a function object module is jitted with its arrays dynamic") {
+  // The jitted function is itself a KILN_MODULE: its arrays are inputs, not
+  // constants, so new weights run the same program with the new values.
+  auto step = filter_jit(make_dense(tanh));
+  const Array x = ramp2(2, 3);
+  const Array first = step(x);
+  check_close(first, make_dense(tanh)(x));
+  CHECK(step.trace_count() == 1);
+}
+
+TEST_CASE("seed 2: a training step with state from the gradient template traces once") {
+  const auto opt = optim::adam(0.05);
+  auto step = filter_jit(
+      [opt](const Model& m, const optim::State& s, const Array& x, const Array& y) {
+        auto [loss, g] = value_and_grad(model_loss)(m, x, y);
+        auto [updates, s2] = opt.update(g, s, m);
+        Model next = optim::apply_updates(m, updates);
+        next.steps = m.steps + 1;
+        return std::tuple{next, s2, loss};
+      },
+      {.name = "train_step", .arg_names = {"model", "state", "x", "y"}});
+  Model model = make_model();
+  optim::State state = opt.init(optim::gradient_template(model));
+  const Array x = ramp2(6, 3, 0.2f), y = ramp2(6, 1, 0.1f);
+  const Array frozen_before = model.embed->weight;
+  std::vector<float> losses;
+  for (int i = 0; i < 3; ++i) {
+    Array loss;
+    std::tie(model, state, loss) = step(model, state, x, y);
+    losses.push_back(loss.item<float>());
+  }
+  CHECK(step.trace_count() == 1);
+  CHECK(losses[2] < losses[0]);
+  CHECK(model.steps.item<std::int32_t>() == 3);
+  CHECK(values(model.embed->weight) == values(frozen_before));
+  // The same steps eagerly give the same losses.
+  Model eager = make_model();
+  optim::State es = opt.init(optim::gradient_template(eager));
+  for (int i = 0; i < 3; ++i) {
+    auto [loss, g] = value_and_grad(model_loss)(eager, x, y);
+    auto [u, s2] = opt.update(g, es, eager);
+    eager = optim::apply_updates(eager, u);
+    es = s2;
+    CHECK(loss.item<float>() == doctest::Approx(losses[i]).epsilon(1e-5));
+  }
+  // A new learning rate is a dynamic scalar: no retrace.
+  state = optim::set_learning_rate(state, 0.01);
+  std::tie(model, state, std::ignore) = step(model, state, x, y);
+  CHECK(step.trace_count() == 1);
+}
+
+TEST_CASE("seed 2: optimizer state built from the parameters is an error naming the path") {
+  const auto opt = optim::adam(0.05);
+  auto step = filter_jit([opt](const Model& m, const optim::State& s, const Array& x,
+                               const Array& y) {
+    auto g = grad(model_loss)(m, x, y);
+    return opt.update(g, s, m);
+  });
+  const Model model = make_model();
+  const optim::State wrong = opt.init(model);  // arrays where gradients are None
+  try {
+    step(model, wrong, ramp2(6, 3), ramp2(6, 1));
+    FAIL("expected a TreeError");
+  } catch (const TreeError& e) {
+    const std::string msg = e.what();
+    CHECK(msg.find("embed.value.weight") != std::string::npos);
+    CHECK(msg.find("steps") != std::string::npos);
+  }
+}
+
+TEST_CASE("seed 3: assert_max_traces around the jitted function") {
+  auto step = debug::assert_max_traces(
+      filter_jit([](const Array& x) { return x * 2.0; }, {.arg_names = {"x"}}), 1);
+  step(ramp(4));
+  step(ramp(4, 0.5f));  // same shape: fine
+  try {
+    step(ramp(7));
+    FAIL("expected a RetraceError");
+  } catch (const RetraceError& e) {
+    const std::string msg = e.what();
+    CHECK(msg.find("[assert_max_traces]") != std::string::npos);
+    CHECK(msg.find("traced 2 times, more than the allowed 1") != std::string::npos);
+    CHECK(msg.find("x: shape changed, f32[4] -> f32[7]") != std::string::npos);
+  }
+  CHECK(step.trace_count() == 1);  // the refused trace did not happen
+  check_close(step(ramp(4)), ramp(4) * 2.0);
+}
+
+TEST_CASE("seed 3: assert_max_traces around the function being jitted") {
+  auto step = filter_jit(debug::assert_max_traces([](const Array& x) { return x * 2.0; }, 1),
+                         {.arg_names = {"x"}});
+  step(ramp(4));
+  step(ramp(4, 0.5f));
+  CHECK(step.function().count() == 1);  // counts real traces, not calls
+  try {
+    step(ramp(7));
+    FAIL("expected a RetraceError");
+  } catch (const RetraceError& e) {
+    const std::string msg = e.what();
+    CHECK(msg.find("traced 2 times, more than the allowed 1") != std::string::npos);
+    CHECK(msg.find("x: shape changed, f32[4] -> f32[7]") != std::string::npos);
+  }
+  CHECK(step.cache_size() == 1);  // nothing half-built was stored
+  check_close(step(ramp(4)), ramp(4) * 2.0);
+}
+
+TEST_CASE("seed 4: changing a static value retraces, restoring it hits the earlier entry") {
+  auto jf = filter_jit([](const Array& x, const Static<Config>& c) {
+    return c->mode == "a" ? x * static_cast<double>(c->width) : x + static_cast<double>(c->width);
+  }, {.arg_names = {"x", "config"}});
+  Static<Config> c{Config{2, "a"}};
+  const Array x = ramp(3);
+  check_close(jf(x, c), x * 2.0);
+  c->mode = "b";  // mutate the caller's object after it was cached
+  check_close(jf(x, c), x + 2.0);
+  CHECK(jf.trace_count() == 2);
+  CHECK(jf.last_retrace().find("config: static_value changed") != std::string::npos);
+  c->mode = "a";
+  check_close(jf(x, c), x * 2.0);
+  CHECK(jf.trace_count() == 2);  // hit, compared with ==, not a stale entry
+  CHECK(jf.cache_size() == 2);
+}
+
+TEST_CASE("donating arguments: outputs are right, donated arrays are invalid afterwards") {
+  auto update = filter_jit([](const Layer& l, const Array& g) {
+    return Layer{l.weight - g * 0.5, l.bias - 1.0};
+  });
+  Layer l{ramp2(3, 4), ramp(4)};
+  const Layer copy{l.weight + 0.0, l.bias + 0.0};  // independent values
+  const Array g = ramp2(3, 4, 0.01f);
+  Layer held = l;  // a second handle to the same arrays
+  Layer next = update(std::move(l), g);
+  check_close(next.weight, copy.weight - g * 0.5);
+  check_close(next.bias, copy.bias - 1.0);
+  CHECK(held.weight.is_donated());
+  try {
+    (void)(held.weight + 1.0);
+    FAIL("expected a ValueError");
+  } catch (const ValueError& e) {
+    CHECK(std::string(e.what()).find("[add] argument 1 (f32(3, 4)) was donated") !=
+          std::string::npos);
+  }
+  CHECK_THROWS_WITH_AS(held.bias.to_vector<float>(), doctest::Contains("was donated"), ValueError);
+  // Passing a donated array again names the argument path.
+  CHECK_THROWS_WITH_AS(update(held, g), doctest::Contains("arg0.weight"), ValueError);
+  // Not donated: the caller's arrays stay valid.
+  Layer again = update(next, g);
+  CHECK_FALSE(next.weight.is_donated());
+  check_close(again.weight, next.weight - g * 0.5);
+  // An array passed both donated and not donated is not donated.
+  const Array w = ramp2(3, 4);
+  Layer both{w, ramp(4)};
+  update(std::move(both), w);
+  CHECK_FALSE(w.is_donated());
+}
+
+TEST_CASE("compiled programs fuse elementwise chains and report launches and peak memory") {
+  const std::int64_t n = 1024;
+  const std::size_t bytes = n * 4;
+  auto f = [](const Array& x) {
+    const Array a = x + 1.0, b = x * 2.0, c = x - 3.0;
+    return a * b * c;
+  };
+  auto fused = filter_jit(f);
+  auto unfused = filter_jit(f, {.fusion = {.enabled = false}});
+  const Array x = ramp(n, 0.001f);
+  check_close(fused(x), f(x));
+  check_close(unfused(x), f(x));
+  CHECK(unfused.last_run().launches == 5);
+  CHECK(fused.last_run().launches == 1);
+  // Unfused, x, a, b and c live at once (then a, b, c and a*b); fused, only x
+  // and the result.
+  CHECK(unfused.last_run().peak_bytes == 4 * bytes);
+  CHECK(fused.last_run().peak_bytes == 2 * bytes);
+  CHECK(fused.compiled_text().find("fused[shape=(1024)]") != std::string::npos);
+  CHECK(unfused.compiled_text().find("fused") == std::string::npos);
+}
+
+TEST_CASE("errors inside the traced function propagate and leave the cache unchanged") {
+  auto jf = filter_jit([](const Array& x, const Array& y) { return matmul(x, y); });
+  CHECK_THROWS_WITH_AS(jf(ramp2(2, 3), ramp2(4, 2)), doctest::Contains("[matmul]"), ShapeError);
+  CHECK(jf.cache_size() == 0);
+  check_close(jf(ramp2(2, 3), ramp2(3, 2)), matmul(ramp2(2, 3), ramp2(3, 2)));
+  // Reading a traced value inside says why it cannot.
+  auto bad = filter_jit([](const Array& x) { return x * static_cast<double>(x.item<float>()); });
+  CHECK_THROWS_WITH_AS(bad(array<float>({2.0f})), doctest::Contains("cannot read a traced array"),
+                       ValueError);
+}
