@@ -1,0 +1,151 @@
+// filter_jit benchmarks, kiln next to LibTorch in the same process:
+//  - cache-hit host overhead: a jitted call over a model of N array leaves whose
+//    program does no work (it returns one of its inputs), for N = 10, 100, 1000;
+//    the slope is the cost per leaf. Flattening alone is measured alongside.
+//  - the MLP training step of issue 5 (64-256-256-10, batch 128, softmax cross
+//    entropy, Adam): kiln filter_jit (fused and unfused) vs LibTorch 1.13 eager
+//    (forward, backward, Adam step), on the default device (KILN_DEVICE).
+// bench/run_jit.py runs this several times and prints medians and ratios.
+#include <benchmark/benchmark.h>
+
+#include <kiln/kiln.hpp>
+#include <tuple>
+#include <vector>
+
+#ifdef KILN_BENCH_TORCH
+#include <torch/torch.h>
+#endif
+
+namespace {
+
+using namespace kiln;
+
+struct Pair {
+  Array weight, bias;
+  KILN_MODULE(Pair, weight, bias);
+};
+struct Model {
+  std::vector<Pair> layers;
+  float scale = 1.0f;
+  KILN_MODULE(Model, layers, scale);
+};
+
+Model model_with_leaves(std::int64_t leaves) {
+  Model m;
+  for (std::int64_t i = 0; i < leaves / 2; ++i) m.layers.push_back({ones({4, 4}), ones({4})});
+  return m;
+}
+
+void BM_kiln_jit_hit(benchmark::State& state) {
+  const Model m = model_with_leaves(state.range(0));
+  auto f = filter_jit([](const Model& model) { return model.layers[0].bias; });
+  f(m);
+  for (auto _ : state) benchmark::DoNotOptimize(f(m));
+  if (f.trace_count() != 1) state.SkipWithError("retraced");
+}
+BENCHMARK(BM_kiln_jit_hit)->Arg(10)->Arg(100)->Arg(1000);
+
+void BM_kiln_flatten(benchmark::State& state) {
+  const Model m = model_with_leaves(state.range(0));
+  for (auto _ : state) benchmark::DoNotOptimize(tree::flatten(m));
+}
+BENCHMARK(BM_kiln_flatten)->Arg(100);
+
+constexpr std::int64_t kBatch = 128, kIn = 64, kWidth = 256, kOut = 10;
+
+Array batch_x() { return random::normal(random::key(1), {kBatch, kIn}); }
+Array batch_y() {
+  std::vector<std::int32_t> y(kBatch);
+  for (std::int64_t i = 0; i < kBatch; ++i) y[i] = static_cast<std::int32_t>(i % kOut);
+  return array<std::int32_t>(y, {kBatch});
+}
+
+Array loss_fn(const nn::MLP& m, const Array& x, const Array& y) {
+  return nn::softmax_cross_entropy_with_integer_labels(m(x), y);
+}
+
+void kiln_mlp_step(benchmark::State& state, bool fusion) {
+  const auto opt = optim::adam(1e-3);
+  nn::MLP model(kIn, kOut, kWidth, 2, random::key(0));
+  optim::State opt_state = opt.init(optim::gradient_template(model));
+  auto step = filter_jit(
+      [opt](const nn::MLP& m, const optim::State& s, const Array& x, const Array& y) {
+        auto [loss, g] = value_and_grad(loss_fn)(m, x, y);
+        auto [updates, s2] = opt.update(g, s, m);
+        return std::tuple{optim::apply_updates(m, updates), s2, loss};
+      },
+      {.name = "mlp_step", .fusion = {.enabled = fusion}});
+  const Array x = batch_x(), y = batch_y();
+  Array loss;
+  for (int i = 0; i < 3; ++i) {
+    std::tie(model, opt_state, loss) = step(std::move(model), std::move(opt_state), x, y);
+  }
+  synchronize(loss.device());
+  for (auto _ : state) {
+    std::tie(model, opt_state, loss) = step(std::move(model), std::move(opt_state), x, y);
+    synchronize(loss.device());
+  }
+  state.counters["launches"] = static_cast<double>(step.last_run().launches);
+  state.counters["peak_MiB"] = static_cast<double>(step.last_run().peak_bytes) / (1 << 20);
+  state.counters["in_place"] = static_cast<double>(step.last_run().reused_in_place);
+  if (step.trace_count() != 1) state.SkipWithError("retraced");
+}
+void BM_kiln_mlp_step(benchmark::State& state) { kiln_mlp_step(state, true); }
+void BM_kiln_mlp_step_unfused(benchmark::State& state) { kiln_mlp_step(state, false); }
+BENCHMARK(BM_kiln_mlp_step)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_kiln_mlp_step_unfused)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+void BM_kiln_mlp_cold_compile(benchmark::State& state) {
+  // Trace + optimize + fuse + first run (kernels/pipelines included on Vulkan;
+  // warm from the disk cache after the first repetition).
+  const auto opt = optim::adam(1e-3);
+  const Array x = batch_x(), y = batch_y();
+  for (auto _ : state) {
+    nn::MLP model(kIn, kOut, kWidth, 2, random::key(0));
+    optim::State s = opt.init(optim::gradient_template(model));
+    auto step = filter_jit([opt](const nn::MLP& m, const optim::State& st, const Array& xb,
+                                 const Array& yb) {
+      auto [loss, g] = value_and_grad(loss_fn)(m, xb, yb);
+      auto [updates, s2] = opt.update(g, st, m);
+      return std::tuple{optim::apply_updates(m, updates), s2, loss};
+    });
+    auto out = step(model, s, x, y);
+    synchronize(std::get<2>(out).device());
+  }
+}
+BENCHMARK(BM_kiln_mlp_cold_compile)->UseRealTime()->Unit(benchmark::kMillisecond)->Iterations(3);
+
+#ifdef KILN_BENCH_TORCH
+void BM_torch_jit_equivalent_hit(benchmark::State& state) {
+  // LibTorch has no jit cache to hit; its per-call floor for a module of N
+  // parameters is collecting them (what an optimizer step walks).
+  torch::nn::ModuleList list;
+  for (std::int64_t i = 0; i < state.range(0) / 2; ++i) list->push_back(torch::nn::Linear(4, 4));
+  for (auto _ : state) benchmark::DoNotOptimize(list->parameters());
+}
+BENCHMARK(BM_torch_jit_equivalent_hit)->Arg(100);
+
+void BM_torch_mlp_step(benchmark::State& state) {
+  torch::manual_seed(0);
+  torch::nn::Sequential model(torch::nn::Linear(kIn, kWidth), torch::nn::ReLU(),
+                              torch::nn::Linear(kWidth, kWidth), torch::nn::ReLU(),
+                              torch::nn::Linear(kWidth, kOut));
+  torch::optim::Adam opt(model->parameters(), torch::optim::AdamOptions(1e-3));
+  const torch::Tensor x = torch::randn({kBatch, kIn});
+  const torch::Tensor y = torch::arange(kBatch, torch::kLong).remainder(kOut);
+  auto step = [&] {
+    opt.zero_grad();
+    torch::Tensor loss = torch::nn::functional::cross_entropy(model->forward(x), y);
+    loss.backward();
+    opt.step();
+    return loss;
+  };
+  for (int i = 0; i < 3; ++i) step();
+  for (auto _ : state) benchmark::DoNotOptimize(step());
+}
+BENCHMARK(BM_torch_mlp_step)->UseRealTime()->Unit(benchmark::kMicrosecond);
+#endif
+
+}  // namespace
+
+BENCHMARK_MAIN();
