@@ -22,6 +22,12 @@ Executable::Executable(Program program, Device device, std::string name,
   for (std::size_t s = 0; s < steps_.size(); ++s) {
     for (ValueId v : steps_[s].inputs) last_use[v] = static_cast<int>(s);
   }
+  input_used_.resize(program_.inputs.size());
+  for (std::size_t i = 0; i < program_.inputs.size(); ++i) {
+    const ValueId v = program_.inputs[i];
+    input_used_[i] = last_use[v] >= 0 || is_output_[v];
+    if (input_used_[i]) used_inputs_.push_back(i);
+  }
   release_after_.resize(steps_.size());
   for (std::size_t v = 0; v < last_use.size(); ++v) {
     if (last_use[v] >= 0 && !is_output_[v]) {
@@ -34,21 +40,68 @@ std::string Executable::to_string() const {
   return detail::str_cat(name_, " on ", device_.to_string(), ": ", kiln::to_string(program_, steps_));
 }
 
-std::vector<Array> Executable::run(std::vector<Array>& inputs, RunStats* stats) const {
-  const Program& p = program_;
-  if (inputs.size() != p.inputs.size()) {
-    throw ValueError(detail::str_cat("[", name_, "] takes ", p.inputs.size(), " arrays, got ",
-                                     inputs.size()));
+namespace {
+
+// The value environment of a run: a per-thread vector reused between calls
+// (a nested run finds it taken and gets its own). Every slot is empty again
+// when the lease ends, also when a step throws.
+class EnvLease {
+ public:
+  explicit EnvLease(std::size_t n) : values(std::move(scratch())) { values.resize(n); }
+  ~EnvLease() {
+    for (Array& a : values) a = Array();
+    values.clear();
+    scratch() = std::move(values);
   }
-  Backend& backend = backend_for(device_);
-  std::vector<Array> env(p.num_values());
+  EnvLease(const EnvLease&) = delete;
+  EnvLease& operator=(const EnvLease&) = delete;
+  std::vector<Array> values;
+
+ private:
+  static std::vector<Array>& scratch() {
+    thread_local std::vector<Array> s;
+    return s;
+  }
+};
+
+}  // namespace
+
+void Executable::check_arity(std::size_t n) const {
+  if (n != program_.inputs.size()) {
+    throw ValueError(detail::str_cat("[", name_, "] takes ", program_.inputs.size(),
+                                     " arrays, got ", n));
+  }
+}
+
+std::vector<Array> Executable::run(std::vector<Array>& inputs, RunStats* stats) const {
+  check_arity(inputs.size());
+  EnvLease env(program_.num_values());
   std::size_t live_bytes = 0;
-  RunStats local;
   for (std::size_t i = 0; i < inputs.size(); ++i) {
-    env[p.inputs[i]] = std::move(inputs[i]);
-    live_bytes += env[p.inputs[i]].nbytes();
+    if (inputs[i].is_null()) continue;  // unused input
+    live_bytes += inputs[i].nbytes();
+    env.values[program_.inputs[i]] = std::move(inputs[i]);
   }
   inputs.clear();
+  return run_steps(env.values, live_bytes, stats);
+}
+
+std::vector<Array> Executable::run(std::span<const Array* const> inputs, RunStats* stats) const {
+  check_arity(inputs.size());
+  EnvLease env(program_.num_values());
+  std::size_t live_bytes = 0;
+  for (std::size_t i : used_inputs_) {
+    live_bytes += inputs[i]->nbytes();
+    env.values[program_.inputs[i]] = *inputs[i];
+  }
+  return run_steps(env.values, live_bytes, stats);
+}
+
+std::vector<Array> Executable::run_steps(std::vector<Array>& env, std::size_t live_bytes,
+                                         RunStats* stats) const {
+  const Program& p = program_;
+  Backend& backend = backend_for(device_);
+  RunStats local;
   // Constants belong to the program (alive between calls): not counted.
   for (std::size_t i = 0; i < p.constants.size(); ++i) env[p.constants[i]] = p.constant_values[i];
   local.peak_bytes = live_bytes;
@@ -106,7 +159,7 @@ std::vector<Array> Executable::run(std::vector<Array>& inputs, RunStats* stats) 
   }
   std::vector<Array> outs;
   outs.reserve(p.outputs.size());
-  for (ValueId v : p.outputs) outs.push_back(env[v]);
+  for (ValueId v : p.outputs) outs.push_back(env[v]);  // a value may be returned twice
   if (stats != nullptr) *stats = local;
   return outs;
 }

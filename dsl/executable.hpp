@@ -35,7 +35,12 @@ class Executable {
   // after its last use, so an input whose buffer nobody else holds is freed or
   // reused during the call). Returns one array per program output.
   std::vector<Array> run(std::vector<Array>& inputs, RunStats* stats = nullptr) const;
+  // The same on borrowed inputs (none donated): only the inputs the program
+  // reads are touched.
+  std::vector<Array> run(std::span<const Array* const> inputs, RunStats* stats = nullptr) const;
 
+  // Whether the program reads input i (unused inputs may be passed as null).
+  bool input_used(std::size_t i) const { return input_used_[i]; }
   const Program& program() const { return program_; }
   const std::vector<Step>& steps() const { return steps_; }
   const std::string& name() const { return name_; }
@@ -44,6 +49,11 @@ class Executable {
   std::string to_string() const;
 
  private:
+  void check_arity(std::size_t n) const;
+  // Runs the steps on an environment whose inputs and constants are set.
+  std::vector<Array> run_steps(std::vector<Array>& env, std::size_t live_bytes,
+                               RunStats* stats) const;
+
   Program program_;
   Device device_;
   std::string name_;
@@ -52,6 +62,8 @@ class Executable {
   std::vector<std::vector<ValueId>> release_after_;
   std::vector<bool> is_output_;
   std::vector<bool> is_constant_;
+  std::vector<bool> input_used_;
+  std::vector<std::size_t> used_inputs_;  // indices i with input_used_[i]
 };
 
 }  // namespace kiln

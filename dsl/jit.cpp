@@ -13,15 +13,6 @@
 
 namespace kiln::detail {
 
-struct JitEntry {
-  std::vector<TreeDef> defs;  // per argument, statics included
-  std::vector<Aval> avals;    // per array leaf
-  Device device;
-  std::size_t hash = 0;
-  std::unique_ptr<Executable> executable;
-  TreeDef result;
-};
-
 namespace {
 
 thread_local const std::string* tl_explanation = nullptr;
@@ -74,7 +65,69 @@ Device call_device(const JitCall& call, const std::vector<std::string>& paths) {
   return d;
 }
 
+// The executable's inputs for one call: a handle to each leaf the program reads;
+// the leaves of donated arguments give their buffers up (take_donated), unless
+// the same array also arrives through an argument that is not donated.
+void prepare_inputs(std::span<const Array* const> leaves, std::span<const std::size_t> first_leaf,
+                    std::span<const bool> donated, const Executable& exe,
+                    std::vector<Array>& inputs) {
+  inputs.resize(leaves.size());
+  bool any_donated = false;
+  for (bool d : donated) any_donated = any_donated || d;
+  if (!any_donated) {
+    for (std::size_t i = 0; i < leaves.size(); ++i) {
+      if (exe.input_used(i)) inputs[i] = *leaves[i];
+    }
+    return;
+  }
+  thread_local absl::flat_hash_set<const ArrayImpl*> kept;
+  thread_local absl::flat_hash_map<const ArrayImpl*, Array> taken;
+  kept.clear();
+  taken.clear();
+  auto range = [&](std::size_t a) {
+    const std::size_t end = a + 1 < first_leaf.size() ? first_leaf[a + 1] : leaves.size();
+    return std::pair{first_leaf[a], end};
+  };
+  for (std::size_t a = 0; a < donated.size(); ++a) {
+    if (donated[a]) continue;
+    for (auto [k, end] = range(a); k < end; ++k) kept.insert(leaves[k]->impl());
+  }
+  for (std::size_t a = 0; a < donated.size(); ++a) {
+    for (auto [k, end] = range(a); k < end; ++k) {
+      const ArrayImpl* impl = leaves[k]->impl();
+      if (!donated[a] || kept.contains(impl)) {
+        if (exe.input_used(k)) inputs[k] = *leaves[k];
+        continue;
+      }
+      auto [it, inserted] = taken.try_emplace(impl);
+      if (inserted) it->second = take_donated(*leaves[k]);
+      if (exe.input_used(k)) inputs[k] = it->second;
+    }
+  }
+  taken.clear();  // the inputs hold the only handles now
+}
+
 }  // namespace
+
+std::vector<const Array*>& hit_scratch() {
+  thread_local std::vector<const Array*> scratch;
+  return scratch;
+}
+
+void JitState::run_hit(const JitEntry& entry, std::span<const Array* const> leaves,
+                       std::span<const bool> donated, std::vector<Array>& outputs) {
+  const Executable& exe = *entry.executable;
+  last_entry_ = &entry;
+  bool any_donated = false;
+  for (bool d : donated) any_donated = any_donated || d;
+  if (!any_donated) {
+    outputs = exe.run(leaves, &last_run_);
+    return;
+  }
+  thread_local std::vector<Array> inputs;
+  prepare_inputs(leaves, entry.first_leaf, donated, exe, inputs);
+  outputs = exe.run(inputs, &last_run_);
+}
 
 const std::string& current_retrace_explanation() {
   static const std::string kNone;
@@ -176,6 +229,7 @@ JitEntry& JitState::trace_and_compile(JitCall& call, std::size_t hash, Device de
   ++trace_count_;
   auto entry = std::make_unique<JitEntry>();
   entry->defs = call.defs;
+  entry->first_leaf = call.first_leaf;
   entry->device = device;
   entry->hash = hash;
   entry->avals.reserve(call.leaves.size());
@@ -254,29 +308,16 @@ std::pair<std::vector<Array>, const TreeDef*> JitState::call(JitCall& call, Trac
   }
   if (entry == nullptr) entry = &trace_and_compile(call, hash, device, trace);
   last_entry_ = entry;
-  // Donation: the buffers of rvalue arguments move into the call, unless the same
-  // array also arrives through an argument that is not donated.
-  std::vector<Array> inputs = call.leaves;
-  bool any_donated = false;
-  for (bool d : call.donated) any_donated = any_donated || d;
-  if (any_donated) {
-    absl::flat_hash_set<const ArrayImpl*> kept;  // also passed without std::move
-    for (std::size_t a = 0; a < call.defs.size(); ++a) {
-      if (call.donated[a]) continue;
-      for (const Array& leaf : call.leaves_of(a, call.leaves)) kept.insert(leaf.impl());
-    }
-    absl::flat_hash_map<const ArrayImpl*, Array> taken;
-    for (std::size_t a = 0; a < call.defs.size(); ++a) {
-      if (!call.donated[a]) continue;
-      for (std::size_t k = call.first_leaf[a]; k < call.first_leaf[a] + call.defs[a].num_leaves(); ++k) {
-        const ArrayImpl* impl = call.leaves[k].impl();
-        if (kept.contains(impl)) continue;
-        auto [it, inserted] = taken.try_emplace(impl);
-        if (inserted) it->second = take_donated(call.leaves[k]);
-        inputs[k] = it->second;
-      }
-    }
-  }
+  std::vector<const Array*> leaves;
+  leaves.reserve(call.leaves.size());
+  for (const Array& a : call.leaves) leaves.push_back(&a);
+  const std::vector<bool>& d = call.donated;
+  const std::unique_ptr<bool[]> donated(new bool[d.size()]);
+  for (std::size_t i = 0; i < d.size(); ++i) donated[i] = d[i];
+  std::vector<Array> inputs;
+  prepare_inputs(leaves, call.first_leaf, std::span<const bool>(donated.get(), d.size()),
+                 *entry->executable, inputs);
+  leaves.clear();
   call.leaves.clear();  // our handles must not keep donated buffers alive
   std::vector<Array> outputs = entry->executable->run(inputs, &last_run_);
   return {std::move(outputs), &entry->result};

@@ -29,6 +29,7 @@
 #include "absl/functional/function_ref.h"
 #include "kiln/dsl/executable.hpp"
 #include "kiln/runtime/tree.hpp"
+#include "kiln/runtime/tree_match.hpp"
 
 namespace kiln {
 
@@ -69,7 +70,24 @@ struct TraceResult {
 };
 using TraceFn = absl::FunctionRef<TraceResult(std::span<const Array> tracers)>;
 
-struct JitEntry;
+// One compiled entry: its key (per-argument structures with their statics, leaf
+// avals, device) and what it runs.
+struct JitEntry {
+  std::vector<TreeDef> defs;
+  std::vector<std::size_t> first_leaf;  // per argument, index into avals
+  std::vector<Aval> avals;
+  Device device;
+  std::size_t hash = 0;
+  std::unique_ptr<Executable> executable;
+  TreeDef result;
+  std::span<const Aval> avals_of(std::size_t arg) const {
+    const std::size_t end = arg + 1 < first_leaf.size() ? first_leaf[arg + 1] : avals.size();
+    return std::span<const Aval>(avals).subspan(first_leaf[arg], end - first_leaf[arg]);
+  }
+};
+
+// Per-thread scratch of the cache-hit path (reused between calls: no allocation).
+std::vector<const Array*>& hit_scratch();
 
 // The cache of one jitted function (shared by copies of the callable).
 class JitState {
@@ -80,6 +98,13 @@ class JitState {
   // Finds or builds (tracing through `trace`) the entry for `call`, runs it and
   // returns the outputs and the result structure.
   std::pair<std::vector<Array>, const TreeDef*> call(JitCall& call, TraceFn trace);
+  // The entry a call most likely hits (the last one used), or nullptr.
+  const JitEntry* last_entry() const { return last_entry_; }
+  // Runs `entry` on leaves that matched its key exactly (TreeMatcher: also
+  // concrete, not donated, on the entry's device), donating those of the
+  // arguments flagged in `donated`.
+  void run_hit(const JitEntry& entry, std::span<const Array* const> leaves,
+               std::span<const bool> donated, std::vector<Array>& outputs);
 
   std::size_t trace_count() const { return trace_count_; }
   std::size_t cache_size() const;
@@ -129,6 +154,26 @@ class Jitted {
   auto operator()(Args&&... args) const {
     constexpr bool kSelf = detail::Module<F>;
     using R = std::invoke_result_t<F&, const std::decay_t<Args>&...>;
+    // Hit path: compare the arguments with the last entry's key in place.
+    if (const detail::JitEntry* e = state_->last_entry()) {
+      std::vector<const Array*>& leaves = detail::hit_scratch();
+      leaves.clear();
+      std::size_t i = 0;
+      bool hit = true;
+      if constexpr (kSelf) {
+        hit = detail::matches(*f_, e->defs[i], e->avals_of(i), e->device, leaves);
+        ++i;
+      }
+      hit = hit && e->defs.size() == sizeof...(Args) + kSelf &&
+            ((detail::matches(args, e->defs[i], e->avals_of(i), e->device, leaves) && (++i, true)) && ...);
+      if (hit) {
+        constexpr bool kDonated[] = {false, !std::is_lvalue_reference_v<Args>...};
+        std::vector<Array> outputs;
+        state_->run_hit(*e, leaves,
+                        std::span<const bool>(kDonated + !kSelf, sizeof...(Args) + kSelf), outputs);
+        return tree::unflatten<R>(e->result, outputs);
+      }
+    }
     detail::JitCall call;
     call.defs.reserve(sizeof...(Args) + kSelf);
     if constexpr (kSelf) call.add(*f_, false);

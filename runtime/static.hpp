@@ -258,7 +258,9 @@ struct StaticHolderOf final : StaticHolder {
   }
   const std::type_info& type() const override { return typeid(T); }
   bool equals(const StaticHolder& other) const override {
-    const T& other_value = static_cast<const StaticHolderOf&>(other).value;
+    return equals_value(static_cast<const StaticHolderOf&>(other).value);
+  }
+  bool equals_value(const T& other_value) const {
     if constexpr (static_kind<T>() == StaticKind::kStateless) {
       return true;  // same type, no state
     } else if constexpr (std::is_floating_point_v<T>) {
@@ -311,6 +313,13 @@ class StaticValue {
   std::string repr() const;
   // Function pointers and stateless function objects compare by identity.
   bool is_callable() const;
+  // Whether this holds a T equal to `v` (the same rule as ==), without copying
+  // `v` into a StaticValue: the jit's allocation-free cache-hit check.
+  template <class T>
+  bool equals_value(const T& v) const {
+    if (holder_ == nullptr || holder_->type() != typeid(T)) return false;
+    return static_cast<const detail::StaticHolderOf<T>&>(*holder_).equals_value(v);
+  }
   template <class T>
   const T* get_if() const {
     if (holder_ == nullptr || holder_->type() != typeid(T)) return nullptr;

@@ -131,6 +131,9 @@ template <class V, class C, class A>
 struct IsStringMap<std::map<std::string, V, C, A>> : std::true_type {};
 
 // Appends pre-order records to a fresh TreeDefData and, when asked, the leaves.
+class DefBuilder;
+void flatten_tree(const Tree& t, DefBuilder& b);
+
 class DefBuilder {
  public:
   // Reserves what the previous flatten on this thread needed: a program flattens
@@ -166,6 +169,11 @@ class DefBuilder {
     d_->nodes.push_back(DefNode{NodeKind::kArray});
     if (leaves_ != nullptr) leaves_->push_back(a);
   }
+  template <class T>
+  void static_value(const T& v) {
+    static_leaf(StaticValue::of(v));
+  }
+  void tree(const Tree& t) { flatten_tree(t, *this); }
   void static_leaf(StaticValue v) {
     d_->nodes.push_back(
         DefNode{NodeKind::kStatic, 0, 1,
@@ -203,15 +211,16 @@ struct Reader {
 
 [[noreturn]] void throw_unflatten_mismatch(const Reader& r,
                                            const std::type_info& want);
-void flatten_tree(const Tree& t, DefBuilder& b);
 Tree read_tree(Reader& r);
 
-template <class T>
-void flatten_into(const T& v, DefBuilder& b) {
+// Walks `v` in pre-order and reports each record to `b`: DefBuilder builds a
+// TreeDef; the jit's matcher (runtime/tree_match.hpp) compares against one.
+template <class T, class B>
+void flatten_into(const T& v, B& b) {
   if constexpr (std::is_same_v<T, Array>) {
     b.array(v);
   } else if constexpr (std::is_same_v<T, Tree>) {
-    flatten_tree(v, b);
+    b.tree(v);
   } else if constexpr (std::is_same_v<T, StaticValue>) {
     b.static_leaf(v);  // already type-erased (a jit or Tree static)
   } else if constexpr (Module<T>) {
@@ -221,7 +230,7 @@ void flatten_into(const T& v, DefBuilder& b) {
       const std::size_t idx = b.open(
           NodeKind::kStruct, std::tuple_size_v<Fields>, &struct_info<T>());
       [&]<std::size_t... I>(std::index_sequence<I...>) {
-        (flatten_into<std::remove_cvref_t<std::tuple_element_t<I, Fields>>>(
+        (flatten_into<std::remove_cvref_t<std::tuple_element_t<I, Fields>>, B>(
              std::get<I>(fields), b),
          ...);
       }
@@ -234,18 +243,18 @@ void flatten_into(const T& v, DefBuilder& b) {
     check_module<T>();
   } else if constexpr (IsVector<T>::value || IsStdArray<T>::value) {
     const std::size_t idx = b.open(NodeKind::kList, v.size());
-    for (const auto& e : v) flatten_into<typename T::value_type>(e, b);
+    for (const auto& e : v) flatten_into<typename T::value_type, B>(e, b);
     b.close(idx);
   } else if constexpr (IsTupleLike<T>::value) {
     const std::size_t idx = b.open(NodeKind::kTuple, std::tuple_size_v<T>);
     [&]<std::size_t... I>(std::index_sequence<I...>) {
-      (flatten_into<std::tuple_element_t<I, T>>(std::get<I>(v), b), ...);
+      (flatten_into<std::tuple_element_t<I, T>, B>(std::get<I>(v), b), ...);
     }
     (std::make_index_sequence<std::tuple_size_v<T>>());
     b.close(idx);
   } else if constexpr (IsOptional<T>::value) {
     if (v.has_value()) {
-      flatten_into<typename T::value_type>(*v, b);
+      flatten_into<typename T::value_type, B>(*v, b);
     } else {
       b.empty();
     }
@@ -253,11 +262,11 @@ void flatten_into(const T& v, DefBuilder& b) {
     const std::size_t idx = b.open(NodeKind::kDict, v.size());
     for (const auto& kv : v) b.key(kv.first);
     for (const auto& kv : v)
-      flatten_into<typename T::mapped_type>(kv.second, b);
+      flatten_into<typename T::mapped_type, B>(kv.second, b);
     b.close(idx);
   } else {
     check_static_leaf<T>();
-    if constexpr (StaticLeaf<T>) b.static_leaf(StaticValue::of(v));
+    if constexpr (StaticLeaf<T>) b.static_value(v);
   }
 }
 
