@@ -17,11 +17,13 @@ namespace {
 
 thread_local const std::string* tl_explanation = nullptr;
 
+bool env_flag(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && v[0] != '\0' && std::string_view(v) != "0";
+}
+
 bool log_retraces() {
-  static const bool on = [] {
-    const char* v = std::getenv("KILN_LOG_RETRACES");
-    return v != nullptr && v[0] != '\0' && std::string_view(v) != "0";
-  }();
+  static const bool on = env_flag("KILN_LOG_RETRACES");
   return on;
 }
 
@@ -259,6 +261,9 @@ JitEntry& JitState::trace_and_compile(JitCall& call, std::size_t hash, Device de
   optimize(program);
   entry->executable =
       std::make_unique<Executable>(std::move(program), device, options_.name, options_.fusion);
+  if (env_flag("KILN_PRINT_PROGRAMS")) {
+    std::fprintf(stderr, "%s\n", entry->executable->to_string().c_str());
+  }
   entries_.push_back(std::move(entry));
   return *entries_.back();
 }

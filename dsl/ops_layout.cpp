@@ -56,6 +56,7 @@ Array reshape_as(const char* op, const Array& a, const Shape& shape) {
                                      to_string(a.shape()), " (", a.size(),
                                      " elements) into ", to_string(shape)));
   }
+  if (out == a.shape()) return a;  // nothing to do (and nothing to record)
   Params p;
   p.shape = out;
   return bind_unary(Prim::kReshape, p, a, std::move(out));
@@ -77,6 +78,9 @@ Array transpose_as(const char* op, const Array& a, const Axes& perm) {
         "[", op, "] permutation ", to_string(perm), " is not a permutation of ",
         rank, " axes (array of shape ", to_string(a.shape()), ")"));
   }
+  bool identity = true;
+  for (std::size_t i = 0; i < axes.size(); ++i) identity = identity && axes[i] == static_cast<std::int64_t>(i);
+  if (identity) return a;
   Shape out;
   for (auto ax : axes) out.push_back(a.shape()[ax]);
   Params p;

@@ -236,10 +236,50 @@ void fold_scalar_constants(Program& p) {
   eliminate_dead_code(p);
 }
 
+void simplify_layout(Program& p) {
+  std::vector<ValueId> rename(p.num_values());
+  for (std::size_t v = 0; v < rename.size(); ++v) rename[v] = static_cast<ValueId>(v);
+  std::vector<const Equation*> producer(p.num_values(), nullptr);
+  std::vector<Equation> kept;
+  kept.reserve(p.equations.size());
+  for (Equation& eq : p.equations) {
+    for (ValueId& in : eq.inputs) in = rename[in];
+    if (eq.prim == Prim::kTranspose || eq.prim == Prim::kReshape) {
+      const ValueId in = eq.inputs[0];
+      const Equation* inner = producer[in];
+      if (inner != nullptr && inner->prim == eq.prim) {
+        if (eq.prim == Prim::kTranspose) {  // transpose(transpose(x, q), r) = transpose(x, q o r)
+          Axes composed;
+          for (auto ax : eq.params.axes) composed.push_back(inner->params.axes[ax]);
+          eq.params.axes = composed;
+        }
+        eq.inputs[0] = inner->inputs[0];  // reshape(reshape(x)) = reshape(x)
+      }
+      const ValueId src = eq.inputs[0];
+      bool identity = p.avals[src] == p.avals[eq.output];
+      if (eq.prim == Prim::kTranspose) {
+        for (std::size_t i = 0; i < eq.params.axes.size(); ++i) {
+          identity = identity && eq.params.axes[i] == static_cast<std::int64_t>(i);
+        }
+      }
+      if (identity) {
+        rename[eq.output] = src;
+        continue;
+      }
+    }
+    kept.push_back(std::move(eq));
+    producer[kept.back().output] = &kept.back();  // stable: kept never reallocates
+  }
+  p.equations = std::move(kept);
+  apply_renames(p, rename);
+  eliminate_dead_code(p);
+}
+
 void optimize(Program& p) {
   std::size_t before;
   do {
     before = p.equations.size();
+    simplify_layout(p);
     eliminate_dead_code(p);
     eliminate_common_subexpressions(p);
     fold_scalar_constants(p);

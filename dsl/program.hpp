@@ -59,7 +59,10 @@ void eliminate_common_subexpressions(Program& p);
 // kFoldMaxElements elements), replacing them by constants.
 inline constexpr std::int64_t kFoldMaxElements = 1;
 void fold_scalar_constants(Program& p);
-// DCE + CSE + folding, to a fixed point.
+// Layout algebra: transpose of a transpose becomes one transpose, reshape of a
+// reshape one reshape, and identity transposes/reshapes disappear.
+void simplify_layout(Program& p);
+// Layout simplification + DCE + CSE + folding, to a fixed point.
 void optimize(Program& p);
 
 }  // namespace kiln

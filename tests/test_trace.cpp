@@ -125,3 +125,28 @@ TEST_CASE("constants print with their value, one-element arrays too") {
         "    c:f32[1] = multiply a b\n"
         "  in (c) }");
 }
+
+TEST_CASE("layout simplification: transposes compose, identities disappear") {
+  Trace t;
+  const Array x = t.input(Aval{DType::kF32, {2, 3, 4}}, default_device(), "x");
+  const Array a = transpose(transpose(x, {1, 0, 2}), {1, 0, 2});  // identity
+  const Array b = transpose(transpose(x, {2, 0, 1}), {0, 2, 1});  // one transpose
+  const Array c = reshape(reshape(x, {6, 4}), {24});              // one reshape
+  const Array d = reshape(x, {2, 3, 4});                          // nothing recorded
+  Program p = t.finish(std::vector<Array>{a, b, c, d});
+  optimize(p);
+  REQUIRE(p.equations.size() == 2);
+  CHECK(p.outputs[0] == p.inputs[0]);
+  CHECK(p.outputs[3] == p.inputs[0]);
+  CHECK(p.equations[0].prim == Prim::kTranspose);
+  CHECK(p.equations[0].params.axes == Axes{2, 1, 0});
+  CHECK(p.avals[p.equations[0].output].shape == Shape{4, 3, 2});
+  CHECK(p.equations[1].prim == Prim::kReshape);
+  CHECK(p.equations[1].inputs[0] == p.inputs[0]);
+  // The values agree with the unsimplified eager computation.
+  const Array xv = reshape(arange(24, DType::kF32), {2, 3, 4});
+  const std::vector<Array> out = eval(p, std::vector<Array>{xv});
+  CHECK(out[1].to_vector<float>() ==
+        transpose(transpose(xv, {2, 0, 1}), {0, 2, 1}).to_vector<float>());
+  CHECK(out[2].to_vector<float>() == xv.to_vector<float>());
+}
