@@ -63,6 +63,11 @@ struct Params {
   double value = 0.0;         // full: fill value; arange: start
   double step = 1.0;          // arange: step
   Device device;              // creation ops: where to create
+  // matmul: an operand is stored transposed in its last two axes. Set only by
+  // the compiler's layout pass (dsl/program.cpp), never by the public op, so
+  // autodiff never sees it.
+  bool transpose_a = false;
+  bool transpose_b = false;
 
   friend bool operator==(const Params&, const Params&) = default;
 };

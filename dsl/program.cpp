@@ -59,6 +59,10 @@ std::string params_string(Prim p, const Params& q) {
         parts.push_back("shape=" + tuple(q.shape));
       }
       break;
+    case PrimFamily::kMatmul:
+      if (q.transpose_a) parts.push_back("transpose_a=true");
+      if (q.transpose_b) parts.push_back("transpose_b=true");
+      break;
     case PrimFamily::kIndex:
       parts.push_back(detail::str_cat("axis=", q.axis));
       if (p == Prim::kOneHot) {
@@ -240,10 +244,53 @@ void simplify_layout(Program& p) {
   std::vector<ValueId> rename(p.num_values());
   for (std::size_t v = 0; v < rename.size(); ++v) rename[v] = static_cast<ValueId>(v);
   std::vector<const Equation*> producer(p.num_values(), nullptr);
+  std::vector<int> uses(p.num_values(), 0);
+  for (const Equation& eq : p.equations) {
+    for (ValueId in : eq.inputs) ++uses[in];
+  }
+  for (ValueId v : p.outputs) ++uses[v];
+  // A transpose that swaps the last two axes only (what matmul can absorb).
+  auto swaps_last_two = [](const Equation* e) {
+    if (e == nullptr || e->prim != Prim::kTranspose) return false;
+    const Axes& ax = e->params.axes;
+    const std::size_t r = ax.size();
+    if (r < 2 || ax[r - 2] != static_cast<std::int64_t>(r - 1) ||
+        ax[r - 1] != static_cast<std::int64_t>(r - 2)) {
+      return false;
+    }
+    for (std::size_t i = 0; i + 2 < r; ++i) {
+      if (ax[i] != static_cast<std::int64_t>(i)) return false;
+    }
+    return true;
+  };
   std::vector<Equation> kept;
   kept.reserve(p.equations.size());
   for (Equation& eq : p.equations) {
     for (ValueId& in : eq.inputs) in = rename[in];
+    if (eq.prim == Prim::kMatmul) {
+      // matmul(transpose(a), b) reads a transposed instead (BLAS-style flags).
+      for (int k = 0; k < 2; ++k) {
+        const Equation* t = producer[eq.inputs[k]];
+        if (!swaps_last_two(t)) continue;
+        eq.inputs[k] = t->inputs[0];
+        bool& flag = k == 0 ? eq.params.transpose_a : eq.params.transpose_b;
+        flag = !flag;
+      }
+    }
+    if (eq.prim == Prim::kTranspose && swaps_last_two(&eq)) {
+      // transpose(matmul(a, b)) = matmul(b^T, a^T), when nothing else reads the
+      // product.
+      const Equation* mm = producer[eq.inputs[0]];
+      if (mm != nullptr && mm->prim == Prim::kMatmul && uses[eq.inputs[0]] == 1) {
+        Params q = mm->params;
+        q.transpose_a = !mm->params.transpose_b;
+        q.transpose_b = !mm->params.transpose_a;
+        Equation swapped{Prim::kMatmul, q, {mm->inputs[1], mm->inputs[0]}, eq.output};
+        kept.push_back(std::move(swapped));
+        producer[eq.output] = &kept.back();
+        continue;
+      }
+    }
     if (eq.prim == Prim::kTranspose || eq.prim == Prim::kReshape) {
       const ValueId in = eq.inputs[0];
       const Equation* inner = producer[in];

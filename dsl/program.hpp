@@ -60,7 +60,9 @@ void eliminate_common_subexpressions(Program& p);
 inline constexpr std::int64_t kFoldMaxElements = 1;
 void fold_scalar_constants(Program& p);
 // Layout algebra: transpose of a transpose becomes one transpose, reshape of a
-// reshape one reshape, and identity transposes/reshapes disappear.
+// reshape one reshape, identity transposes/reshapes disappear, and transposes
+// of the last two axes fold into matmul (Params::transpose_a/b; also
+// transpose(a @ b) = b^T @ a^T).
 void simplify_layout(Program& p);
 // Layout simplification + DCE + CSE + folding, to a fixed point.
 void optimize(Program& p);

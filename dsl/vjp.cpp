@@ -146,6 +146,10 @@ std::vector<Array> vjp(const Equation& eq, std::span<const Array> in, const Arra
       return {expand_reduced(g, eq.params, x.shape()) * mask / broadcast_to(count, x.shape())};
     }
     case Prim::kMatmul: {
+      if (eq.params.transpose_a || eq.params.transpose_b) {
+        throw ValueError("[grad] internal: a compiled matmul (transposed operand) was "
+                         "differentiated; differentiate the traced program instead");
+      }
       const Array& a = in[0];
       const Array& b = in[1];
       return {ub(matmul(g, swap_last(b)), 0), ub(matmul(swap_last(a), g), 1)};

@@ -150,3 +150,32 @@ TEST_CASE("layout simplification: transposes compose, identities disappear") {
         transpose(transpose(xv, {2, 0, 1}), {0, 2, 1}).to_vector<float>());
   CHECK(out[2].to_vector<float>() == xv.to_vector<float>());
 }
+
+TEST_CASE("transposes of the last two axes fold into matmul, with the same values") {
+  Trace t;
+  const Array a = t.input(Aval{DType::kF32, {3, 4}}, default_device(), "a");
+  const Array b = t.input(Aval{DType::kF32, {5, 4}}, default_device(), "b");
+  const Array c = t.input(Aval{DType::kF32, {2, 4, 3}}, default_device(), "c");
+  const Array ab = matmul(a, transpose(b));                      // transpose_b
+  const Array ba = transpose(matmul(a, transpose(b)));           // (a b^T)^T = b a^T
+  const Array ca = matmul(transpose(c, {0, 2, 1}), transpose(a));  // both, batched
+  Program p = t.finish(std::vector<Array>{ab, ba, ca});
+  optimize(p);
+  int matmuls = 0;
+  for (const Equation& eq : p.equations) {
+    CHECK(eq.prim == Prim::kMatmul);  // every transpose folded away
+    ++matmuls;
+  }
+  CHECK(matmuls == 3);
+  CHECK(to_string(p).find("matmul[transpose_b=true] a b") != std::string::npos);
+  CHECK(to_string(p).find("matmul[transpose_b=true] b a") != std::string::npos);
+  CHECK(to_string(p).find("matmul[transpose_a=true transpose_b=true] c a") != std::string::npos);
+  const Array av = reshape(arange(12, DType::kF32), {3, 4}) * 0.5;
+  const Array bv = reshape(arange(20, DType::kF32), {5, 4}) - 3.0;
+  const Array cv = reshape(arange(24, DType::kF32), {2, 4, 3}) * 0.25;
+  const std::vector<Array> out = eval(p, std::vector<Array>{av, bv, cv});
+  CHECK(out[0].to_vector<float>() == matmul(av, transpose(bv)).to_vector<float>());
+  CHECK(out[1].to_vector<float>() == transpose(matmul(av, transpose(bv))).to_vector<float>());
+  CHECK(out[2].to_vector<float>() ==
+        matmul(transpose(cv, {0, 2, 1}), transpose(av)).to_vector<float>());
+}

@@ -13,23 +13,24 @@
 namespace kiln::cpu {
 namespace {
 
-// C (m x n) = A (m x k) * B (k x n), all row-major and contiguous.
+// C (m x n) = op(A) (m x k) * op(B) (k x n), row-major and contiguous; op
+// transposes an operand stored transposed (A as k x m, B as n x k).
 template <class T>
 void gemm(std::int64_t m, std::int64_t n, std::int64_t k, const T* a,
-          const T* b, T* c) {
+          const T* b, T* c, bool ta, bool tb) {
   // BLAS rejects leading dimensions below 1 even when the matrix is empty.
-  const auto lda = static_cast<blasint>(std::max<std::int64_t>(k, 1));
-  const auto ldb = static_cast<blasint>(std::max<std::int64_t>(n, 1));
-  const auto ldc = ldb;
+  const auto lda = static_cast<blasint>(std::max<std::int64_t>(ta ? m : k, 1));
+  const auto ldb = static_cast<blasint>(std::max<std::int64_t>(tb ? k : n, 1));
+  const auto ldc = static_cast<blasint>(std::max<std::int64_t>(n, 1));
   const auto bm = static_cast<blasint>(m);
   const auto bn = static_cast<blasint>(n);
   const auto bk = static_cast<blasint>(k);
+  const auto opa = ta ? CblasTrans : CblasNoTrans;
+  const auto opb = tb ? CblasTrans : CblasNoTrans;
   if constexpr (std::is_same_v<T, float>) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, bm, bn, bk, 1.0f, a,
-                lda, b, ldb, 0.0f, c, ldc);
+    cblas_sgemm(CblasRowMajor, opa, opb, bm, bn, bk, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
   } else {
-    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, bm, bn, bk, 1.0, a,
-                lda, b, ldb, 0.0, c, ldc);
+    cblas_dgemm(CblasRowMajor, opa, opb, bm, bn, bk, 1.0, a, lda, b, ldb, 0.0, c, ldc);
   }
 }
 
@@ -49,12 +50,13 @@ Shape batch_strides(const Shape& shape, const Shape& out_batch) {
 }
 
 template <class T>
-void batched_matmul(const Array& a, const Array& b, const Aval& out, T* c) {
+void batched_matmul(const Array& a, const Array& b, const Aval& out, T* c, bool ta,
+                    bool tb) {
   const Shape& as = a.shape();
   const Shape& bs = b.shape();
-  const std::int64_t m = as[as.size() - 2];
-  const std::int64_t k = as[as.size() - 1];
-  const std::int64_t n = bs[bs.size() - 1];
+  const std::int64_t m = out.shape[out.shape.size() - 2];
+  const std::int64_t n = out.shape[out.shape.size() - 1];
+  const std::int64_t k = as[as.size() - (ta ? 2 : 1)];
   const Shape out_batch(out.shape.begin(), out.shape.end() - 2);
   const std::int64_t batch = numel(out_batch);
   const T* pa = a.data<T>();
@@ -66,9 +68,9 @@ void batched_matmul(const Array& a, const Array& b, const Aval& out, T* c) {
   // A single shared right operand and an unbroadcast left one: the batch folds
   // into the rows of one large gemm, which BLAS runs far better than many
   // small.
-  if (numel(Shape(bs.begin(), bs.end() - 2)) == 1 &&
+  if (!ta && numel(Shape(bs.begin(), bs.end() - 2)) == 1 &&
       a.size() == batch * m * k) {
-    gemm<T>(batch * m, n, k, pa, pb, c);
+    gemm<T>(batch * m, n, k, pa, pb, c, false, tb);
     return;
   }
   const Shape sa = batch_strides(as, out_batch);
@@ -78,7 +80,7 @@ void batched_matmul(const Array& a, const Array& b, const Aval& out, T* c) {
   std::int64_t off_a = 0;
   std::int64_t off_b = 0;
   for (std::int64_t i = 0; i < batch; ++i) {
-    gemm<T>(m, n, k, pa + off_a * m * k, pb + off_b * k * n, c + i * m * n);
+    gemm<T>(m, n, k, pa + off_a * m * k, pb + off_b * k * n, c + i * m * n, ta, tb);
     for (std::size_t d = rank; d-- > 0;) {  // odometer over the batch index
       off_a += sa[d];
       off_b += sb[d];
@@ -92,19 +94,19 @@ void batched_matmul(const Array& a, const Array& b, const Aval& out, T* c) {
 
 }  // namespace
 
-std::shared_ptr<Buffer> eval_matmul(Prim, const Params&,
+std::shared_ptr<Buffer> eval_matmul(Prim, const Params& params,
                                     std::span<const Array> inputs,
                                     const Aval& out) {
   auto buf = allocate(out);
   if (numel(out.shape) == 0) return buf;
   switch (out.dtype) {
     case DType::kF32:
-      batched_matmul(inputs[0], inputs[1], out,
-                     static_cast<float*>(buf->host_data()));
+      batched_matmul(inputs[0], inputs[1], out, static_cast<float*>(buf->host_data()),
+                     params.transpose_a, params.transpose_b);
       break;
     case DType::kF64:
-      batched_matmul(inputs[0], inputs[1], out,
-                     static_cast<double*>(buf->host_data()));
+      batched_matmul(inputs[0], inputs[1], out, static_cast<double*>(buf->host_data()),
+                     params.transpose_a, params.transpose_b);
       break;
     default:
       throw DTypeError(detail::str_cat(

@@ -320,6 +320,21 @@ std::shared_ptr<Buffer> VulkanBackend::eval(Prim p, const Params& params,
     case PrimFamily::kArgReduce:
       return reduce(ctx_, p, params, inputs, out);
     case PrimFamily::kMatmul:
+      if (params.transpose_a || params.transpose_b) {
+        // The kernel reads row-major operands: materialise the transposed ones.
+        Array ops[2] = {inputs[0], inputs[1]};
+        for (int k = 0; k < 2; ++k) {
+          if (!(k == 0 ? params.transpose_a : params.transpose_b)) continue;
+          Params t;
+          Aval ta = ops[k].aval();
+          const std::size_t r = ta.shape.size();
+          for (std::size_t i = 0; i < r; ++i) t.axes.push_back(static_cast<std::int64_t>(i));
+          std::swap(t.axes[r - 2], t.axes[r - 1]);
+          std::swap(ta.shape[r - 2], ta.shape[r - 1]);
+          ops[k] = Array(ta.dtype, ta.shape, layout(ctx_, Prim::kTranspose, t, {&ops[k], 1}, ta));
+        }
+        return matmul(ctx_, ops, out);
+      }
       return matmul(ctx_, inputs, out);
     case PrimFamily::kLayout:
       return layout(ctx_, p, params, inputs, out);
