@@ -68,11 +68,14 @@ Device call_device(const JitCall& call, const std::vector<std::string>& paths) {
 }
 
 // The executable's inputs for one call: a handle to each leaf the program reads;
-// the leaves of donated arguments give their buffers up (take_donated), unless
-// the same array also arrives through an argument that is not donated.
+// the leaves of donated arguments give their buffers up (take_donated) when the
+// argument holds the only handle to them (besides `borrowed` copies the jit
+// itself holds). An array that is also reachable elsewhere (a copy of the
+// model, a view, the same array in another argument) is not donated: nothing a
+// caller still holds is ever invalidated.
 void prepare_inputs(std::span<const Array* const> leaves, std::span<const std::size_t> first_leaf,
                     std::span<const bool> donated, const Executable& exe,
-                    std::vector<Array>& inputs) {
+                    std::vector<Array>& inputs, long borrowed) {
   inputs.resize(leaves.size());
   bool any_donated = false;
   for (bool d : donated) any_donated = any_donated || d;
@@ -97,7 +100,7 @@ void prepare_inputs(std::span<const Array* const> leaves, std::span<const std::s
   for (std::size_t a = 0; a < donated.size(); ++a) {
     for (auto [k, end] = range(a); k < end; ++k) {
       const ArrayImpl* impl = leaves[k]->impl();
-      if (!donated[a] || kept.contains(impl)) {
+      if (!donated[a] || kept.contains(impl) || !leaves[k]->sole_owner(borrowed)) {
         if (exe.input_used(k)) inputs[k] = *leaves[k];
         continue;
       }
@@ -127,7 +130,7 @@ void JitState::run_hit(const JitEntry& entry, std::span<const Array* const> leav
     return;
   }
   thread_local std::vector<Array> inputs;
-  prepare_inputs(leaves, entry.first_leaf, donated, exe, inputs);
+  prepare_inputs(leaves, entry.first_leaf, donated, exe, inputs, 0);
   outputs = exe.run(inputs, &last_run_);
 }
 
@@ -321,7 +324,7 @@ std::pair<std::vector<Array>, const TreeDef*> JitState::call(JitCall& call, Trac
   for (std::size_t i = 0; i < d.size(); ++i) donated[i] = d[i];
   std::vector<Array> inputs;
   prepare_inputs(leaves, call.first_leaf, std::span<const bool>(donated.get(), d.size()),
-                 *entry->executable, inputs);
+                 *entry->executable, inputs, 1);
   leaves.clear();
   call.leaves.clear();  // our handles must not keep donated buffers alive
   std::vector<Array> outputs = entry->executable->run(inputs, &last_run_);

@@ -14,9 +14,12 @@
 // cannot produce a stale hit. Arrays the function captures (closure state) are
 // constants of the compiled program: capture by value, not by reference.
 //
-// Passing an argument as an rvalue (std::move) donates its arrays: their buffers
-// are handed to the call, which may write outputs of the same dtype and shape into
-// them, and every handle to them is invalid afterwards (a clear error on use).
+// Passing an argument as an rvalue (std::move) donates its arrays: the buffers
+// of those the argument alone holds are handed to the call, which writes outputs
+// of the same dtype and shape into them (in place), and the argument's arrays
+// read as donated afterwards (a clear error on use). An array the caller can
+// still reach some other way (a copy of the model, a view, the same array in a
+// non-donated argument) is left alone.
 #pragma once
 
 #include <cstddef>

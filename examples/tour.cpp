@@ -75,19 +75,29 @@ int main() {
   std::cout << "  grad structure: " << to_string(tree::structure(grads)) << "\n";
   std::cout << "  d loss / d layers[1].weight =\n" << grads.layers[1].weight << "\n\n";
 
-  std::cout << "three adam steps, state built from the gradient template:\n";
+  std::cout << "a jitted adam step, state built from the gradient template:\n";
   {
     const auto opt = optim::adam(0.05);
     optim::State state = opt.init(optim::gradient_template(model));
-    auto trained = model;
-    for (int step = 0; step < 3; ++step) {
-      auto [l, g] = value_and_grad(loss)(trained, x);
-      auto [updates, next] = opt.update(g, state, trained);
-      trained = optim::apply_updates(trained, updates);
-      state = std::move(next);
-      std::cout << "  step " << step << ": loss = " << l.item<float>() << "\n";
+    auto step = filter_jit(
+        [opt, loss](const MLP& m, const optim::State& s, const Array& in) {
+          auto [l, g] = value_and_grad(loss)(m, in);
+          auto [updates, next] = opt.update(g, s, m);
+          return std::tuple{optim::apply_updates(m, updates), next, l};
+        },
+        {.name = "train_step", .arg_names = {"model", "state", "x"}});
+    MLP trained = model;
+    for (int i = 0; i < 3; ++i) {
+      Array l;
+      // std::move donates the old parameters and state: updated in place.
+      std::tie(trained, state, l) = step(std::move(trained), std::move(state), x);
+      std::cout << "  step " << i << ": loss = " << l.item<float>() << "\n";
     }
-    std::cout << "  optimizer: " << opt << "\n\n";
+    std::cout << "  traces: " << step.trace_count() << " (" << step.last_retrace()
+              << "), launches per step: " << step.last_run().launches << "\n";
+    std::cout << "  optimizer: " << opt << "\n";
+    step(trained, state, ones({4, 3}));  // a new batch size: one retrace, explained
+    std::cout << "  " << step.last_retrace() << "\n\n";
   }
 
   std::cout << "the traced program of the loss:\n";

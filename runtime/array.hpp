@@ -90,11 +90,12 @@ class Array {
 
   // True after the array was donated to a jitted call (see filter_jit).
   bool is_donated() const { return impl_ != nullptr && impl_->donated; }
-  // True when this handle is the only way to reach its buffer (no copy of the
-  // handle, no other array over the same buffer): its owner may overwrite it.
-  bool sole_owner() const {
-    return impl_ != nullptr && impl_.use_count() == 1 && impl_->buffer != nullptr &&
-           impl_->buffer.use_count() == 1;
+  // True when this handle (plus `extra_handles` known copies of it) is the only
+  // way to reach its buffer (no other copy of the handle, no other array over
+  // the same buffer): its owner may overwrite it.
+  bool sole_owner(long extra_handles = 0) const {
+    return impl_ != nullptr && impl_.use_count() == 1 + extra_handles &&
+           impl_->buffer != nullptr && impl_->buffer.use_count() == 1;
   }
   // True when both handles share the same contents (not elementwise ==).
   bool same(const Array& other) const { return impl_ == other.impl_; }
