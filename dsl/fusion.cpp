@@ -1,12 +1,15 @@
 // Greedy elementwise fusion over a program in order. An equation joins the open
 // group of one of its inputs when it is fusible and has the group's iteration
-// shape. A group closes as soon as an equation outside it reads one of its
-// values: the group runs at the position of its last member, so every outside
-// reader must come after that member. Values a group computes that are read
-// outside it (or are program outputs) become its outputs; the rest never leave
-// the kernel.
+// shape; when it reads several such open groups, they merge into one (their
+// members move to the position of the joining equation, which is legal because
+// nothing outside an open group has read its values yet). A group closes as soon
+// as an equation outside it reads one of its values: the group runs at the
+// position of its last member, so every outside reader must come after that
+// member. Values a group computes that are read outside it (or are program
+// outputs) become its outputs; the rest never leave the kernel.
 #include "kiln/dsl/fusion.hpp"
 
+#include <algorithm>
 #include <sstream>
 
 #include "absl/container/flat_hash_map.h"
@@ -50,11 +53,24 @@ std::vector<Step> fuse(const Program& p, const FusionOptions& options) {
       int join = -1;
       if (fusible(eq.prim)) {
         for (ValueId in : eq.inputs) {
-          const int g = group_of_value[in];
-          if (g >= 0 && groups[g].open && groups[g].shape == shape) {
+          int g = group_of_value[in];
+          if (g < 0 || g == join || !groups[g].open || groups[g].shape != shape) continue;
+          if (join < 0) {
             join = g;
-            break;
+            continue;
           }
+          // Merge the smaller group into the larger one.
+          if (groups[g].members.size() > groups[join].members.size()) std::swap(g, join);
+          for (std::size_t m : groups[g].members) {
+            group_of_eq[m] = join;
+            group_of_value[p.equations[m].output] = join;
+          }
+          std::vector<std::size_t>& into = groups[join].members;
+          const auto mid = static_cast<std::ptrdiff_t>(into.size());
+          into.insert(into.end(), groups[g].members.begin(), groups[g].members.end());
+          std::inplace_merge(into.begin(), into.begin() + mid, into.end());
+          groups[g].members.clear();
+          groups[g].open = false;
         }
       }
       // Every other group this equation reads from now has an outside reader.
