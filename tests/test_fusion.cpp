@@ -225,8 +225,14 @@ TEST_CASE("fuse: matmuls and reductions split an MLP into single and fused steps
         return std::vector<Array>{sum(y * y) * 0.5f};
       },
       {{f32, {16, 32}}, {f32, {32, 64}}, {f32, {64}}, {f32, {64, 8}}, {f32, {8}}});
-  const std::vector<Step> steps = fuse(p);
-  // matmul, fused(add tanh), matmul, fused(add multiply), sum, multiply
+  const std::vector<Array> in = {random_array({16, 32}, f32), random_array({32, 64}, f32),
+                                 random_array({64}, f32), random_array({64, 8}, f32),
+                                 random_array({8}, f32)};
+  // Elementwise groups only: matmul, fused(add tanh), matmul, fused(add
+  // multiply), sum, multiply.
+  const std::vector<Step> plain = check_fused(p, in);
+  (void)plain;
+  const std::vector<Step> steps = fuse(p, FusionOptions{true, false});
   REQUIRE(steps.size() == 6);
   CHECK(fused_steps(steps) == 2);
   CHECK(steps[0].equation->prim == Prim::kMatmul);
@@ -235,9 +241,17 @@ TEST_CASE("fuse: matmuls and reductions split an MLP into single and fused steps
   CHECK(steps[3].kernel->body.equations.size() == 2);
   CHECK(steps[4].equation->prim == Prim::kSum);
   CHECK(fuse(p, FusionOptions{false}).size() == 8);
-  check_fused(p, {random_array({16, 32}, f32), random_array({32, 64}, f32),
-                  random_array({64}, f32), random_array({64, 8}, f32),
-                  random_array({8}, f32)});
+  // With anchors each matmul takes its epilogue: fused(matmul add tanh),
+  // fused(matmul add multiply), sum, multiply.
+  const std::vector<Step> anchored = fuse(p);
+  REQUIRE(anchored.size() == 4);
+  for (std::size_t i : {0, 1}) {
+    REQUIRE(anchored[i].kernel != nullptr);
+    CHECK(anchored[i].kernel->kind == FusedKernel::Kind::kMatmulEpilogue);
+    CHECK(anchored[i].kernel->body.equations.size() == 3);
+    CHECK(anchored[i].kernel->body.equations[0].prim == Prim::kMatmul);
+  }
+  CHECK(anchored[2].equation->prim == Prim::kSum);
 }
 
 TEST_CASE("fused f32 chains with broadcasting equal the unfused equations") {
@@ -553,4 +567,87 @@ TEST_CASE("threefry random bits fuse and equal the unfused values") {
           fused_steps(steps), " fused, largest body ", biggest, " equations");
   CHECK(steps.size() < p.equations.size() / 4);
   CHECK(biggest >= 50);
+}
+
+TEST_CASE("matmul epilogues: bias, activation, a residual; the product read outside too") {
+  const Program p = trace(
+      [](const std::vector<Array>& x) {
+        Array m = matmul(x[0], x[1]);
+        Array h = relu(m + x[2]) * 0.5f + x[3];
+        return std::vector<Array>{h, sum(m)};
+      },
+      {{f32, {2, 33, 17}}, {f32, {17, 40}}, {f32, {40}}, {f32, {2, 33, 40}}});
+  const auto steps = check_fused(
+      p, {random_array({2, 33, 17}, f32), random_array({17, 40}, f32), random_array({40}, f32),
+          random_array({2, 33, 40}, f32)});
+  REQUIRE(steps.size() == 2);  // fused(matmul ...) then sum(m)
+  REQUIRE(steps[0].kernel != nullptr);
+  CHECK(steps[0].kernel->kind == FusedKernel::Kind::kMatmulEpilogue);
+  CHECK(steps[0].outputs.size() == 2);  // m (read by sum) and h
+  CHECK(to_string(p, steps).find("matmul_epilogue") != std::string::npos);
+  // Batched operands on both sides, a column broadcast, a bool output.
+  const Program q = trace(
+      [](const std::vector<Array>& x) {
+        Array y = matmul(x[0], x[1]) * x[2] + 7.0f;
+        return std::vector<Array>{y, y > 7.0f};
+      },
+      {{f32, {3, 5, 9}}, {f32, {3, 9, 6}}, {f32, {5, 1}}});
+  const auto qs = check_fused(q, {random_array({3, 5, 9}, f32), random_array({3, 9, 6}, f32),
+                                  random_array({5, 1}, f32)});
+  CHECK(qs.size() == 1);
+}
+
+TEST_CASE("matmul epilogue not fused when the product is read before the group runs") {
+  const Program p = trace(
+      [](const std::vector<Array>& x) {
+        Array m = matmul(x[0], x[1]);
+        Array s = sum(m, 1, true);  // reads m before the group's last member
+        return std::vector<Array>{(m + 1.0f) * s};
+      },
+      {{f32, {8, 4}}, {f32, {4, 6}}});
+  const auto steps = check_fused(p, {random_array({8, 4}, f32), random_array({4, 6}, f32)});
+  REQUIRE(steps.size() == 3);
+  CHECK(steps[0].equation->prim == Prim::kMatmul);
+  CHECK(steps[2].kernel->kind == FusedKernel::Kind::kElementwise);
+}
+
+TEST_CASE("reduction prologues: sum, max and min of fused values, with escaping values") {
+  for (const Shape& s : {Shape{5, 7}, Shape{64, 1000}, Shape{3, 700, 4}, Shape{9000}}) {
+    CAPTURE(to_string(s));
+    const Program p = trace(
+        [](const std::vector<Array>& x) {
+          const std::int64_t last = x[0].ndim() - 1;
+          Array shifted = x[0] - stop_gradient(max(x[0], last, true));
+          Array e = exp(shifted);
+          Array total = sum(e, last, true);  // prologue: shifted, e escape
+          Array sq = sum(x[0] * x[0]);       // over every axis
+          Array lo = min(abs(x[0]) + 1.0f, 0);
+          return std::vector<Array>{e / total, shifted, sq, lo};
+        },
+        {{f32, s}});
+    const auto steps = check_fused(p, {random_array(s, f32)});
+    std::size_t prologues = 0;
+    for (const Step& st : steps) {
+      prologues += st.kernel != nullptr && st.kernel->kind == FusedKernel::Kind::kReducePrologue;
+    }
+    CHECK(prologues == 3);
+  }
+  // i32 sums wrap; bool values feed a max.
+  const Program q = trace(
+      [](const std::vector<Array>& x) {
+        return std::vector<Array>{sum(x[0] * x[0], 1), max(x[0] > 0, 0)};
+      },
+      {{i32, {40, 300}}});
+  check_fused(q, {random_array({40, 300}, i32)});
+}
+
+TEST_CASE("reduction prologue of f16 values") {
+  if (!has_f16()) return;
+  const Program p = trace(
+      [](const std::vector<Array>& x) {
+        Array h = astype(x[0], f16);
+        return std::vector<Array>{sum(h * h, 1), max(h, 0)};
+      },
+      {{f32, {30, 600}}});
+  check_fused(p, {random_array({30, 600}, f32)});
 }

@@ -349,6 +349,7 @@ std::shared_ptr<Buffer> VulkanBackend::eval(Prim p, const Params& params,
 std::vector<std::shared_ptr<Buffer>> VulkanBackend::eval_fused(
     const FusedKernel& k, std::span<const Array> inputs,
     std::span<const std::shared_ptr<Buffer>> into) {
+  if (k.kind != FusedKernel::Kind::kElementwise) return Backend::eval_fused(k, inputs, into);
   const Program& body = k.body;
   // The unfused path's capability errors: every value is an array there.
   for (const Equation& eq : body.equations) {
