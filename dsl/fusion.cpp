@@ -1,10 +1,14 @@
-// Greedy elementwise fusion over a program in order. An equation joins the open
+// Greedy elementwise fusion over a program in order, then anchors. An equation joins the open
 // group of one of its inputs when it is fusible and has the group's iteration
-// shape. A group closes as soon as an equation outside it reads one of its
-// values: the group runs at the position of its last member, so every outside
-// reader must come after that member. Values a group computes that are read
-// outside it (or are program outputs) become its outputs; the rest never leave
-// the kernel.
+// shape; when it reads several such open groups, they merge into one (their
+// members move to the position of the joining equation, which is legal because
+// nothing outside an open group has read its values yet). A group closes as soon
+// as an equation outside it reads one of its values: the group runs at the
+// position of its last member, so every outside reader must come after that
+// member. Then a group may take one anchor: the matmul whose result it reads
+// (an epilogue: bias, activation) or a reduction of one of its values (a
+// prologue). Values a group computes that are read outside it (or are program
+// outputs) become its outputs; the rest never leave the kernel.
 #include "kiln/dsl/fusion.hpp"
 
 #include <algorithm>
@@ -33,9 +37,13 @@ namespace {
 
 struct Group {
   Shape shape;
-  std::vector<std::size_t> members;  // equation indices, in order
+  std::vector<std::size_t> members;  // elementwise equation indices, in order
   bool open = true;
+  int anchor = -1;  // a fused matmul (before members) or reduction (after them)
+  FusedKernel::Kind kind = FusedKernel::Kind::kElementwise;
 };
+
+bool is_reduction(Prim p) { return p == Prim::kSum || p == Prim::kMax || p == Prim::kMin; }
 
 }  // namespace
 
@@ -50,23 +58,23 @@ std::vector<Step> fuse(const Program& p, const FusionOptions& options) {
       const Shape& shape = p.avals[eq.output].shape;
       int join = -1;
       if (fusible(eq.prim)) {
-        // Join the first open group of the same shape it reads; merge any other
-        // such group into it (open groups have no outside reader yet, so the
-        // union can run at this equation's position).
         for (ValueId in : eq.inputs) {
-          const int g = group_of_value[in];
+          int g = group_of_value[in];
           if (g < 0 || g == join || !groups[g].open || groups[g].shape != shape) continue;
           if (join < 0) {
             join = g;
             continue;
           }
+          // Merge the smaller group into the larger one.
+          if (groups[g].members.size() > groups[join].members.size()) std::swap(g, join);
           for (std::size_t m : groups[g].members) {
             group_of_eq[m] = join;
             group_of_value[p.equations[m].output] = join;
           }
-          groups[join].members.insert(groups[join].members.end(), groups[g].members.begin(),
-                                      groups[g].members.end());
-          std::sort(groups[join].members.begin(), groups[join].members.end());
+          std::vector<std::size_t>& into = groups[join].members;
+          const auto mid = static_cast<std::ptrdiff_t>(into.size());
+          into.insert(into.end(), groups[g].members.begin(), groups[g].members.end());
+          std::inplace_merge(into.begin(), into.begin() + mid, into.end());
           groups[g].members.clear();
           groups[g].open = false;
         }
@@ -87,6 +95,61 @@ std::vector<Step> fuse(const Program& p, const FusionOptions& options) {
       }
     }
   }
+  if (options.enabled && options.anchors) {
+    std::vector<std::vector<std::size_t>> readers(p.num_values());
+    std::vector<int> producer(p.num_values(), -1);
+    for (std::size_t i = 0; i < n; ++i) {
+      for (ValueId in : p.equations[i].inputs) readers[in].push_back(i);
+      producer[p.equations[i].output] = static_cast<int>(i);
+    }
+    // Matmul epilogues: a group takes the matmul whose result it reads (with the
+    // group's shape) when every other reader of that result comes after the
+    // group's last member, where the kernel now runs.
+    for (std::size_t g = 0; g < groups.size(); ++g) {
+      Group& grp = groups[g];
+      if (grp.members.empty()) continue;
+      const std::size_t last = grp.members.back();
+      for (std::size_t m = 0; m < grp.members.size() && grp.anchor < 0; ++m) {
+        for (ValueId in : p.equations[grp.members[m]].inputs) {
+          const int j = producer[in];
+          if (j < 0 || p.equations[j].prim != Prim::kMatmul || group_of_eq[j] >= 0 ||
+              p.avals[in].shape != grp.shape) {
+            continue;
+          }
+          bool ok = true;
+          for (std::size_t e : readers[in]) {
+            ok = ok && (group_of_eq[e] == static_cast<int>(g) || e > last);
+          }
+          if (!ok) continue;
+          grp.anchor = j;
+          grp.kind = FusedKernel::Kind::kMatmulEpilogue;
+          group_of_eq[j] = static_cast<int>(g);
+          group_of_value[in] = static_cast<int>(g);
+          break;
+        }
+      }
+    }
+    // Reduction prologues: a sum/max/min of a group's value joins the group
+    // (which then runs at the reduction) when nothing outside the group reads
+    // its values before the reduction.
+    for (std::size_t i = 0; i < n; ++i) {
+      const Equation& eq = p.equations[i];
+      if (!is_reduction(eq.prim) || group_of_eq[i] >= 0) continue;
+      const int g = group_of_value[eq.inputs[0]];
+      if (g < 0 || groups[g].anchor >= 0) continue;
+      bool ok = true;
+      for (std::size_t m : groups[g].members) {
+        for (std::size_t e : readers[p.equations[m].output]) {
+          ok = ok && (group_of_eq[e] == g || e >= i);
+        }
+      }
+      if (!ok) continue;
+      groups[g].anchor = static_cast<int>(i);
+      groups[g].kind = FusedKernel::Kind::kReducePrologue;
+      group_of_eq[i] = g;
+      group_of_value[eq.output] = g;
+    }
+  }
   // Values read outside their group (or returned) leave the kernel.
   std::vector<bool> escapes(p.num_values(), false);
   for (ValueId v : p.outputs) escapes[v] = true;
@@ -96,10 +159,11 @@ std::vector<Step> fuse(const Program& p, const FusionOptions& options) {
     }
   }
   std::vector<Step> steps;
+  std::vector<std::size_t> order;
   for (std::size_t i = 0; i < n; ++i) {
     const Equation& eq = p.equations[i];
     const int g = group_of_eq[i];
-    if (g < 0 || groups[g].members.size() == 1) {
+    if (g < 0 || (groups[g].members.size() == 1 && groups[g].anchor < 0)) {
       Step s;
       s.equation = &eq;
       s.inputs.assign(eq.inputs.begin(), eq.inputs.end());
@@ -107,9 +171,19 @@ std::vector<Step> fuse(const Program& p, const FusionOptions& options) {
       steps.push_back(std::move(s));
       continue;
     }
-    if (groups[g].members.back() != i) continue;  // the group runs at its last member
+    const Group& grp = groups[g];
+    // The group runs at its last member (a prologue: at its reduction).
+    const std::size_t at = grp.kind == FusedKernel::Kind::kReducePrologue
+                               ? static_cast<std::size_t>(grp.anchor)
+                               : grp.members.back();
+    if (i != at) continue;
+    order.clear();
+    if (grp.kind == FusedKernel::Kind::kMatmulEpilogue) order.push_back(grp.anchor);
+    order.insert(order.end(), grp.members.begin(), grp.members.end());
+    if (grp.kind == FusedKernel::Kind::kReducePrologue) order.push_back(grp.anchor);
     auto kernel = std::make_shared<FusedKernel>();
-    kernel->shape = groups[g].shape;
+    kernel->shape = grp.shape;
+    kernel->kind = grp.kind;
     Program& body = kernel->body;
     absl::flat_hash_map<ValueId, ValueId> local;
     Step s;
@@ -122,15 +196,16 @@ std::vector<Step> fuse(const Program& p, const FusionOptions& options) {
       local.emplace(v, id);
       return id;
     };
-    for (std::size_t m : groups[g].members) {
+    for (std::size_t m : order) {
       const Equation& member = p.equations[m];
       Equation copy{member.prim, member.params, {}, 0};
       for (ValueId in : member.inputs) copy.inputs.push_back(local_of(in));
-      copy.output = body.new_value(p.avals[member.output]);
-      local.emplace(member.output, copy.output);
+      const ValueId out = body.new_value(p.avals[member.output]);
+      copy.output = out;
+      local.emplace(member.output, out);
       body.equations.push_back(std::move(copy));
       if (escapes[member.output]) {
-        body.outputs.push_back(copy.output);
+        body.outputs.push_back(out);
         s.outputs.push_back(member.output);
       }
     }
@@ -156,7 +231,10 @@ std::string to_string(const Program& p, const std::vector<Step>& steps) {
       os << text.substr(text.find("let\n") + 4, text.find("\n  in") - text.find("let\n") - 4)
          << "\n";
     } else {
-      os << "fused[shape=(" << detail::join(s.kernel->shape, ", ") << ")] "
+      const char* kind = s.kernel->kind == FusedKernel::Kind::kMatmulEpilogue ? " matmul_epilogue"
+                         : s.kernel->kind == FusedKernel::Kind::kReducePrologue ? " reduce_prologue"
+                                                                                 : "";
+      os << "fused[shape=(" << detail::join(s.kernel->shape, ", ") << ")" << kind << "] "
          << to_string(s.kernel->body) << "\n";
     }
   }

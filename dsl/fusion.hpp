@@ -6,6 +6,7 @@
 // fused kernel is correct, only slower.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,9 +20,23 @@ namespace kiln {
 // elementwise (unary, binary, where, astype, bitcast, stop_gradient) and whose
 // outputs all have shape `shape`. It has no constants: a constant used by the
 // group is an input of the step.
+//
+// A kernel may also carry one anchor, a non-elementwise equation fused with the
+// group (`kind`):
+// - kMatmulEpilogue: the first body equation is a matmul of two body inputs
+//   (not broadcast-compatible with `shape`) whose result has shape `shape`; the
+//   rest is the elementwise group reading it (bias, activation). The matmul's
+//   result is a body output only when it is read outside the kernel.
+// - kReducePrologue: the last body equation is a sum/max/min of a value the
+//   group computes (shape `shape`); its result is a body output of its own
+//   shape, after the group's escaping values.
+// Backend::eval_fused's default evaluates any kind equation by equation; a
+// backend that fuses only some kinds hands the others to it.
 struct FusedKernel {
+  enum class Kind : std::uint8_t { kElementwise, kMatmulEpilogue, kReducePrologue };
   Program body;
   Shape shape;
+  Kind kind = Kind::kElementwise;
 };
 
 // One launch of a compiled program: a single equation, or a fused kernel. Values
@@ -35,6 +50,7 @@ struct Step {
 
 struct FusionOptions {
   bool enabled = true;  // KILN_FUSION=0 turns fusion off (one step per equation)
+  bool anchors = true;  // fuse matmul epilogues and reduction prologues
 };
 
 // The launch steps of `p`, in an order that respects dependencies. `p` must

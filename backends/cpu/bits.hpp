@@ -14,10 +14,10 @@
 
 namespace kiln::cpu {
 
-// Calls f(U{}) with U the unsigned integer type of `dtype`'s element size.
+// Calls f(U{}) with U the unsigned integer type of `size` bytes (1, 2, 4, 8).
 template <class F>
-decltype(auto) visit_element_size(DType dtype, F&& f) {
-  switch (size_of(dtype)) {
+decltype(auto) visit_size(std::size_t size, F&& f) {
+  switch (size) {
     case 1:
       return f(std::uint8_t{});
     case 2:
@@ -26,6 +26,21 @@ decltype(auto) visit_element_size(DType dtype, F&& f) {
       return f(std::uint32_t{});
     case 8:
       return f(std::uint64_t{});
+    default:
+      break;
+  }
+  throw Error(detail::str_cat("[cpu] no element mover for ", size, "-byte elements"));
+}
+
+// Calls f(U{}) with U the unsigned integer type of `dtype`'s element size.
+template <class F>
+decltype(auto) visit_element_size(DType dtype, F&& f) {
+  switch (size_of(dtype)) {
+    case 1:
+    case 2:
+    case 4:
+    case 8:
+      return visit_size(size_of(dtype), std::forward<F>(f));
     default:
       break;
   }

@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <span>
+#include <vector>
 
 #include "kiln/dsl/backend.hpp"
 
@@ -16,6 +17,10 @@ class CpuBackend final : public Backend {
   std::shared_ptr<Buffer> eval(Prim p, const Params& params,
                                std::span<const Array> inputs,
                                const Aval& out) override;
+  // One chunked pass per fused elementwise group (fused.cpp).
+  std::vector<std::shared_ptr<Buffer>> eval_fused(
+      const FusedKernel& kernel, std::span<const Array> inputs,
+      std::span<const std::shared_ptr<Buffer>> into) override;
   Array from_host(const Array& host) override { return host; }
 };
 

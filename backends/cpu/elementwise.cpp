@@ -7,7 +7,8 @@
 // with SIMD: the common case and the cheapest to dispatch. Other broadcasts are
 // cut into contiguous output rows (see broadcast.hpp) that take the same flat
 // path, so x - max(x, -1, true) stays vectorized; short rows use xtensor's
-// broadcasting.
+// broadcasting. Comparisons and where, whose operands and results differ in
+// lane width, are plain loops over rows that GCC vectorizes (KILN_VECTORIZE).
 //
 // Integer results are defined for every input, never UB (UBSan runs in CI): i32
 // add/subtract/multiply/neg/abs wrap modulo 2^32 (they run on the u32 bit
@@ -15,8 +16,16 @@
 // INT_MIN / -1 == INT_MIN, and float -> integer conversion saturates (NaN ->
 // 0). Shifts follow XLA: an amount outside [0, 32) gives 0 (in C++ it would be
 // UB), and shift_right_logical shifts the bit pattern of i32 too.
+//
+// The kernels are written once over flat operands (elementwise.hpp): the eval_*
+// entry points here run them over whole arrays or broadcast rows, the fused
+// kernels (fused.cpp) over chunks, so both paths share every op's definition.
+#include "kiln/backends/cpu/elementwise.hpp"
+
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <type_traits>
 #include <xtensor/xadapt.hpp>
@@ -24,6 +33,7 @@
 #include <xtensor/xnoalias.hpp>
 #include <xtensor/xoperation.hpp>
 
+#include "kiln/backends/cpu/bits.hpp"
 #include "kiln/backends/cpu/broadcast.hpp"
 #include "kiln/backends/cpu/cpu_backend.hpp"
 #include "kiln/backends/cpu/nan_minmax.hpp"
@@ -167,7 +177,7 @@ struct Power {
   }
 };
 
-// where(c, x, y) on byte conditions; scalar, as c and x differ in lane width.
+// where(c, x, y) on byte conditions (where_loop vectorizes it).
 struct Select {
   template <class T>
   T operator()(std::uint8_t c, T x, T y) const {
@@ -200,14 +210,6 @@ template <class S>
 auto flat(S* p, std::size_t n) {
   return xt::adapt(static_cast<S*>(p), n, xt::no_ownership(), Extent1{n});
 }
-// A row of `n` elements read with stride 0 (a broadcast scalar) or 1. (xtensor
-// insists that the buffer size match the shape; with stride 0 only p[0] is
-// read.)
-template <class S>
-auto row(S* p, std::size_t n, std::size_t stride) {
-  return xt::adapt(static_cast<S*>(p), n, xt::no_ownership(), Extent1{n},
-                   Extent1{stride});
-}
 template <class S>
 auto shaped(S* p, const ShapeVec& shape) {
   return xt::adapt(static_cast<S*>(p), xt::compute_size(shape),
@@ -220,26 +222,17 @@ auto shaped(S* p, const ShapeVec& shape) {
 }
 
 void check_host_dtypes(Prim p, std::span<const Array> inputs, const Aval& out) {
-  auto check = [&](DType d) {
-    if (d == DType::kF16) {
-      throw DTypeError(detail::str_cat(
-          "[", name(p),
-          "] f16 is not supported by the CPU backend; compute in f32 "
-          "(astype on a device with f16) or move the array to such a device"));
-    }
-  };
-  for (const Array& in : inputs) check(in.dtype());
-  check(out.dtype);
+  for (const Array& in : inputs) check_host_dtype(p, in.dtype());
+  check_host_dtype(p, out.dtype);
 }
 
 // ---- drivers: evaluate an expression builder `f` over adapted operands ----
 
 template <class S, class F>
-void unary_apply(F f, const Array& a, void* out) {
-  const auto n = static_cast<std::size_t>(a.size());
-  const auto x = flat(elements<S>(a), n);
+void unary_apply(F f, const void* x, void* out, std::size_t n) {
+  const auto xv = flat(static_cast<const S*>(x), n);
   auto o = flat(static_cast<S*>(out), n);
-  xt::noalias(o) = f(x);
+  xt::noalias(o) = f(xv);
 }
 
 // Below this many elements per output row, broadcasting goes through xtensor's
@@ -247,14 +240,27 @@ void unary_apply(F f, const Array& a, void* out) {
 // on (4096, 8) + (4096, 1) rows win 2x, on (65536, 2) + (2,) steppers win 10x.
 constexpr std::size_t kMinRow = 8;
 
-// out = f(x, y) with numpy broadcasting. Scalars are passed as lvalues that
-// outlive the assignment (xtensor keeps a reference to them).
+// The operands of a binary kernel: flat (n elements, each operand contiguous or
+// one scalar, not both unless n == 1), or any numpy broadcast of two arrays
+// (shapes set; the unfused path only).
+struct BinaryArgs {
+  const void* a = nullptr;
+  const void* b = nullptr;
+  void* out = nullptr;
+  std::size_t n = 0;
+  bool a_scalar = false, b_scalar = false;
+  const Shape* a_shape = nullptr;
+  const Shape* b_shape = nullptr;
+  const Shape* shape = nullptr;  // the output's, when not flat
+};
+
+// out = f(x, y). Scalars are passed as lvalues that outlive the assignment
+// (xtensor keeps a reference to them).
 template <class In, class Out, class F>
-void binary_apply(F f, const Array& a, const Array& b, void* out,
-                  const Shape& shape) {
-  const In* pa = elements<In>(a);
-  const In* pb = elements<In>(b);
-  Out* po = static_cast<Out*>(out);
+void binary_apply(F f, const BinaryArgs& args) {
+  const In* pa = static_cast<const In*>(args.a);
+  const In* pb = static_cast<const In*>(args.b);
+  Out* po = static_cast<Out*>(args.out);
   // One contiguous output row; operand k advances by step[k] (0 or 1).
   const auto row_op = [&](const std::array<std::size_t, 2>& off,
                           const std::array<std::size_t, 2>& step,
@@ -270,47 +276,85 @@ void binary_apply(F f, const Array& a, const Array& b, void* out,
       xt::noalias(o) = f(x, flat(pb + off[1], len));
     }
   };
-  const auto n = static_cast<std::size_t>(numel(shape));
-  const auto na = static_cast<std::size_t>(a.size());
-  const auto nb = static_cast<std::size_t>(b.size());
-  if ((na == n || na == 1) && (nb == n || nb == 1)) {
-    return row_op({0, 0}, {na == n ? 1u : 0u, nb == n ? 1u : 0u}, 0, n);
+  if (args.shape == nullptr) {
+    return row_op({0, 0}, {args.a_scalar ? 0u : 1u, args.b_scalar ? 0u : 1u},
+                  0, args.n);
   }
-  const auto plan = BroadcastPlan<2>::make(shape, {&a.shape(), &b.shape()});
+  const auto plan = BroadcastPlan<2>::make(*args.shape, {args.a_shape, args.b_shape});
   if (plan.row_length() >= kMinRow) return plan.for_each_row(row_op);
   auto o = shaped(po, plan.extents);
   xt::noalias(o) = f(shaped(pa, plan.operand_extents(0)),
                      shaped(pb, plan.operand_extents(1)));
 }
 
+// GCC vectorizes loops at -O3 only (at -O2 just the "very cheap" ones): this asks
+// for it on the few plain loops below, which xtensor cannot express with SIMD.
+#if defined(__GNUC__) && !defined(__clang__)
+#define KILN_VECTORIZE [[gnu::optimize("tree-loop-vectorize")]]
+#else
+#define KILN_VECTORIZE
+#endif
+
+// out[i] = f(a[i], b[i]) as bool bytes over one row; A/B: the operand is
+// contiguous (else one broadcast element). `out` may not overlap the operands.
+template <class In, class F, bool A, bool B>
+KILN_VECTORIZE void compare_row(F f, const In* __restrict a, const In* __restrict b,
+                                std::uint8_t* __restrict out, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) {
+    out[i] = static_cast<std::uint8_t>(f(a[A ? i : 0], b[B ? i : 0]));
+  }
+}
+
+// A comparison over flat operands or broadcast rows (rows of any length: the
+// loop has no per-row setup worth avoiding).
+template <class In, class F>
+void compare_apply(F f, const BinaryArgs& args) {
+  const In* pa = static_cast<const In*>(args.a);
+  const In* pb = static_cast<const In*>(args.b);
+  auto* po = static_cast<std::uint8_t*>(args.out);
+  const auto row_op = [&](const std::array<std::size_t, 2>& off,
+                          const std::array<std::size_t, 2>& step,
+                          std::size_t out_off, std::size_t len) {
+    const In* a = pa + off[0];
+    const In* b = pb + off[1];
+    std::uint8_t* o = po + out_off;
+    if (step[0] != 0 && step[1] != 0) return compare_row<In, F, true, true>(f, a, b, o, len);
+    if (step[0] != 0) return compare_row<In, F, true, false>(f, a, b, o, len);
+    if (step[1] != 0) return compare_row<In, F, false, true>(f, a, b, o, len);
+    compare_row<In, F, false, false>(f, a, b, o, len);
+  };
+  if (args.shape == nullptr) {
+    return row_op({0, 0}, {args.a_scalar ? 0u : 1u, args.b_scalar ? 0u : 1u}, 0, args.n);
+  }
+  BroadcastPlan<2>::make(*args.shape, {args.a_shape, args.b_shape}).for_each_row(row_op);
+}
+
 template <class T>
-void unary_kernel(Prim p, const Array& a, void* out) {
+void unary_kernel(Prim p, DType dtype, const void* a, void* out, std::size_t n) {
   using W = Wrapping<T>;
   if constexpr (std::is_floating_point_v<T>) {
     switch (p) {
       case Prim::kExp:
-        return unary_apply<T>([](const auto& x) { return xt::exp(x); }, a, out);
+        return unary_apply<T>([](const auto& x) { return xt::exp(x); }, a, out, n);
       case Prim::kLog:
-        return unary_apply<T>([](const auto& x) { return xt::log(x); }, a, out);
+        return unary_apply<T>([](const auto& x) { return xt::log(x); }, a, out, n);
       case Prim::kTanh:
-        return unary_apply<T>([](const auto& x) { return xt::tanh(x); }, a,
-                              out);
+        return unary_apply<T>([](const auto& x) { return xt::tanh(x); }, a, out, n);
       case Prim::kSqrt:
-        return unary_apply<T>([](const auto& x) { return xt::sqrt(x); }, a,
-                              out);
+        return unary_apply<T>([](const auto& x) { return xt::sqrt(x); }, a, out, n);
       case Prim::kRsqrt:
         return unary_apply<T>([](const auto& x) { return T(1) / xt::sqrt(x); },
-                              a, out);
+                              a, out, n);
       case Prim::kSigmoid:
         // exp(-x) overflows to inf for very negative x, which still gives 0.
         return unary_apply<T>(
-            [](const auto& x) { return T(1) / (T(1) + xt::exp(-x)); }, a, out);
+            [](const auto& x) { return T(1) / (T(1) + xt::exp(-x)); }, a, out, n);
       case Prim::kAbs:
-        return unary_apply<T>([](const auto& x) { return xt::abs(x); }, a, out);
+        return unary_apply<T>([](const auto& x) { return xt::abs(x); }, a, out, n);
       case Prim::kRelu: {
         static constexpr T kZero = 0;
         return unary_apply<T>(
-            [](const auto& x) { return apply<NanMaximum>(x, kZero); }, a, out);
+            [](const auto& x) { return apply<NanMaximum>(x, kZero); }, a, out, n);
       }
       default:
         break;
@@ -320,19 +364,19 @@ void unary_kernel(Prim p, const Array& a, void* out) {
     switch (p) {
       case Prim::kBitwiseNot:
         return unary_apply<T>([](const auto& x) { return apply<BitNot>(x); },
-                              a, out);
+                              a, out, n);
       case Prim::kAbs:
       case Prim::kRelu:
         if constexpr (std::is_unsigned_v<T>) {  // both are the identity on u32
-          std::memcpy(out, elements<T>(a), a.nbytes());
+          std::memcpy(out, a, n * sizeof(T));
           return;
         } else if (p == Prim::kAbs) {
           return unary_apply<T>(
-              [](const auto& x) { return apply<WrappingAbs>(x); }, a, out);
+              [](const auto& x) { return apply<WrappingAbs>(x); }, a, out, n);
         } else {
           static constexpr T kZero = 0;
           return unary_apply<T>(
-              [](const auto& x) { return xt::maximum(x, kZero); }, a, out);
+              [](const auto& x) { return xt::maximum(x, kZero); }, a, out, n);
         }
       default:
         break;
@@ -341,48 +385,35 @@ void unary_kernel(Prim p, const Array& a, void* out) {
   if constexpr (std::is_same_v<T, bool>) {
     if (p == Prim::kLogicalNot || p == Prim::kBitwiseNot) {
       return unary_apply<std::uint8_t>(
-          [](const auto& x) { return apply<FlipBit>(x); }, a, out);
+          [](const auto& x) { return apply<FlipBit>(x); }, a, out, n);
     }
   } else if (p == Prim::kNeg) {
-    return unary_apply<W>([](const auto& x) { return -x; }, a, out);
+    return unary_apply<W>([](const auto& x) { return -x; }, a, out, n);
   }
-  unsupported(p, a.dtype());
+  unsupported(p, dtype);
 }
 
 template <class T>
-void binary_kernel(Prim p, const Array& a, const Array& b, void* out,
-                   const Shape& shape) {
+void binary_kernel(Prim p, DType dtype, const BinaryArgs& args) {
   using S = Stored<T>;
   using W = Wrapping<T>;
-  const auto run = [&](auto f) { binary_apply<S, S>(f, a, b, out, shape); };
-  // Comparisons write bool bytes; xtensor converts a batch of comparisons
-  // fastest through an explicit cast.
-  const auto compare = [&](auto f) {
-    binary_apply<S, std::uint8_t>(
-        [&f](const auto& x, const auto& y) {
-          return xt::cast<std::uint8_t>(f(x, y));
-        },
-        a, b, out, shape);
-  };
+  const auto run = [&](auto f) { binary_apply<S, S>(f, args); };
+  // Comparisons write bool bytes, in plain loops the compiler vectorizes
+  // (xtensor's cast of comparison batches to bytes ran element by element).
+  const auto compare = [&](auto f) { compare_apply<S>(f, args); };
   switch (p) {
     case Prim::kEq:
-      return compare(
-          [](const auto& x, const auto& y) { return xt::equal(x, y); });
+      return compare(std::equal_to<>{});
     case Prim::kNe:
-      return compare(
-          [](const auto& x, const auto& y) { return xt::not_equal(x, y); });
+      return compare(std::not_equal_to<>{});
     case Prim::kLt:
-      return compare(
-          [](const auto& x, const auto& y) { return xt::less(x, y); });
+      return compare(std::less<>{});
     case Prim::kLe:
-      return compare(
-          [](const auto& x, const auto& y) { return xt::less_equal(x, y); });
+      return compare(std::less_equal<>{});
     case Prim::kGt:
-      return compare(
-          [](const auto& x, const auto& y) { return xt::greater(x, y); });
+      return compare(std::greater<>{});
     case Prim::kGe:
-      return compare(
-          [](const auto& x, const auto& y) { return xt::greater_equal(x, y); });
+      return compare(std::greater_equal<>{});
     case Prim::kMaximum:
       return run(
           [](const auto& x, const auto& y) { return apply<NanMaximum>(x, y); });
@@ -421,9 +452,7 @@ void binary_kernel(Prim p, const Array& a, const Array& b, void* out,
     }
   }
   if constexpr (!std::is_same_v<T, bool>) {
-    const auto wrapping = [&](auto f) {
-      binary_apply<W, W>(f, a, b, out, shape);
-    };
+    const auto wrapping = [&](auto f) { binary_apply<W, W>(f, args); };
     switch (p) {
       case Prim::kAdd:
         return wrapping([](const auto& x, const auto& y) { return x + y; });
@@ -449,10 +478,122 @@ void binary_kernel(Prim p, const Array& a, const Array& b, void* out,
         break;
     }
   }
-  unsupported(p, a.dtype());
+  unsupported(p, dtype);
+}
+
+// where over one row, operands contiguous (true) or broadcast (false). Both
+// values are loaded before the select, so the loop has no control flow and
+// vectorizes (xtensor's steppers over byte conditions ran ~10x slower). `out`
+// may not overlap the operands.
+template <class S, bool C, bool A, bool B>
+KILN_VECTORIZE void where_loop(const std::uint8_t* __restrict c, const S* __restrict a,
+                               const S* __restrict b, S* __restrict out, std::size_t len) {
+  const Select select;
+  for (std::size_t i = 0; i < len; ++i) {
+    const S x = a[A ? i : 0];
+    const S y = b[B ? i : 0];
+    out[i] = select(c[C ? i : 0], x, y);
+  }
+}
+
+// where(c, a, b) over one output row; each operand advances by its step (0/1).
+template <class S>
+void where_row(const std::uint8_t* c, std::size_t sc, const S* a, std::size_t sa,
+               const S* b, std::size_t sb, S* out, std::size_t len) {
+  switch ((sc != 0 ? 4 : 0) | (sa != 0 ? 2 : 0) | (sb != 0 ? 1 : 0)) {
+    case 0: return where_loop<S, false, false, false>(c, a, b, out, len);
+    case 1: return where_loop<S, false, false, true>(c, a, b, out, len);
+    case 2: return where_loop<S, false, true, false>(c, a, b, out, len);
+    case 3: return where_loop<S, false, true, true>(c, a, b, out, len);
+    case 4: return where_loop<S, true, false, false>(c, a, b, out, len);
+    case 5: return where_loop<S, true, false, true>(c, a, b, out, len);
+    case 6: return where_loop<S, true, true, false>(c, a, b, out, len);
+    default: return where_loop<S, true, true, true>(c, a, b, out, len);
+  }
+}
+
+bool is_comparison(Prim p) {
+  switch (p) {
+    case Prim::kEq: case Prim::kNe: case Prim::kLt: case Prim::kLe:
+    case Prim::kGt: case Prim::kGe:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Copies out[0] to out[1..n) (elements of `size` bytes).
+void fill_from_first(void* out, std::size_t size, std::size_t n) {
+  visit_size(size, [&](auto zero) {
+    using U = decltype(zero);
+    auto* o = static_cast<U*>(out);
+    std::fill(o + 1, o + n, o[0]);
+  });
 }
 
 }  // namespace
+
+void check_host_dtype(Prim p, DType d) {
+  if (d == DType::kF16) {
+    throw DTypeError(detail::str_cat(
+        "[", name(p),
+        "] f16 is not supported by the CPU backend; compute in f32 "
+        "(astype on a device with f16) or move the array to such a device"));
+  }
+}
+
+void unary_flat(Prim p, DType dtype, const void* x, void* out, std::size_t n) {
+  visit_dtype(dtype, [&](auto zero) {
+    unary_kernel<decltype(zero)>(p, dtype, x, out, n);
+  });
+}
+
+void binary_flat(Prim p, DType in, FlatOperand a, FlatOperand b, void* out,
+                 std::size_t n) {
+  if (a.scalar && b.scalar && n > 1) {  // one element, repeated
+    binary_flat(p, in, {a.data, false}, {b.data, false}, out, 1);
+    return fill_from_first(out, is_comparison(p) ? 1 : size_of(in), n);
+  }
+  BinaryArgs args;
+  args.a = a.data;
+  args.b = b.data;
+  args.out = out;
+  args.n = n;
+  args.a_scalar = a.scalar;
+  args.b_scalar = b.scalar;
+  visit_dtype(in, [&](auto zero) { binary_kernel<decltype(zero)>(p, in, args); });
+}
+
+void where_flat(DType dtype, FlatOperand c, FlatOperand a, FlatOperand b,
+                void* out, std::size_t n) {
+  visit_dtype(dtype, [&](auto zero) {
+    using S = Stored<decltype(zero)>;
+    where_row<S>(static_cast<const std::uint8_t*>(c.data), c.scalar ? 0 : 1,
+                 static_cast<const S*>(a.data), a.scalar ? 0 : 1,
+                 static_cast<const S*>(b.data), b.scalar ? 0 : 1,
+                 static_cast<S*>(out), n);
+  });
+}
+
+void astype_flat(DType from, DType to, const void* x, void* out, std::size_t n) {
+  visit_dtype(from, [&](auto from_zero) {
+    visit_dtype(to, [&](auto to_zero) {
+      using From = Stored<decltype(from_zero)>;
+      using To = Stored<decltype(to_zero)>;
+      const auto xv = flat(static_cast<const From*>(x), n);
+      auto o = flat(static_cast<To*>(out), n);
+      if constexpr (std::is_same_v<decltype(to_zero), bool>) {
+        static constexpr From kZero = 0;  // numpy: nonzero (and NaN) is true
+        xt::noalias(o) = xt::cast<std::uint8_t>(xt::not_equal(xv, kZero));
+      } else if constexpr (std::is_floating_point_v<From> &&
+                           std::is_integral_v<To>) {
+        xt::noalias(o) = apply<SaturatingCast<To>>(xv);
+      } else {
+        xt::noalias(o) = xt::cast<To>(xv);
+      }
+    });
+  });
+}
 
 std::shared_ptr<Buffer> eval_unary(Prim p, const Params&,
                                    std::span<const Array> inputs,
@@ -460,9 +601,8 @@ std::shared_ptr<Buffer> eval_unary(Prim p, const Params&,
   check_host_dtypes(p, inputs, out);
   auto buf = allocate(out);
   if (inputs[0].size() == 0) return buf;
-  visit_dtype(inputs[0].dtype(), [&](auto zero) {
-    unary_kernel<decltype(zero)>(p, inputs[0], buf->host_data());
-  });
+  unary_flat(p, inputs[0].dtype(), inputs[0].buffer()->host_data(), buf->host_data(),
+             static_cast<std::size_t>(inputs[0].size()));
   return buf;
 }
 
@@ -471,10 +611,26 @@ std::shared_ptr<Buffer> eval_binary(Prim p, const Params&,
                                     const Aval& out) {
   check_host_dtypes(p, inputs, out);
   auto buf = allocate(out);
-  if (numel(out.shape) == 0) return buf;
-  visit_dtype(inputs[0].dtype(), [&](auto zero) {
-    binary_kernel<decltype(zero)>(p, inputs[0], inputs[1], buf->host_data(),
-                                  out.shape);
+  const auto n = static_cast<std::size_t>(numel(out.shape));
+  if (n == 0) return buf;
+  const Array& a = inputs[0];
+  const Array& b = inputs[1];
+  const auto na = static_cast<std::size_t>(a.size());
+  const auto nb = static_cast<std::size_t>(b.size());
+  BinaryArgs args;
+  args.a = a.buffer()->host_data();
+  args.b = b.buffer()->host_data();
+  args.out = buf->host_data();
+  args.n = n;
+  args.a_scalar = na != n;
+  args.b_scalar = nb != n;
+  if (!((na == n || na == 1) && (nb == n || nb == 1))) {  // not flat: rows
+    args.a_shape = &a.shape();
+    args.b_shape = &b.shape();
+    args.shape = &out.shape;
+  }
+  visit_dtype(a.dtype(), [&](auto zero) {
+    binary_kernel<decltype(zero)>(p, a.dtype(), args);
   });
   return buf;
 }
@@ -497,10 +653,8 @@ std::shared_ptr<Buffer> eval_where(Prim p, const Params&,
     plan.for_each_row([&](const std::array<std::size_t, 3>& off,
                           const std::array<std::size_t, 3>& step,
                           std::size_t out_off, std::size_t len) {
-      auto o = flat(po + out_off, len);
-      xt::noalias(o) = apply<Select>(row(pc + off[0], len, step[0]),
-                                     row(pa + off[1], len, step[1]),
-                                     row(pb + off[2], len, step[2]));
+      where_row<S>(pc + off[0], step[0], pa + off[1], step[1], pb + off[2], step[2],
+                   po + out_off, len);
     });
   });
   return buf;
@@ -516,23 +670,7 @@ std::shared_ptr<Buffer> eval_astype(Prim p, const Params&,
   const Array& a = inputs[0];
   const auto n = static_cast<std::size_t>(a.size());
   if (n == 0) return buf;
-  visit_dtype(a.dtype(), [&](auto from_zero) {
-    visit_dtype(out.dtype, [&](auto to_zero) {
-      using From = Stored<decltype(from_zero)>;
-      using To = Stored<decltype(to_zero)>;
-      const auto x = flat(elements<From>(a), n);
-      auto o = flat(static_cast<To*>(buf->host_data()), n);
-      if constexpr (std::is_same_v<decltype(to_zero), bool>) {
-        static constexpr From kZero = 0;  // numpy: nonzero (and NaN) is true
-        xt::noalias(o) = xt::cast<std::uint8_t>(xt::not_equal(x, kZero));
-      } else if constexpr (std::is_floating_point_v<From> &&
-                           std::is_integral_v<To>) {
-        xt::noalias(o) = apply<SaturatingCast<To>>(x);
-      } else {
-        xt::noalias(o) = xt::cast<To>(x);
-      }
-    });
-  });
+  astype_flat(a.dtype(), out.dtype, a.buffer()->host_data(), buf->host_data(), n);
   return buf;
 }
 

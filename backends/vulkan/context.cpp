@@ -2,6 +2,7 @@
 // validation-message sink.
 #include "kiln/backends/vulkan/context.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
@@ -182,6 +183,8 @@ struct ContextFactory {
     caps.max_shared_memory = lim.maxComputeSharedMemorySize;
     for (int i = 0; i < 3; ++i) caps.max_group_count[i] = lim.maxComputeWorkGroupCount[i];
     caps.max_invocations = lim.maxComputeWorkGroupInvocations;
+    caps.max_bindings = std::min({kMaxBindings, lim.maxPerStageDescriptorStorageBuffers,
+                                  lim.maxPerStageResources});
     caps.max_storage_buffer_range = lim.maxStorageBufferRange;
     caps.min_storage_buffer_offset_alignment = lim.minStorageBufferOffsetAlignment;
     caps.non_coherent_atom_size = lim.nonCoherentAtomSize;

@@ -31,6 +31,9 @@ struct Capabilities {
   std::uint32_t max_shared_memory = 0;
   std::array<std::uint32_t, 3> max_group_count{};
   std::uint32_t max_invocations = 0;
+  // Storage buffers one kernel may bind: the device's per-stage limits, at most
+  // Stream's kMaxBindings (fused kernels with more operands run unfused).
+  std::uint32_t max_bindings = 4;
   std::uint64_t max_storage_buffer_range = 0;
   std::uint64_t min_storage_buffer_offset_alignment = 0;
   std::uint64_t max_allocation_size = 0;

@@ -117,6 +117,12 @@ std::string view_key(const View& v) {
 
 Launch map_kernel(Context& ctx, MapSpec spec) {
   const std::int64_t n = numel(spec.domain);
+  if (spec.outs.empty()) {  // one output: the single-body form
+    spec.outs = {spec.out};
+    spec.multi_body = [body = std::move(spec.body)](Builder& b, MapIndex& mi) {
+      return std::vector<Val>{body(b, mi)};
+    };
+  }
   if (spec.out_view.strides.empty()) spec.out_view.strides = contiguous_strides(spec.domain);
   if (spec.collapse) {
     std::vector<View*> all;
@@ -134,9 +140,13 @@ Launch map_kernel(Context& ctx, MapSpec spec) {
   // invocation) when the count allows; CPU implementations turn per-lane scalar
   // loads into gathers, and GPUs like wide accesses too.
   const auto is32 = [](DType d) { return d == DType::kF32 || d == DType::kI32 || d == DType::kU32; };
-  bool vec4 = generic_size && n % 4 == 0 && is32(spec.out);
+  bool vec4 = generic_size && n % 4 == 0;
+  for (DType d : spec.outs) vec4 = vec4 && is32(d);
   for (DType d : spec.inputs) vec4 = vec4 && is32(d);
-  std::string key = detail::str_cat("map|", spec.key, "|", name(spec.out), vec4 ? "|v4|" : "|");
+  std::vector<std::string_view> out_names;
+  for (DType d : spec.outs) out_names.push_back(name(d));
+  std::string key = detail::str_cat("map|", spec.key, "|", detail::join(out_names, ","),
+                                    vec4 ? "|v4|" : "|");
   for (std::size_t k = 0; k < spec.inputs.size(); ++k) {
     key += detail::str_cat(name(spec.inputs[k]), "@",
                            generic_size ? std::string(spec.views[k].strides[0] ? "1" : "0")
@@ -148,10 +158,11 @@ Launch map_kernel(Context& ctx, MapSpec spec) {
                            view_key(spec.out_view), spec.collapse ? "" : ";nc");
   }
   const std::uint32_t local = local_size(ctx);
+  const auto bindings = static_cast<std::uint32_t>(spec.inputs.size() + spec.outs.size());
   const Pipeline& p = ctx.pipelines().get(key, [&] {
     Builder b(local, 2);
     if (vec4) {
-      // Unit-stride inputs and the output as 4-vectors; broadcast scalars as scalars.
+      // Unit-stride inputs and the outputs as 4-vectors; broadcast scalars as scalars.
       for (std::size_t k = 0; k < spec.inputs.size(); ++k) {
         if (spec.views[k].strides[0] == 1) {
           b.buffer4(spec.inputs[k], true);
@@ -159,7 +170,8 @@ Launch map_kernel(Context& ctx, MapSpec spec) {
           b.buffer(spec.inputs[k], true);
         }
       }
-      const int out = b.buffer4(spec.out, false);
+      std::vector<int> outs;
+      for (DType d : spec.outs) outs.push_back(b.buffer4(d, false));
       b.loop(b.global_index(), b.push(0), b.push(1), [&](const Val& i) {
         std::vector<std::array<Val, 4>> lanes;
         for (std::size_t k = 0; k < spec.inputs.size(); ++k) {
@@ -170,17 +182,19 @@ Launch map_kernel(Context& ctx, MapSpec spec) {
             lanes.push_back({x, x, x, x});
           }
         }
-        std::array<Val, 4> results;
+        std::vector<std::array<Val, 4>> results(outs.size());
         for (std::size_t c = 0; c < 4; ++c) {
           MapIndex mi{&b, &spec.domain, i, {}, &spec.views, &lanes, c};
-          results[c] = spec.body(b, mi);
+          const std::vector<Val> r = spec.multi_body(b, mi);
+          for (std::size_t o = 0; o < outs.size(); ++o) results[o][c] = r[o];
         }
-        b.store4(out, i, results);
+        for (std::size_t o = 0; o < outs.size(); ++o) b.store4(outs[o], i, results[o]);
       });
-      return KernelSource{b.finish(), static_cast<std::uint32_t>(spec.inputs.size() + 1), 2};
+      return KernelSource{b.finish(), bindings, 2};
     }
     for (DType d : spec.inputs) b.buffer(d, true);
-    const int out = b.buffer(spec.out, false);
+    std::vector<int> outs;
+    for (DType d : spec.outs) outs.push_back(b.buffer(d, false));
     // Grid-stride loop: push 0 = element count, push 1 = invocations launched.
     b.loop(b.global_index(), b.push(0), b.push(1), [&](const Val& i) {
       MapIndex mi{&b, &spec.domain, i, {}, &spec.views};
@@ -193,13 +207,14 @@ Launch map_kernel(Context& ctx, MapSpec spec) {
           if (d > 0) rem = b.op("OpUDiv", Ty::kU32, {rem, extent});
         }
       }
-      Val v = spec.body(b, mi);
+      const std::vector<Val> v = spec.multi_body(b, mi);
       std::vector<View> outv{spec.out_view};
       MapIndex mo = mi;
       mo.views = &outv;
-      b.store(out, mo.offset(0), v);
+      const Val at = mo.offset(0);
+      for (std::size_t o = 0; o < outs.size(); ++o) b.store(outs[o], at, v[o]);
     });
-    return KernelSource{b.finish(), static_cast<std::uint32_t>(spec.inputs.size() + 1), 2};
+    return KernelSource{b.finish(), bindings, 2};
   });
   Launch l;
   l.pipeline = &p;

@@ -16,6 +16,10 @@
 #include "kiln/backends/vulkan/spirv.hpp"
 #include "kiln/dsl/primitive.hpp"
 
+namespace kiln {
+struct FusedKernel;  // dsl/fusion.hpp
+}
+
 namespace kiln::vk {
 
 class Context;
@@ -54,13 +58,17 @@ spv::Val offset_of(spv::Builder& b, spv::Val x, const Shape& dims, const Shape& 
 struct MapIndex;  // per-invocation index helper given to the body
 struct MapSpec {
   Shape domain;
-  std::vector<DType> inputs;   // bindings 0..n-1; binding n is the output
+  std::vector<DType> inputs;   // bindings 0..n-1; the output(s) follow
   std::vector<View> views;     // per input (for MapIndex::load)
   DType out = DType::kF32;
   View out_view;               // defaults to contiguous when strides are empty
   bool collapse = true;        // merge dims (body must not use MapIndex::dim)
   std::string key;             // identifies the body (prim, params, dtypes)
   std::function<spv::Val(spv::Builder&, MapIndex&)> body;
+  // Several outputs (fused kernels): when `outs` is not empty it replaces `out`
+  // and `body`; output k is binding n + k, written through out_view like `out`.
+  std::vector<DType> outs;
+  std::function<std::vector<spv::Val>(spv::Builder&, MapIndex&)> multi_body;
 };
 struct MapIndex {
   spv::Builder* b;
@@ -78,6 +86,12 @@ struct MapIndex {
   spv::Val load_at(std::size_t input, const spv::Val& offset) const;
 };
 Launch map_kernel(Context& ctx, MapSpec spec);
+
+// ---- fused elementwise groups (dsl/fusion.hpp): one map kernel over the
+// group's shape whose body is every equation's scalar code (emit_elementwise)
+// in order; inputs are read through broadcast views, each output is stored
+// once. Bindings: the body's inputs, then its outputs.
+Launch fused_kernel(Context& ctx, const FusedKernel& kernel);
 
 // ---- reductions over the trailing axes of a (kept..., reduced...) domain ----
 struct ReduceSpec {

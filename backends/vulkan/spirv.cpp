@@ -366,6 +366,19 @@ Val Builder::select(const Val& c, const Val& a, const Val& b) {
   return op("OpSelect", a.ty, {c, a, b});
 }
 
+Val Builder::round_f16(const Val& v) {
+  need_f16();
+  const std::string narrow = fresh();
+  emit(detail::str_cat(narrow, " = OpFConvert %f16 ", v.id));
+  Val wide{fresh(), Ty::kF32};
+  emit(detail::str_cat(wide.id, " = OpFConvert ", type_id(Ty::kF32), " ", narrow));
+  return wide;
+}
+
+void Builder::no_contraction(const Val& v) {
+  decorations_.push_back(detail::str_cat("OpDecorate ", v.id, " NoContraction"));
+}
+
 Val Builder::frexp(const Val& x, const Var& exponent) {
   glsl_ = true;
   Val r{fresh(), x.ty};

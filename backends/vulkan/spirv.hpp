@@ -62,6 +62,12 @@ class Builder {
   Val convert(const Val& v, Ty to);  // value conversion (float->int saturates)
   Val bitcast(const Val& v, Ty to);
   Val select(const Val& c, const Val& a, const Val& b);
+  // An f32 value rounded to f16 and back: what storing it in an f16 array and
+  // loading it again gives (fused kernels keep f16 intermediates exact).
+  Val round_f16(const Val& v);
+  // Forbids the driver to contract the instruction that made `v` (an OpFMul,
+  // OpFAdd, ...) with another one (a * b + c into an fma).
+  void no_contraction(const Val& v);
   // GLSL Frexp: the mantissa in [0.5, 1); the exponent goes to `exponent` (i32).
   Val frexp(const Val& x, const Var& exponent);
 

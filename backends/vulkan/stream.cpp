@@ -12,7 +12,6 @@
 namespace kiln::vk {
 namespace {
 constexpr std::uint32_t kMaxDispatchesPerBatch = 64;
-constexpr std::uint32_t kMaxBindings = 8;
 }  // namespace
 
 BufferRange range_of(const VulkanBuffer& b) {

@@ -22,6 +22,10 @@ namespace kiln::vk {
 class Context;
 struct Pipeline;
 
+// Most storage buffers one dispatch binds (the device may allow fewer:
+// Capabilities::max_bindings).
+inline constexpr std::uint32_t kMaxBindings = 32;
+
 struct BufferRange {
   VkBuffer buffer = VK_NULL_HANDLE;
   VkDeviceSize offset = 0;

@@ -10,6 +10,7 @@
 #include "kiln/backends/vulkan/kernels.hpp"
 #include "kiln/backends/vulkan/memory.hpp"
 #include "kiln/backends/vulkan/stream.hpp"
+#include "kiln/dsl/fusion.hpp"
 #include "kiln/runtime/error.hpp"
 #include "kiln/runtime/strings.hpp"
 
@@ -46,16 +47,24 @@ const VulkanBuffer& vbuf(const Array& a) {
 }
 
 void launch(Context& ctx, const Launch& l, std::span<const Array> inputs,
-            const std::shared_ptr<VulkanBuffer>& out) {
+            std::span<const std::shared_ptr<Buffer>> outs) {
   std::vector<BufferRange> ranges;
   std::vector<std::shared_ptr<const Buffer>> keep;
   for (const auto& in : inputs) {
     ranges.push_back(range_of(vbuf(in)));
     keep.push_back(in.buffer());
   }
-  ranges.push_back(range_of(*out));
-  keep.push_back(out);
+  for (const auto& out : outs) {
+    ranges.push_back(range_of(static_cast<const VulkanBuffer&>(*out)));
+    keep.push_back(out);
+  }
   ctx.stream().dispatch(*l.pipeline, ranges, l.push, l.groups, std::move(keep));
+}
+
+void launch(Context& ctx, const Launch& l, std::span<const Array> inputs,
+            const std::shared_ptr<VulkanBuffer>& out) {
+  const std::shared_ptr<Buffer> outs[] = {out};
+  launch(ctx, l, inputs, outs);
 }
 
 std::string params_key(Prim p, const Params& params) {
@@ -350,6 +359,38 @@ std::shared_ptr<Buffer> VulkanBackend::eval(Prim p, const Params& params,
       return inputs[0].buffer();
   }
   return nullptr;
+}
+
+std::vector<std::shared_ptr<Buffer>> VulkanBackend::eval_fused(
+    const FusedKernel& k, std::span<const Array> inputs,
+    std::span<const std::shared_ptr<Buffer>> into) {
+  if (k.kind != FusedKernel::Kind::kElementwise) return Backend::eval_fused(k, inputs, into);
+  const Program& body = k.body;
+  // The unfused path's capability errors: every value is an array there.
+  for (const Equation& eq : body.equations) {
+    const std::string what(name(eq.prim));
+    for (ValueId in : eq.inputs) ctx_.require_dtype(body.avals[in].dtype, what.c_str());
+    ctx_.require_dtype(body.avals[eq.output].dtype, what.c_str());
+  }
+  if (inputs.size() + body.outputs.size() > ctx_.caps().max_bindings) {
+    return Backend::eval_fused(k, inputs, into);  // one kernel per equation
+  }
+  std::vector<std::shared_ptr<Buffer>> outs;
+  for (std::size_t o = 0; o < body.outputs.size(); ++o) {
+    if (o < into.size() && into[o] != nullptr) {
+      outs.push_back(into[o]);
+      continue;
+    }
+    const ValueId v = body.outputs[o];
+    Prim p = Prim::kAdd;
+    for (const Equation& eq : body.equations) {
+      if (eq.output == v) p = eq.prim;
+    }
+    outs.push_back(allocate(ctx_, body.avals[v], p));
+  }
+  if (numel(k.shape) == 0) return outs;
+  launch(ctx_, fused_kernel(ctx_, k), inputs, outs);
+  return outs;
 }
 
 Array VulkanBackend::from_host(const Array& host) {

@@ -16,6 +16,10 @@ class VulkanBackend final : public Backend {
   std::shared_ptr<Buffer> eval(Prim p, const Params& params,
                                std::span<const Array> inputs,
                                const Aval& out) override;
+  // One map kernel per fused elementwise group (kernel_fused.cpp).
+  std::vector<std::shared_ptr<Buffer>> eval_fused(
+      const FusedKernel& kernel, std::span<const Array> inputs,
+      std::span<const std::shared_ptr<Buffer>> into) override;
   Array from_host(const Array& host) override;
 
  private:

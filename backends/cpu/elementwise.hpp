@@ -1,0 +1,36 @@
+// Flat elementwise kernels: one primitive over `n` elements whose operands are
+// contiguous runs or broadcast scalars. They are the one definition of each
+// elementwise op's CPU semantics (elementwise.cpp says which): the unfused
+// kernels (eval_unary, eval_binary, ...) run them over whole arrays or output
+// rows, the fused kernels (fused.cpp) over cache-sized chunks of temporaries.
+// Internal to the CPU backend. Element types are the host ones, bool as its 0/1
+// byte; f16 has none (check_host_dtype refuses it first).
+#pragma once
+
+#include <cstddef>
+
+#include "kiln/dsl/primitive.hpp"
+
+namespace kiln::cpu {
+
+// An operand: `data` holds n elements, or one element read for all of them.
+struct FlatOperand {
+  const void* data = nullptr;
+  bool scalar = false;
+};
+
+// Unary primitives (neg, abs, exp, ..., bitwise_not) on `dtype` elements.
+void unary_flat(Prim p, DType dtype, const void* x, void* out, std::size_t n);
+// Binary primitives; `in` is the operands' dtype (comparisons write bool bytes).
+void binary_flat(Prim p, DType in, FlatOperand a, FlatOperand b, void* out,
+                 std::size_t n);
+// where(c, a, b): c is bool bytes, a and b (and out) have `dtype`.
+void where_flat(DType dtype, FlatOperand c, FlatOperand a, FlatOperand b,
+                void* out, std::size_t n);
+// astype (value conversion; bitcast moves no element and is the caller's).
+void astype_flat(DType from, DType to, const void* x, void* out, std::size_t n);
+
+// Throws the CPU backend's DTypeError for f16 operands of `p`.
+void check_host_dtype(Prim p, DType d);
+
+}  // namespace kiln::cpu

@@ -1,0 +1,653 @@
+// Fused elementwise kernels (dsl/fusion.hpp, Backend::eval_fused) on the device
+// KILN_DEVICE names: the grouping fuse() makes, and every fused kernel against
+// the same equations evaluated one at a time (eval_all), bit for bit: chains with
+// broadcasting, where/astype/bitcast, wrapping integers, bool and f16 values,
+// several outputs, outputs written in place into an input's buffer, empty
+// arrays, sizes past one CPU chunk and past 65535 * 256 elements; then
+// Executable end to end with fusion on and off.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <kiln/dsl/backend.hpp>
+#include <kiln/dsl/executable.hpp>
+#include <kiln/dsl/fusion.hpp>
+#include <kiln/dsl/program.hpp>
+#include <kiln/dsl/trace.hpp>
+#include <kiln/kiln.hpp>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kiln/backends/vulkan/context.hpp"
+#include "kiln/backends/vulkan/pipeline.hpp"
+
+using namespace kiln;
+
+namespace {
+
+Device dev() { return default_device(); }
+
+std::mt19937& rng() {
+  static std::mt19937 g(42);
+  return g;
+}
+
+// Host values of `dtype` (floats in [lo, hi], ints scaled by 2^20 so products
+// wrap, bool at random), as a vector of bytes a device array is made from.
+struct HostData {
+  DType dtype;
+  Shape shape;
+  std::vector<std::byte> bytes;
+};
+
+HostData host_random(const Shape& shape, DType dtype, double lo = -3, double hi = 3) {
+  const auto n = static_cast<std::size_t>(numel(shape));
+  HostData h{dtype, shape, std::vector<std::byte>(n * size_of(dtype == f16 ? f32 : dtype))};
+  std::uniform_real_distribution<double> u(lo, hi);
+  for (std::size_t i = 0; i < n; ++i) {
+    const double x = u(rng());
+    switch (dtype) {
+      case DType::kF64: std::memcpy(&h.bytes[i * 8], &x, 8); break;
+      case DType::kI32: {
+        const auto v = static_cast<std::int32_t>(x * (1 << 20));
+        std::memcpy(&h.bytes[i * 4], &v, 4);
+        break;
+      }
+      case DType::kU32: {
+        const auto v = static_cast<std::uint32_t>(std::abs(x) * (1 << 30));
+        std::memcpy(&h.bytes[i * 4], &v, 4);
+        break;
+      }
+      case DType::kBool: h.bytes[i] = static_cast<std::byte>(x > 0 ? 1 : 0); break;
+      default: {  // f32 (f16 is made from f32 on the device)
+        const auto v = static_cast<float>(x);
+        std::memcpy(&h.bytes[i * 4], &v, 4);
+        break;
+      }
+    }
+  }
+  return h;
+}
+
+// A fresh device array holding `h` (each call its own buffer).
+Array on_device(const HostData& h) {
+  const DType host = h.dtype == f16 ? f32 : h.dtype;
+  auto buf = HostBuffer::allocate(h.bytes.size());
+  if (!h.bytes.empty()) std::memcpy(buf->host_data(), h.bytes.data(), h.bytes.size());
+  Array a = to_device(Array(host, h.shape, std::move(buf)), dev());
+  return h.dtype == f16 ? astype(a, f16) : a;
+}
+
+Array random_array(const Shape& shape, DType dtype, double lo = -3, double hi = 3) {
+  return on_device(host_random(shape, dtype, lo, hi));
+}
+
+std::vector<std::byte> bytes_of(const Array& a) {
+  std::vector<std::byte> out(a.nbytes());
+  if (!out.empty()) a.buffer()->read(out.data());
+  return out;
+}
+
+// ulps between two floats of the same sign class (NaN == NaN).
+template <class F, class I>
+std::int64_t ulps(F a, F b) {
+  if (std::isnan(a) && std::isnan(b)) return 0;
+  I ia, ib;
+  std::memcpy(&ia, &a, sizeof(F));
+  std::memcpy(&ib, &b, sizeof(F));
+  if ((ia < 0) != (ib < 0)) return a == b ? 0 : std::numeric_limits<std::int64_t>::max();
+  return ia > ib ? static_cast<std::int64_t>(ia - ib) : static_cast<std::int64_t>(ib - ia);
+}
+
+// `got` equals `want` bit for bit, or within `max_ulps` for f32/f64.
+void check_equal(const Array& got, const Array& want, std::int64_t max_ulps = 0) {
+  REQUIRE(got.dtype() == want.dtype());
+  REQUIRE(got.shape() == want.shape());
+  const auto g = bytes_of(got), w = bytes_of(want);
+  if (g == w) return;
+  REQUIRE(max_ulps > 0);
+  std::int64_t worst = 0;
+  std::size_t at = 0;
+  const std::size_t n = static_cast<std::size_t>(got.size());
+  for (std::size_t i = 0; i < n; ++i) {
+    std::int64_t d = 0;
+    if (got.dtype() == f32) {
+      float a, b;
+      std::memcpy(&a, &g[i * 4], 4);
+      std::memcpy(&b, &w[i * 4], 4);
+      d = ulps<float, std::int32_t>(a, b);
+    } else if (got.dtype() == f64) {
+      double a, b;
+      std::memcpy(&a, &g[i * 8], 8);
+      std::memcpy(&b, &w[i * 8], 8);
+      d = ulps<double, std::int64_t>(a, b);
+    } else {
+      d = std::memcmp(&g[i * size_of(got.dtype())], &w[i * size_of(got.dtype())],
+                      size_of(got.dtype())) == 0
+              ? 0
+              : std::numeric_limits<std::int64_t>::max();
+    }
+    if (d > worst) {
+      worst = d;
+      at = i;
+    }
+  }
+  CAPTURE(at);
+  CHECK(worst <= max_ulps);
+}
+
+// Traces `f` on inputs with `avals` (named x0, x1, ...) and optimizes the
+// program the way filter_jit does.
+template <class F>
+Program trace(F f, const std::vector<Aval>& avals) {
+  Trace t;
+  std::vector<Array> xs;
+  for (std::size_t i = 0; i < avals.size(); ++i) {
+    xs.push_back(t.input(avals[i], dev(), "x" + std::to_string(i)));
+  }
+  const std::vector<Array> outs = f(xs);
+  Program p = t.finish(outs);
+  optimize(p);
+  return p;
+}
+
+std::size_t fused_steps(const std::vector<Step>& steps) {
+  std::size_t n = 0;
+  for (const Step& s : steps) n += s.kernel != nullptr;
+  return n;
+}
+
+// Runs every fused step of fuse(p) through the device's eval_fused on the values
+// eval_all computes one equation at a time, and compares each output with the
+// unfused value. Returns the steps.
+std::vector<Step> check_fused(const Program& p, const std::vector<Array>& inputs,
+                              std::int64_t max_ulps = 0) {
+  const std::vector<Array> env = eval_all(p, inputs);
+  std::vector<Step> steps = fuse(p);
+  Backend& backend = backend_for(dev());
+  for (const Step& s : steps) {
+    if (s.kernel == nullptr) continue;
+    std::vector<Array> args;
+    for (ValueId v : s.inputs) args.push_back(env[v]);
+    const auto bufs = backend.eval_fused(*s.kernel, args, {});
+    REQUIRE(bufs.size() == s.outputs.size());
+    for (std::size_t o = 0; o < bufs.size(); ++o) {
+      const Aval& a = p.avals[s.outputs[o]];
+      CAPTURE(o);
+      check_equal(Array(a.dtype, a.shape, bufs[o]), env[s.outputs[o]], max_ulps);
+    }
+  }
+  return steps;
+}
+
+bool has_f16() {
+  try {
+    (void)astype(zeros({1}, f32, dev()), f16);
+    return true;
+  } catch (const DTypeError&) {
+    return false;
+  }
+}
+
+bool on_vulkan() { return dev().kind == Device::Kind::kVulkan; }
+
+}  // namespace
+
+TEST_CASE("fuse: a chain with a broadcast bias is one kernel, printed with its body") {
+  const Program p = trace(
+      [](const std::vector<Array>& x) {
+        return std::vector<Array>{relu(x[0] * 2.0f + x[1])};
+      },
+      {{f32, {4, 8}}, {f32, {8}}});
+  const std::vector<Step> steps = fuse(p);
+  REQUIRE(steps.size() == 1);
+  REQUIRE(steps[0].kernel != nullptr);
+  CHECK(steps[0].kernel->shape == Shape{4, 8});
+  CHECK(steps[0].kernel->body.equations.size() == 3);
+  CHECK(steps[0].inputs.size() == 3);  // x0, the folded 2, x1
+  const std::string text = to_string(p, steps);
+  CHECK(text.rfind("compiled program: 1 launches\n  [0] fused[shape=(4, 8)] { lambda ; ", 0) == 0);
+  CHECK(text.find("multiply") != std::string::npos);
+  CHECK(text.find("relu") != std::string::npos);
+  const std::vector<Step> off = fuse(p, FusionOptions{false});
+  CHECK(off.size() == 3);
+  CHECK(fused_steps(off) == 0);
+}
+
+TEST_CASE("fuse: matmuls and reductions split an MLP into single and fused steps") {
+  const Program p = trace(
+      [](const std::vector<Array>& x) {
+        Array h = tanh(matmul(x[0], x[1]) + x[2]);
+        Array y = matmul(h, x[3]) + x[4];
+        return std::vector<Array>{sum(y * y) * 0.5f};
+      },
+      {{f32, {16, 32}}, {f32, {32, 64}}, {f32, {64}}, {f32, {64, 8}}, {f32, {8}}});
+  const std::vector<Array> in = {random_array({16, 32}, f32), random_array({32, 64}, f32),
+                                 random_array({64}, f32), random_array({64, 8}, f32),
+                                 random_array({8}, f32)};
+  // Elementwise groups only: matmul, fused(add tanh), matmul, fused(add
+  // multiply), sum, multiply.
+  const std::vector<Step> plain = check_fused(p, in);
+  (void)plain;
+  const std::vector<Step> steps = fuse(p, FusionOptions{true, false});
+  REQUIRE(steps.size() == 6);
+  CHECK(fused_steps(steps) == 2);
+  CHECK(steps[0].equation->prim == Prim::kMatmul);
+  CHECK(steps[1].kernel->body.equations.size() == 2);
+  CHECK(steps[2].equation->prim == Prim::kMatmul);
+  CHECK(steps[3].kernel->body.equations.size() == 2);
+  CHECK(steps[4].equation->prim == Prim::kSum);
+  CHECK(fuse(p, FusionOptions{false}).size() == 8);
+  // With anchors each matmul takes its epilogue: fused(matmul add tanh),
+  // fused(matmul add multiply), sum, multiply.
+  const std::vector<Step> anchored = fuse(p);
+  REQUIRE(anchored.size() == 4);
+  for (std::size_t i : {0, 1}) {
+    REQUIRE(anchored[i].kernel != nullptr);
+    CHECK(anchored[i].kernel->kind == FusedKernel::Kind::kMatmulEpilogue);
+    CHECK(anchored[i].kernel->body.equations.size() == 3);
+    CHECK(anchored[i].kernel->body.equations[0].prim == Prim::kMatmul);
+  }
+  CHECK(anchored[2].equation->prim == Prim::kSum);
+}
+
+TEST_CASE("fused f32 chains with broadcasting equal the unfused equations") {
+  // (B, N) with (N), (B, 1) and a scalar; sizes cross CPU chunks and row ends.
+  for (const Shape& s : {Shape{3, 5}, Shape{1000, 37}, Shape{2, 3, 4099}}) {
+    CAPTURE(to_string(s));
+    const Shape row{s.back()};
+    Shape col = s;
+    col.back() = 1;
+    const Program p = trace(
+        [](const std::vector<Array>& x) {
+          Array a = x[0] * x[1] + x[2];
+          Array b = sigmoid(a) * tanh(a) - exp(-abs(a)) + sqrt(abs(a)) * rsqrt(abs(a) + 1.0f);
+          Array c = maximum(b, x[1]) / minimum(a, x[2] - 4.0f);
+          return std::vector<Array>{c + log(abs(c) + 1.0f), power(abs(a), x[1])};
+        },
+        {{f32, s}, {f32, row}, {f32, col}});
+    const auto steps = check_fused(
+        p, {random_array(s, f32), random_array(row, f32), random_array(col, f32)});
+    CHECK(fused_steps(steps) == 1);
+    CHECK(steps.size() == 2);  // and x2 - 4, of another shape
+  }
+}
+
+TEST_CASE("fused where, comparisons, astype and bitcast; several outputs") {
+  const Shape s{7, 301};
+  const Program p = trace(
+      [](const std::vector<Array>& x) {
+        Array m = x[0] > x[1];                               // bool output
+        Array z = where(m, x[0], x[1] * 2.0f);              // read inside and out
+        Array i = astype(z * 1000.0f, i32);                 // saturating, truncating
+        Array u = bitcast(i, u32);
+        Array back = astype(shift_right_logical(u, astype(x[2], u32)), f32);
+        Array any = logical_or(m, logical_not(x[2] > 0));   // bool ops
+        return std::vector<Array>{m, z, i, back, astype(any, f32)};
+      },
+      {{f32, s}, {f32, {301}}, {f32, {7, 1}}});
+  const auto steps = check_fused(
+      p, {random_array(s, f32, -1e7, 1e7), random_array({301}, f32),
+          random_array({7, 1}, f32, -2, 40)});
+  // x1 * 2 (301), astype(x2) (7, 1) and the (7, 1) bool chain have shapes of
+  // their own; the rest is one kernel with five outputs.
+  REQUIRE(steps.size() == 4);
+  CHECK(fused_steps(steps) == 2);
+  REQUIRE(steps[3].kernel != nullptr);
+  CHECK(steps[3].kernel->body.equations.size() == 9);
+  CHECK(steps[3].outputs.size() == 5);
+}
+
+TEST_CASE("fused integer chains wrap, divide by zero to 0 and shift past 31 to 0") {
+  const Shape s{33, 129};
+  const Program pi = trace(
+      [](const std::vector<Array>& x) {
+        Array prod = x[0] * x[1] + x[0];                     // wraps mod 2^32
+        Array q = prod / (x[1] - x[1] / 2 * 2);              // x / 0 == 0, INT_MIN / -1
+        Array sh = shift_left(q, bitwise_and(x[1], full_like(x[1], 63)));
+        Array n = abs(neg(sh)) + relu(x[0]);
+        Array b = bitwise_xor(bitwise_not(n), bitwise_or(x[0], x[1]));
+        return std::vector<Array>{b, maximum(b, x[0]), minimum(q, x[1]), n == q};
+      },
+      {{i32, s}, {i32, {129}}});
+  HostData a = host_random(s, i32), c = host_random({129}, i32);
+  // Put the edge values in: INT_MIN, -1, 0.
+  const std::int32_t edges[] = {std::numeric_limits<std::int32_t>::min(), -1, 0, 1, 31, 32};
+  std::memcpy(a.bytes.data(), edges, sizeof(edges));
+  std::memcpy(c.bytes.data(), edges, sizeof(edges));
+  check_fused(pi, {on_device(a), on_device(c)});
+
+  const Program pu = trace(
+      [](const std::vector<Array>& x) {
+        Array d = (x[0] - x[1]) * x[1] / (x[1] - x[1] / 3 * 3);
+        Array r = shift_right_logical(d, x[1] / 1000000);  // amounts around 32
+        return std::vector<Array>{r, astype(r, f32), astype(astype(d, f64), i32)};
+      },
+      {{u32, s}, {u32, {129}}});
+  check_fused(pu, {random_array(s, u32), random_array({129}, u32)});
+}
+
+TEST_CASE("fused float to int conversions saturate and NaN max/min propagate") {
+  const Shape s{5000};
+  const Program p = trace(
+      [](const std::vector<Array>& x) {
+        Array big = x[0] * 1e10f;
+        Array nan = log(x[0]);  // NaN for negative x
+        return std::vector<Array>{astype(big, i32), astype(big, u32), astype(nan, i32),
+                                  maximum(nan, x[0]), minimum(x[0], nan), relu(nan),
+                                  astype(nan, bool_)};
+      },
+      {{f32, s}});
+  check_fused(p, {random_array(s, f32)});
+}
+
+TEST_CASE("fused f64 chains equal the unfused equations") {
+  if (on_vulkan()) {
+    try {
+      (void)zeros({1}, f64, dev());
+    } catch (const DTypeError&) {
+      return;  // the device has no f64
+    }
+  }
+  const Program p = trace(
+      [](const std::vector<Array>& x) {
+        Array a = x[0] * x[1] + 1.0;
+        return std::vector<Array>{tanh(a) + exp(a) * sigmoid(-a), astype(a, f32)};
+      },
+      {{f64, {9, 17}}, {f64, {17}}});
+  check_fused(p, {random_array({9, 17}, f64), random_array({17}, f64)});
+}
+
+TEST_CASE("fused f16 values are rounded where the unfused program stores them") {
+  const Program p = trace(
+      [](const std::vector<Array>& x) {
+        Array h = astype(x[0], f16);
+        Array g = h * h + astype(x[1], f16);  // f16 intermediates
+        return std::vector<Array>{g, astype(exp(g) - h, f32)};
+      },
+      {{f32, {3, 1001}}, {f32, {1001}}});
+  const std::vector<Array> in = {random_array({3, 1001}, f32), random_array({1001}, f32)};
+  if (!has_f16()) {
+    // The CPU refuses f16 fused or not, with the unfused path's error.
+    const std::vector<Step> steps = fuse(p);
+    REQUIRE(steps.size() == 2);  // astype(x1) has another shape
+    REQUIRE(steps[1].kernel != nullptr);
+    const Array f16_x1 = Array(f16, {1001}, HostBuffer::allocate(2002));
+    const std::vector<Array> args = {in[0], f16_x1};
+    CHECK_THROWS_WITH_AS(backend_for(dev()).eval_fused(*steps[1].kernel, args, {}),
+                         doctest::Contains("[astype] f16 is not supported"), DTypeError);
+    return;
+  }
+  check_fused(p, in);
+}
+
+TEST_CASE("fused outputs go into a given input buffer when asked") {
+  // Over several CPU chunks; out0 overwrites x0 while x0 is read by later
+  // equations of the same chunk, out1 overwrites x1 (a swap-like pattern).
+  for (std::int64_t n : {std::int64_t{1}, std::int64_t{1000}, std::int64_t{3 * 4096 + 5}}) {
+    CAPTURE(n);
+    const Program p = trace(
+        [](const std::vector<Array>& x) {
+          Array a = x[1] * 2.0f + 1.0f;
+          Array b = exp(x[0] * -0.5f) + a;
+          return std::vector<Array>{a, b};
+        },
+        {{f32, {n}}, {f32, {n}}, {f32, {}}});
+    const std::vector<Step> steps = fuse(p);
+    REQUIRE(steps.size() == 1);
+    const Step& s = steps[0];
+    REQUIRE(s.kernel != nullptr);
+    REQUIRE(s.outputs.size() == 2);
+    const HostData h0 = host_random({n}, f32), h1 = host_random({n}, f32);
+    const Array s0 = random_array({}, f32);
+    // The reference, on arrays of their own.
+    const std::vector<Array> want = eval(p, std::vector<Array>{on_device(h0), on_device(h1), s0});
+    // Step inputs are program inputs in order of first use: map them by value.
+    const Array x0 = on_device(h0), x1 = on_device(h1);
+    std::vector<Array> env(p.num_values());
+    env[p.inputs[0]] = x0;
+    env[p.inputs[1]] = x1;
+    env[p.inputs[2]] = s0;
+    for (std::size_t i = 0; i < p.constants.size(); ++i) env[p.constants[i]] = p.constant_values[i];
+    std::vector<Array> args;
+    for (ValueId v : s.inputs) args.push_back(env[v]);
+    // out0 (a) into x0's buffer, out1 (b) into x1's buffer.
+    const std::vector<std::shared_ptr<Buffer>> into = {x0.buffer(), x1.buffer()};
+    const auto bufs = backend_for(dev()).eval_fused(*s.kernel, args, into);
+    CHECK(bufs[0] == x0.buffer());
+    CHECK(bufs[1] == x1.buffer());
+    check_equal(Array(f32, {n}, bufs[0]), want[0]);
+    check_equal(Array(f32, {n}, bufs[1]), want[1]);
+  }
+}
+
+TEST_CASE("fused kernels on empty arrays return empty outputs") {
+  const Program p = trace(
+      [](const std::vector<Array>& x) {
+        return std::vector<Array>{exp(x[0] + x[1]) > 1.0f, x[0] * 3.0f - x[1]};
+      },
+      {{f32, {0, 5}}, {f32, {5}}});
+  const std::vector<Step> steps = fuse(p);
+  REQUIRE(steps.size() == 2);  // two independent chains
+  const Array x0 = random_array({0, 5}, f32), x1 = random_array({5}, f32);
+  for (const Step& s : steps) {
+    REQUIRE(s.kernel != nullptr);
+    std::vector<Array> args;
+    for (ValueId v : s.inputs) args.push_back(v == p.inputs[0] ? x0 : x1);
+    const auto bufs = backend_for(dev()).eval_fused(*s.kernel, args, {});
+    REQUIRE(bufs.size() == 1);
+    CHECK(bufs[0]->nbytes() == 0);
+    const std::vector<std::shared_ptr<Buffer>> into = {x0.buffer()};
+    if (p.avals[s.outputs[0]] == x0.aval()) {
+      CHECK(backend_for(dev()).eval_fused(*s.kernel, args, into)[0] == x0.buffer());
+    }
+  }
+  check_fused(p, {x0, x1});
+}
+
+TEST_CASE("fused kernels past 65535 * 256 elements (2-D grids, many chunks)") {
+  const std::int64_t n = 65535LL * 256 + 3;
+  const Program p = trace(
+      [](const std::vector<Array>& x) {
+        Array a = x[0] * x[1] + 1.0f;
+        return std::vector<Array>{a * a - x[0], a > 0.0f};
+      },
+      {{f32, {n}}, {f32, {}}});
+  check_fused(p, {random_array({n}, f32), random_array({}, f32)});
+  // A broadcast over a large 2-D shape: rows that do not align with chunks.
+  const Program q = trace(
+      [](const std::vector<Array>& x) {
+        return std::vector<Array>{relu(x[0] - x[1]) * x[2]};
+      },
+      {{f32, {4099, 4097}}, {f32, {4097}}, {f32, {4099, 1}}});
+  check_fused(q, {random_array({4099, 4097}, f32), random_array({4097}, f32),
+                  random_array({4099, 1}, f32)});
+}
+
+TEST_CASE("a kernel with more operands than one dispatch binds is still correct") {
+  std::vector<Aval> avals(40, Aval{f32, {300}});
+  const Program p = trace(
+      [](const std::vector<Array>& x) {
+        Array acc = x[0];
+        for (std::size_t i = 1; i < x.size(); ++i) acc = acc * 0.5f + x[i];
+        return std::vector<Array>{acc};
+      },
+      avals);
+  std::vector<Array> in;
+  for (std::size_t i = 0; i < avals.size(); ++i) in.push_back(random_array({300}, f32));
+  const auto steps = check_fused(p, in);
+  CHECK(steps.size() == 1);
+}
+
+TEST_CASE("a fused body compiles one Vulkan pipeline, reused for other sizes") {
+  if (!on_vulkan()) return;
+  auto& cache = vk::Context::get(dev().index).pipelines();
+  const auto body = [](const std::vector<Array>& x) {
+    return std::vector<Array>{sigmoid(x[0] * 3.0f - 0.25f) + x[0]};
+  };
+  const Program p = trace(body, {{f32, {4096}}});
+  check_fused(p, {random_array({4096}, f32)});
+  const auto before = cache.stats();
+  const Program q = trace(body, {{f32, {8192}}});
+  check_fused(q, {random_array({8192}, f32)});  // the eager ops hit the cache too
+  CHECK(cache.stats().pipelines == before.pipelines);
+}
+
+TEST_CASE("Executable: fused and unfused runs agree, with fewer launches fused") {
+  const auto mlp = [](const std::vector<Array>& x) {
+    Array h = relu(matmul(x[0], x[1]) + x[2]);
+    Array logits = matmul(h, x[3]) + x[4];
+    Array shifted = logits - max(logits, 1, true);
+    Array lse = log(sum(exp(shifted), 1, true));
+    Array loss = mean(-sum((shifted - lse) * x[5], 1));
+    return std::vector<Array>{loss, shifted - lse, h};
+  };
+  const std::vector<Aval> avals = {{f32, {64, 32}}, {f32, {32, 128}}, {f32, {128}},
+                                   {f32, {128, 10}}, {f32, {10}}, {f32, {64, 10}}};
+  const Program p = trace(mlp, avals);
+  std::vector<HostData> data;
+  for (const Aval& a : avals) data.push_back(host_random(a.shape, a.dtype));
+  const auto inputs = [&] {
+    std::vector<Array> in;
+    for (const HostData& d : data) in.push_back(on_device(d));
+    return in;
+  };
+  Executable fused(p, dev(), "mlp", FusionOptions{true});
+  Executable unfused(p, dev(), "mlp", FusionOptions{false});
+  RunStats fs, us;
+  std::vector<Array> in_f = inputs(), in_u = inputs();
+  const std::vector<Array> out_f = fused.run(in_f, &fs);
+  const std::vector<Array> out_u = unfused.run(in_u, &us);
+  REQUIRE(out_f.size() == 3);
+  for (std::size_t i = 0; i < out_f.size(); ++i) check_equal(out_f[i], out_u[i]);
+  MESSAGE("mlp launches: unfused ", us.launches, ", fused ", fs.launches);
+  CHECK(us.launches == p.equations.size());
+  CHECK(fs.launches < us.launches);
+  CHECK(fs.launches == fused.steps().size());
+}
+
+TEST_CASE("Executable: a dead input's buffer receives a fused output in place") {
+  const Program p = trace(
+      [](const std::vector<Array>& x) {
+        return std::vector<Array>{tanh(x[0] * 0.5f) * x[1] + x[0]};
+      },
+      {{f32, {5000}}, {f32, {5000}}});
+  const HostData h0 = host_random({5000}, f32), h1 = host_random({5000}, f32);
+  const std::vector<Array> want = eval(p, std::vector<Array>{on_device(h0), on_device(h1)});
+  Executable e(p, dev(), "inplace");
+  std::vector<Array> in;
+  in.push_back(on_device(h0));
+  in.push_back(on_device(h1));
+  const Buffer* x0 = in[0].buffer().get();
+  RunStats stats;
+  const std::vector<Array> out = e.run(in, &stats);
+  CHECK(stats.launches == 1);
+  CHECK(stats.reused_in_place == 1);
+  CHECK(out[0].buffer().get() == x0);
+  check_equal(out[0], want[0]);
+}
+
+TEST_CASE("threefry random bits fuse and equal the unfused values") {
+  const Program p = trace(
+      [](const std::vector<Array>& x) {
+        return std::vector<Array>{random::uniform(x[0], {3, 5000}),
+                                  random::normal(x[0], {7})};
+      },
+      {{u32, {2}}});
+  const Array key = to_device(random::key(7), dev());
+  const std::vector<Step> steps = check_fused(p, {key});
+  std::size_t biggest = 0;
+  for (const Step& s : steps) {
+    if (s.kernel != nullptr) biggest = std::max(biggest, s.kernel->body.equations.size());
+  }
+  MESSAGE("threefry: ", p.equations.size(), " equations, ", steps.size(), " steps, ",
+          fused_steps(steps), " fused, largest body ", biggest, " equations");
+  CHECK(steps.size() < p.equations.size() / 4);
+  CHECK(biggest >= 50);
+}
+
+TEST_CASE("matmul epilogues: bias, activation, a residual; the product read outside too") {
+  const Program p = trace(
+      [](const std::vector<Array>& x) {
+        Array m = matmul(x[0], x[1]);
+        Array h = relu(m + x[2]) * 0.5f + x[3];
+        return std::vector<Array>{h, sum(m)};
+      },
+      {{f32, {2, 33, 17}}, {f32, {17, 40}}, {f32, {40}}, {f32, {2, 33, 40}}});
+  const auto steps = check_fused(
+      p, {random_array({2, 33, 17}, f32), random_array({17, 40}, f32), random_array({40}, f32),
+          random_array({2, 33, 40}, f32)});
+  REQUIRE(steps.size() == 2);  // fused(matmul ...) then sum(m)
+  REQUIRE(steps[0].kernel != nullptr);
+  CHECK(steps[0].kernel->kind == FusedKernel::Kind::kMatmulEpilogue);
+  CHECK(steps[0].outputs.size() == 2);  // m (read by sum) and h
+  CHECK(to_string(p, steps).find("matmul_epilogue") != std::string::npos);
+  // Batched operands on both sides, a column broadcast, a bool output.
+  const Program q = trace(
+      [](const std::vector<Array>& x) {
+        Array y = matmul(x[0], x[1]) * x[2] + 7.0f;
+        return std::vector<Array>{y, y > 7.0f};
+      },
+      {{f32, {3, 5, 9}}, {f32, {3, 9, 6}}, {f32, {5, 1}}});
+  const auto qs = check_fused(q, {random_array({3, 5, 9}, f32), random_array({3, 9, 6}, f32),
+                                  random_array({5, 1}, f32)});
+  CHECK(qs.size() == 1);
+}
+
+TEST_CASE("matmul epilogue not fused when the product is read before the group runs") {
+  const Program p = trace(
+      [](const std::vector<Array>& x) {
+        Array m = matmul(x[0], x[1]);
+        Array s = sum(m, 1, true);  // reads m before the group's last member
+        return std::vector<Array>{(m + 1.0f) * s};
+      },
+      {{f32, {8, 4}}, {f32, {4, 6}}});
+  const auto steps = check_fused(p, {random_array({8, 4}, f32), random_array({4, 6}, f32)});
+  REQUIRE(steps.size() == 3);
+  CHECK(steps[0].equation->prim == Prim::kMatmul);
+  CHECK(steps[2].kernel->kind == FusedKernel::Kind::kElementwise);
+}
+
+TEST_CASE("reduction prologues: sum, max and min of fused values, with escaping values") {
+  for (const Shape& s : {Shape{5, 7}, Shape{64, 1000}, Shape{3, 700, 4}, Shape{9000}}) {
+    CAPTURE(to_string(s));
+    const Program p = trace(
+        [](const std::vector<Array>& x) {
+          const std::int64_t last = x[0].ndim() - 1;
+          Array shifted = x[0] - stop_gradient(max(x[0], last, true));
+          Array e = exp(shifted);
+          Array total = sum(e, last, true);  // prologue: shifted, e escape
+          Array sq = sum(x[0] * x[0]);       // over every axis
+          Array lo = min(abs(x[0]) + 1.0f, 0);
+          return std::vector<Array>{e / total, shifted, sq, lo};
+        },
+        {{f32, s}});
+    const auto steps = check_fused(p, {random_array(s, f32)});
+    std::size_t prologues = 0;
+    for (const Step& st : steps) {
+      prologues += st.kernel != nullptr && st.kernel->kind == FusedKernel::Kind::kReducePrologue;
+    }
+    CHECK(prologues == 3);
+  }
+  // i32 sums wrap; bool values feed a max.
+  const Program q = trace(
+      [](const std::vector<Array>& x) {
+        return std::vector<Array>{sum(x[0] * x[0], 1), max(x[0] > 0, 0)};
+      },
+      {{i32, {40, 300}}});
+  check_fused(q, {random_array({40, 300}, i32)});
+}
+
+TEST_CASE("reduction prologue of f16 values") {
+  if (!has_f16()) return;
+  const Program p = trace(
+      [](const std::vector<Array>& x) {
+        Array h = astype(x[0], f16);
+        return std::vector<Array>{sum(h * h, 1), max(h, 0)};
+      },
+      {{f32, {30, 600}}});
+  check_fused(p, {random_array({30, 600}, f32)});
+}
