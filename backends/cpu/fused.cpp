@@ -220,16 +220,125 @@ void fill(void* dst, const void* one, std::size_t esize, std::size_t n) {
   });
 }
 
+// The elementwise kernel of body equations [first, last) of `k` computing
+// `outputs`; its inputs (returned in `reads`) are the values those equations
+// read and do not compute, in order of first use. Value numbers are kept.
+FusedKernel part_of(const FusedKernel& k, std::size_t first, std::size_t last,
+                    std::vector<ValueId> outputs, std::vector<ValueId>& reads) {
+  FusedKernel part;
+  part.shape = k.shape;
+  part.body.avals = k.body.avals;
+  std::vector<bool> known(k.body.num_values(), false);
+  for (std::size_t e = first; e < last; ++e) {
+    const Equation& eq = k.body.equations[e];
+    for (ValueId in : eq.inputs) {
+      if (known[in]) continue;
+      known[in] = true;
+      reads.push_back(in);
+    }
+    known[eq.output] = true;
+    part.body.equations.push_back(eq);
+  }
+  part.body.inputs = reads;
+  part.body.outputs = std::move(outputs);
+  return part;
+}
+
 }  // namespace
+
+// matmul (BLAS) into a buffer the elementwise group then reads, and writes
+// into when the product is not an output itself (it is still in cache for
+// small products; the saving is a launch and an allocation).
+std::vector<std::shared_ptr<Buffer>> CpuBackend::eval_epilogue(
+    const FusedKernel& k, std::span<const Array> inputs,
+    std::span<const std::shared_ptr<Buffer>> into) {
+  const Program& b = k.body;
+  const Equation& mm = b.equations.front();
+  const auto input = [&](ValueId v) {
+    return inputs[static_cast<std::size_t>(std::find(b.inputs.begin(), b.inputs.end(), v) -
+                                           b.inputs.begin())];
+  };
+  const Aval& pa = b.avals[mm.output];
+  const Array operands[] = {input(mm.inputs[0]), input(mm.inputs[1])};
+  const Array product(pa.dtype, pa.shape, eval_matmul(mm.prim, mm.params, operands, pa));
+  std::vector<ValueId> rest;
+  std::vector<std::shared_ptr<Buffer>> rest_into;
+  bool product_escapes = false;
+  for (std::size_t o = 0; o < b.outputs.size(); ++o) {
+    if (b.outputs[o] == mm.output) {
+      product_escapes = true;
+      continue;
+    }
+    rest.push_back(b.outputs[o]);
+    rest_into.push_back(o < into.size() ? into[o] : nullptr);
+  }
+  if (!product_escapes) {  // the product dies here: the first output that fits takes it
+    for (std::size_t j = 0; j < rest.size(); ++j) {
+      if (rest_into[j] == nullptr && b.avals[rest[j]] == pa) {
+        rest_into[j] = product.buffer();
+        break;
+      }
+    }
+  }
+  std::vector<ValueId> reads;
+  const FusedKernel part = part_of(k, 1, b.equations.size(), rest, reads);
+  std::vector<Array> args;
+  for (ValueId v : reads) args.push_back(v == mm.output ? product : input(v));
+  const std::vector<std::shared_ptr<Buffer>> bufs = eval_fused(part, args, rest_into);
+  std::vector<std::shared_ptr<Buffer>> outs;
+  std::size_t j = 0;
+  for (ValueId v : b.outputs) outs.push_back(v == mm.output ? product.buffer() : bufs[j++]);
+  return outs;
+}
+
+// The group in chunks (its escaping values, and the reduced one into a
+// temporary), then the reduction kernel on it: the same bits as unfused.
+std::vector<std::shared_ptr<Buffer>> CpuBackend::eval_prologue(
+    const FusedKernel& k, std::span<const Array> inputs,
+    std::span<const std::shared_ptr<Buffer>> into) {
+  const Program& b = k.body;
+  const Equation& red = b.equations.back();
+  const ValueId reduced = red.inputs[0];
+  std::vector<ValueId> rest(b.outputs.begin(), b.outputs.end() - 1);  // the reduction is last
+  std::vector<std::shared_ptr<Buffer>> rest_into(rest.size());
+  for (std::size_t o = 0; o < rest.size() && o < into.size(); ++o) rest_into[o] = into[o];
+  const auto pos = std::find(rest.begin(), rest.end(), reduced);
+  const auto at = static_cast<std::size_t>(pos - rest.begin());
+  if (pos == rest.end()) {
+    rest.push_back(reduced);
+    rest_into.push_back(nullptr);
+  }
+  std::vector<ValueId> reads;
+  const FusedKernel part = part_of(k, 0, b.equations.size() - 1, rest, reads);
+  std::vector<Array> args;
+  for (ValueId v : reads) {
+    args.push_back(inputs[static_cast<std::size_t>(
+        std::find(b.inputs.begin(), b.inputs.end(), v) - b.inputs.begin())]);
+  }
+  std::vector<std::shared_ptr<Buffer>> outs = eval_fused(part, args, rest_into);
+  const Aval& ra = b.avals[reduced];
+  const Array values[] = {Array(ra.dtype, ra.shape, outs[at])};
+  std::shared_ptr<Buffer> result = eval_reduce(red.prim, red.params, values, b.avals[red.output]);
+  outs.resize(b.outputs.size() - 1);  // drops the temporary (when it is one)
+  outs.push_back(std::move(result));
+  return outs;
+}
 
 std::vector<std::shared_ptr<Buffer>> CpuBackend::eval_fused(
     const FusedKernel& k, std::span<const Array> inputs,
     std::span<const std::shared_ptr<Buffer>> into) {
-  if (k.kind != FusedKernel::Kind::kElementwise) return Backend::eval_fused(k, inputs, into);
   const Program& b = k.body;
   for (const Equation& eq : b.equations) {
     for (ValueId in : eq.inputs) check_host_dtype(eq.prim, b.avals[in].dtype);
     check_host_dtype(eq.prim, b.avals[eq.output].dtype);
+  }
+  switch (k.kind) {
+    case FusedKernel::Kind::kMatmulEpilogue:
+      return eval_epilogue(k, inputs, into);
+    case FusedKernel::Kind::kReducePrologue:
+      return eval_prologue(k, inputs, into);
+    case FusedKernel::Kind::kElementwise:
+      break;
   }
   std::vector<std::shared_ptr<Buffer>> outs(b.outputs.size());
   std::vector<int> out_of(b.num_values(), -1);
