@@ -718,3 +718,45 @@ TEST_CASE("Executable: epilogue and prologue kernels run in place where they may
           {{f32, {300, 70}}}),
       {host_random({300, 70}, f32)}, FusedKernel::Kind::kReducePrologue);
 }
+
+TEST_CASE("long broadcast rows: bias rows and per-row scalars, in place too") {
+  // Rows >= 512 elements are walked row by row on the CPU (inputs read in place);
+  // rows longer than a chunk, rows that are no multiple of the SIMD width (no
+  // transcendental ops then) and ones that are (with exp).
+  for (const Shape& s : {Shape{3, 4099}, Shape{2, 9000}, Shape{4, 1024}, Shape{2, 2, 600}}) {
+    CAPTURE(to_string(s));
+    const Shape row{s.back()};
+    Shape col = s;
+    col.back() = 1;
+    const bool aligned = s.back() % 16 == 0;
+    const Program p = trace(
+        [aligned](const std::vector<Array>& x) {
+          Array a = x[0] * x[1] - x[2];
+          Array b = where(a > x[2], a, x[1] / (abs(a) + 1.0f));
+          if (aligned) b = exp(-abs(b)) + b;
+          return std::vector<Array>{b, maximum(b, x[0]) > 0.5f};
+        },
+        {{f32, s}, {f32, row}, {f32, col}});
+    const HostData h0 = host_random(s, f32), h1 = host_random(row, f32),
+                   h2 = host_random(col, f32);
+    const auto steps =
+        check_fused(p, {on_device(h0), on_device(h1), on_device(h2)});
+    REQUIRE(steps.size() == 1);
+    // out0 into x0's buffer.
+    const Array x0 = on_device(h0);
+    const std::vector<Array> want = eval(p, std::vector<Array>{on_device(h0), on_device(h1),
+                                                               on_device(h2)});
+    std::vector<Array> env(p.num_values());
+    env[p.inputs[0]] = x0;
+    env[p.inputs[1]] = on_device(h1);
+    env[p.inputs[2]] = on_device(h2);
+    for (std::size_t i = 0; i < p.constants.size(); ++i) env[p.constants[i]] = p.constant_values[i];
+    std::vector<Array> args;
+    for (ValueId v : steps[0].inputs) args.push_back(env[v]);
+    const std::vector<std::shared_ptr<Buffer>> into = {x0.buffer(), nullptr};
+    const auto bufs = backend_for(dev()).eval_fused(*steps[0].kernel, args, into);
+    CHECK(bufs[0] == x0.buffer());
+    check_equal(Array(f32, s, bufs[0]), want[0]);
+    check_equal(Array(bool_, s, bufs[1]), want[1]);
+  }
+}
