@@ -27,7 +27,6 @@
 #include <cstring>
 
 #include "kiln/backends/cpu/bits.hpp"
-#include "kiln/backends/cpu/broadcast.hpp"
 #include "kiln/backends/cpu/cpu_backend.hpp"
 #include "kiln/backends/cpu/elementwise.hpp"
 #include "kiln/dsl/fusion.hpp"
