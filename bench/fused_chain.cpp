@@ -1,9 +1,10 @@
 // Fused vs unfused elementwise kernels through Executable (plain chrono timing):
 // 1. a 16-op elementwise chain over n f32 elements (with a broadcast row), with
 //    and without transcendentals,
-// 2. one SGD training step of a 2-layer MLP (forward, grad, update), traced once.
+// 2. a matmul with a bias + relu epilogue, a row softmax (reduction prologues),
+// 3. one SGD training step of a 2-layer MLP (forward, grad, update), traced once.
 // Prints launches per run and milliseconds per run with fusion on and off.
-//   build/bench/fused_chain [n] [iterations] [chain|arith|mlp]
+//   build/bench/fused_chain [n] [iterations] [chain|arith|epilogue|softmax|mlp]
 // (KILN_DEVICE picks the device; the third argument runs one case only).
 #include <chrono>
 #include <cstdlib>
@@ -36,14 +37,17 @@ double time_runs(const Executable& e, const std::vector<Array>& inputs, int iter
 }
 
 void compare(const char* what, const Program& p, const std::vector<Array>& inputs, int iters) {
-  const Executable fused(p, default_device(), what, FusionOptions{true});
+  const Executable fused(p, default_device(), what, FusionOptions{true, true});
+  const Executable plain(p, default_device(), what, FusionOptions{true, false});
   const Executable unfused(p, default_device(), what, FusionOptions{false});
-  RunStats fs, us;
-  const double tf = time_runs(fused, inputs, iters, &fs);
+  RunStats fs, ps, us;
   const double tu = time_runs(unfused, inputs, iters, &us);
+  const double tp = time_runs(plain, inputs, iters, &ps);
+  const double tf = time_runs(fused, inputs, iters, &fs);
   std::cout << what << " on " << default_device().to_string() << ": unfused "
-            << us.launches << " launches " << tu << " ms, fused " << fs.launches
-            << " launches " << tf << " ms (x" << tu / tf << ")\n";
+            << us.launches << " launches " << tu << " ms; elementwise fusion " << ps.launches
+            << " launches " << tp << " ms; + matmul epilogues/reduction prologues "
+            << fs.launches << " launches " << tf << " ms (x" << tu / tf << ")\n";
 }
 
 }  // namespace
@@ -92,6 +96,36 @@ int main(int argc, char** argv) {
     compare("arith chain", p,
             {to_device(random::normal(k(0), s), d), to_device(random::normal(k(1), {1024}), d)},
             iters);
+  }
+  if (run("epilogue")) {  // 1c. relu(x @ w + b): a matmul epilogue
+    Program p;
+    {
+      Trace t;
+      Array x = t.input({f32, {1024, 512}}, d, "x");
+      Array w = t.input({f32, {512, 512}}, d, "w");
+      Array b = t.input({f32, {512}}, d, "b");
+      const Array out = relu(matmul(x, w) + b);
+      p = t.finish(std::span<const Array>(&out, 1));
+    }
+    optimize(p);
+    compare("matmul+bias+relu", p,
+            {to_device(random::normal(k(0), {1024, 512}), d),
+             to_device(random::normal(k(1), {512, 512}), d),
+             to_device(random::normal(k(2), {512}), d)},
+            iters);
+  }
+  if (run("softmax")) {  // 1d. softmax rows: reduction prologues
+    const Shape s{n / 1024, 1024};
+    Program p;
+    {
+      Trace t;
+      Array x = t.input({f32, s}, d, "x");
+      Array e = exp(x - max(x, 1, true));
+      const Array out = e / sum(e, 1, true);
+      p = t.finish(std::span<const Array>(&out, 1));
+    }
+    optimize(p);
+    compare("softmax", p, {to_device(random::normal(k(0), s), d)}, iters);
   }
   if (run("mlp")) {  // 2. an MLP training step (batch 256, 784 -> 256 -> 10, softmax cross-entropy, SGD)
     auto loss = [](const std::vector<Array>& w, const Array& x, const Array& y) {

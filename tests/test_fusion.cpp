@@ -651,3 +651,112 @@ TEST_CASE("reduction prologue of f16 values") {
       {{f32, {30, 600}}});
   check_fused(p, {random_array({30, 600}, f32)});
 }
+
+TEST_CASE("anchored kernels on empty shapes and an empty contraction") {
+  // matmul over k == 0 is zeros; its epilogue still runs.
+  const Program p = trace(
+      [](const std::vector<Array>& x) {
+        return std::vector<Array>{relu(matmul(x[0], x[1]) + x[2])};
+      },
+      {{f32, {3, 0}}, {f32, {0, 4}}, {f32, {4}}});
+  const auto ps = check_fused(p, {random_array({3, 0}, f32), random_array({0, 4}, f32),
+                                  random_array({4}, f32)});
+  CHECK(ps.size() == 1);
+  // A sum over an empty axis is zeros; a max over an empty output is empty.
+  const Program q = trace(
+      [](const std::vector<Array>& x) {
+        return std::vector<Array>{sum(exp(x[0]), 0), max(x[0] * 2.0f, 1)};
+      },
+      {{f32, {0, 6}}});
+  const auto qs = check_fused(q, {random_array({0, 6}, f32)});
+  CHECK(qs.size() == 2);
+  // An empty epilogue.
+  const Program r = trace(
+      [](const std::vector<Array>& x) {
+        return std::vector<Array>{matmul(x[0], x[1]) * 2.0f};
+      },
+      {{f32, {0, 5}}, {f32, {5, 4}}});
+  check_fused(r, {random_array({0, 5}, f32), random_array({5, 4}, f32)});
+}
+
+TEST_CASE("Executable: epilogue and prologue kernels run in place where they may") {
+  // The CPU writes an epilogue's output into a dying input after the matmul
+  // finished, and a prologue's escaping values like an elementwise kernel's;
+  // Vulkan declines both (its matmul reads the operands while epilogues store).
+  const auto run = [](const Program& p, const std::vector<HostData>& h,
+                      FusedKernel::Kind kind) {
+    std::vector<Array> ref, in;
+    for (const HostData& d : h) ref.push_back(on_device(d));
+    for (const HostData& d : h) in.push_back(on_device(d));
+    const std::vector<Array> want = eval(p, ref);
+    Executable e(p, dev(), "in place");
+    REQUIRE(e.steps().size() == 1);
+    REQUIRE(e.steps()[0].kernel != nullptr);
+    CHECK(e.steps()[0].kernel->kind == kind);
+    const Buffer* x0 = in[0].buffer().get();
+    RunStats stats;
+    const std::vector<Array> out = e.run(in, &stats);
+    for (std::size_t i = 0; i < out.size(); ++i) check_equal(out[i], want[i]);
+    CHECK(stats.launches == 1);
+    CHECK(stats.reused_in_place == (on_vulkan() ? 0u : 1u));
+    CHECK((out[0].buffer().get() == x0) == !on_vulkan());
+  };
+  // h = relu(x @ w + b) + x: a residual with x's aval, x dies in the kernel.
+  run(trace(
+          [](const std::vector<Array>& x) {
+            return std::vector<Array>{relu(matmul(x[0], x[1]) + x[2]) + x[0]};
+          },
+          {{f32, {64, 64}}, {f32, {64, 64}}, {f32, {64}}}),
+      {host_random({64, 64}, f32), host_random({64, 64}, f32), host_random({64}, f32)},
+      FusedKernel::Kind::kMatmulEpilogue);
+  // y = x * 2 + 1 escapes next to sum(y * y, 1).
+  run(trace(
+          [](const std::vector<Array>& x) {
+            Array y = x[0] * 2.0f + 1.0f;
+            return std::vector<Array>{y, sum(y * y, 1)};
+          },
+          {{f32, {300, 70}}}),
+      {host_random({300, 70}, f32)}, FusedKernel::Kind::kReducePrologue);
+}
+
+TEST_CASE("long broadcast rows: bias rows and per-row scalars, in place too") {
+  // Rows >= 512 elements are walked row by row on the CPU (inputs read in place);
+  // rows longer than a chunk, rows that are no multiple of the SIMD width (no
+  // transcendental ops then) and ones that are (with exp).
+  for (const Shape& s : {Shape{3, 4099}, Shape{2, 9000}, Shape{4, 1024}, Shape{2, 2, 600}}) {
+    CAPTURE(to_string(s));
+    const Shape row{s.back()};
+    Shape col = s;
+    col.back() = 1;
+    const bool aligned = s.back() % 16 == 0;
+    const Program p = trace(
+        [aligned](const std::vector<Array>& x) {
+          Array a = x[0] * x[1] - x[2];
+          Array b = where(a > x[2], a, x[1] / (abs(a) + 1.0f));
+          if (aligned) b = exp(-abs(b)) + b;
+          return std::vector<Array>{b, maximum(b, x[0]) > 0.5f};
+        },
+        {{f32, s}, {f32, row}, {f32, col}});
+    const HostData h0 = host_random(s, f32), h1 = host_random(row, f32),
+                   h2 = host_random(col, f32);
+    const auto steps =
+        check_fused(p, {on_device(h0), on_device(h1), on_device(h2)});
+    REQUIRE(steps.size() == 1);
+    // out0 into x0's buffer.
+    const Array x0 = on_device(h0);
+    const std::vector<Array> want = eval(p, std::vector<Array>{on_device(h0), on_device(h1),
+                                                               on_device(h2)});
+    std::vector<Array> env(p.num_values());
+    env[p.inputs[0]] = x0;
+    env[p.inputs[1]] = on_device(h1);
+    env[p.inputs[2]] = on_device(h2);
+    for (std::size_t i = 0; i < p.constants.size(); ++i) env[p.constants[i]] = p.constant_values[i];
+    std::vector<Array> args;
+    for (ValueId v : steps[0].inputs) args.push_back(env[v]);
+    const std::vector<std::shared_ptr<Buffer>> into = {x0.buffer(), nullptr};
+    const auto bufs = backend_for(dev()).eval_fused(*steps[0].kernel, args, into);
+    CHECK(bufs[0] == x0.buffer());
+    check_equal(Array(f32, s, bufs[0]), want[0]);
+    check_equal(Array(bool_, s, bufs[1]), want[1]);
+  }
+}

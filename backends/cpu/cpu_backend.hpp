@@ -22,6 +22,14 @@ class CpuBackend final : public Backend {
       const FusedKernel& kernel, std::span<const Array> inputs,
       std::span<const std::shared_ptr<Buffer>> into) override;
   Array from_host(const Array& host) override { return host; }
+
+ private:
+  std::vector<std::shared_ptr<Buffer>> eval_epilogue(
+      const FusedKernel& kernel, std::span<const Array> inputs,
+      std::span<const std::shared_ptr<Buffer>> into);
+  std::vector<std::shared_ptr<Buffer>> eval_prologue(
+      const FusedKernel& kernel, std::span<const Array> inputs,
+      std::span<const std::shared_ptr<Buffer>> into);
 };
 
 using EvalFn = std::shared_ptr<Buffer>(Prim, const Params&,

@@ -1,18 +1,23 @@
 // CPU fused elementwise kernels (dsl/fusion.hpp): one pass over the iteration
-// space in chunks of kChunk elements. Each chunk evaluates the body equation by
-// equation with the flat kernels of elementwise.hpp (the unfused kernels' own
-// definitions, SIMD through xtensor/xsimd), on chunk-local temporaries that stay
-// in cache, so intermediates never go to memory.
+// space in blocks of at most kChunk elements. Each block evaluates the body
+// equation by equation with the flat kernels of elementwise.hpp (the unfused
+// kernels' own definitions, SIMD through xtensor/xsimd), on block-local
+// temporaries that stay in cache, so intermediates never go to memory.
 //
-// Where values live during a chunk:
-// - inputs with the kernel's element count are read in place, 1-element inputs
-//   as broadcast scalars, other broadcast inputs are gathered into a temporary
-//   (broadcast indexing, a row copy or fill at a time);
-// - equations whose inputs are all scalars are chunk-invariant: they run once,
-//   before the first chunk, on one element;
+// Blocks: the output dims are merged as in broadcast.hpp (dims where every
+// input is full, or broadcast, alike). When the merged rows are long (>= kRowMin)
+// a block is a piece of one row, where every input is a contiguous run or one
+// element (a bias row, a per-row scalar): inputs are read in place, nothing is
+// copied. Short rows are cut into kChunk-element blocks across rows instead, and
+// inputs broadcast other than as a scalar are gathered into a temporary (a row
+// copy or fill at a time).
+//
+// Where values live during a block:
+// - equations whose inputs are all one element in the block (scalars, per-row
+//   scalars) run on one element into a cell of their own;
 // - a body output that is a fresh buffer is written in place by its equation; one
 //   that goes `into` an input's buffer is computed into a temporary and copied
-//   there after the chunk's last equation, when every input of that chunk has
+//   there after the block's last equation, when every input of that block has
 //   been read;
 // - bitcast and stop_gradient move no data: their value is their operand's
 //   storage (copied only when it is a body output);
@@ -22,7 +27,6 @@
 #include <cstring>
 
 #include "kiln/backends/cpu/bits.hpp"
-#include "kiln/backends/cpu/broadcast.hpp"
 #include "kiln/backends/cpu/cpu_backend.hpp"
 #include "kiln/backends/cpu/elementwise.hpp"
 #include "kiln/dsl/fusion.hpp"
@@ -30,51 +34,123 @@
 namespace kiln::cpu {
 namespace {
 
-// Elements per chunk: a temporary is at most 32 KiB (f64), and a handful of them
+// Fills are plain loops; GCC vectorizes them at -O2 only when asked.
+#if defined(__GNUC__) && !defined(__clang__)
+#define KILN_FUSED_VECTORIZE [[gnu::optimize("tree-loop-vectorize")]]
+#else
+#define KILN_FUSED_VECTORIZE
+#endif
+
+// Elements per block: a temporary is at most 32 KiB (f64), and a handful of them
 // stay in L2 while the body runs (1024 to 8192 measured alike on a 1M chain).
 constexpr std::size_t kChunk = 4096;
 constexpr std::size_t kSlotBytes = kChunk * 8;
+// Rows at least this long are walked row by row (no gathers); each block costs
+// one call per equation (~20-40 ns), so shorter rows take cross-row chunks.
+constexpr std::size_t kRowMin = 512;
+// Elements in the widest SIMD batch xsimd may use (f32 on AVX-512).
+constexpr std::size_t kSimdAlign = 16;
 
 enum class Loc : std::uint8_t {
-  kInput,        // a full-size input, read in place
-  kInputScalar,  // a 1-element input, read in place for every index
-  kScalar,       // a chunk-invariant value computed once, in its own cell
-  kSlot,    // a chunk temporary (gathered input or computed value)
-  kOut,     // the chunk's part of a fresh output buffer
+  kInput,        // an input's run of the block, read in place
+  kInputScalar,  // an input's one element for the whole block
+  kScalar,       // a value computed on one element, in its own cell
+  kSlot,         // a block temporary (gathered input or computed value)
+  kOut,          // the block's part of a fresh output buffer
 };
 
 struct Place {
   Loc loc = Loc::kSlot;
-  int index = -1;  // input, scalar, slot or output number
+  int index = -1;  // input, cell, slot or output number
 };
 
 enum class Action : std::uint8_t { kCompute, kAlias, kCopy };
 
+// The output dims merged where every input is full, or broadcast, alike; each
+// input's element stride per merged dim (0 where it broadcasts).
+struct Merged {
+  std::vector<std::size_t> extents;
+  std::vector<std::vector<std::size_t>> strides;  // [input][dim]
+
+  std::size_t row() const { return extents.back(); }
+  std::size_t step(std::size_t input) const { return strides[input].back(); }
+};
+
+Merged merge_dims(const Shape& out, std::span<const Array> inputs) {
+  Merged m;
+  std::vector<std::vector<bool>> full;  // per merged dim, per input
+  for (std::size_t d = 0; d < out.size(); ++d) {
+    const auto extent = static_cast<std::size_t>(out[d]);
+    if (extent == 1) continue;
+    std::vector<bool> f(inputs.size());
+    for (std::size_t k = 0; k < inputs.size(); ++k) {
+      const Shape& s = inputs[k].shape();
+      const std::size_t lead = out.size() - s.size();
+      f[k] = d >= lead && s[d - lead] != 1;
+    }
+    if (!full.empty() && full.back() == f) {
+      m.extents.back() *= extent;
+    } else {
+      m.extents.push_back(extent);
+      full.push_back(std::move(f));
+    }
+  }
+  if (m.extents.empty()) {  // one element
+    m.extents.push_back(1);
+    full.emplace_back(inputs.size(), false);
+  }
+  m.strides.assign(inputs.size(), std::vector<std::size_t>(m.extents.size()));
+  for (std::size_t k = 0; k < inputs.size(); ++k) {
+    std::size_t acc = 1;
+    for (std::size_t d = m.extents.size(); d-- > 0;) {
+      m.strides[k][d] = full[d][k] ? acc : 0;
+      if (full[d][k]) acc *= m.extents[d];
+    }
+  }
+  return m;
+}
+
 struct Gather {
   int input = -1;
   int slot = -1;
-  BroadcastPlan<1> plan;
 };
 
 struct Plan {
+  bool rows = false;                      // blocks are pieces of merged rows
   std::vector<Place> place;               // per body value
   std::vector<Action> action;             // per equation
-  std::vector<std::size_t> hoisted;       // equations run once (all-scalar inputs)
-  std::vector<std::size_t> per_chunk;     // equations run per chunk, in order
+  std::vector<std::size_t> scalar_eqs;    // run on one element per block
+  std::vector<std::size_t> per_block;     // run on the block, in order
   std::vector<Gather> gathers;
   int slots = 0;
-  int scalars = 0;
+  int cells = 0;
 };
 
 bool is_alias(Prim p) { return p == Prim::kBitcast || p == Prim::kStopGradient; }
 
+// Ops whose SIMD and scalar kernels may differ (see make_plan).
+bool transcendental(Prim p) {
+  return p == Prim::kExp || p == Prim::kLog || p == Prim::kTanh || p == Prim::kSigmoid;
+}
+
 // `out_of[v]`: the body output number of value v, or -1. `in_place[o]`: output o
 // is written into an input's buffer.
-Plan make_plan(const FusedKernel& k, std::span<const Array> inputs,
+Plan make_plan(const FusedKernel& k, std::span<const Array> inputs, const Merged& merged,
                const std::vector<int>& out_of, const std::vector<bool>& in_place) {
   const Program& b = k.body;
   const std::int64_t n = numel(k.shape);
   Plan plan;
+  plan.rows = merged.extents.size() == 1 || merged.row() >= kRowMin;
+  // xtensor computes exp/log/tanh/sigmoid with xsimd on aligned runs and with
+  // std:: on the ends, which differ in the last bit. Unfused, the SIMD runs
+  // start at element 0 of the array; fused blocks must start on a multiple of
+  // the batch size too (chunks do; rows must be a multiple long) to give the
+  // same bits.
+  if (plan.rows && merged.extents.size() > 1 && merged.row() % kSimdAlign != 0) {
+    for (const Equation& eq : b.equations) {
+      if (transcendental(eq.prim)) plan.rows = false;
+    }
+  }
   plan.place.resize(b.num_values());
   plan.action.assign(b.equations.size(), Action::kCompute);
   std::vector<bool> scalar(b.num_values(), false);
@@ -83,16 +159,16 @@ Plan make_plan(const FusedKernel& k, std::span<const Array> inputs,
   for (std::size_t i = 0; i < b.inputs.size(); ++i) {
     const ValueId v = b.inputs[i];
     const std::int64_t m = inputs[i].size();
-    if (m == n) {
+    const bool whole = plan.rows ? merged.step(i) != 0 : m == n;
+    const bool one = plan.rows ? merged.step(i) == 0 : m == 1;
+    if (whole) {
       plan.place[v] = {Loc::kInput, static_cast<int>(i)};
-    } else if (m == 1) {
+    } else if (one) {
       plan.place[v] = {Loc::kInputScalar, static_cast<int>(i)};
       scalar[v] = true;
     } else {
       plan.place[v] = {Loc::kSlot, -1};  // slot assigned below
-      plan.gathers.push_back(
-          Gather{static_cast<int>(i), -1,
-                 BroadcastPlan<1>::make(k.shape, {&inputs[i].shape()})});
+      plan.gathers.push_back(Gather{static_cast<int>(i), -1});
     }
   }
   // Last chunk equation reading each storage root (outputs kept to the end).
@@ -108,10 +184,10 @@ Plan make_plan(const FusedKernel& k, std::span<const Array> inputs,
         plan.action[e] = out_of[eq.output] < 0 ? Action::kAlias : Action::kCopy;
         if (out_of[eq.output] < 0) root[eq.output] = root[eq.inputs[0]];
       }
-      plan.hoisted.push_back(e);
+      plan.scalar_eqs.push_back(e);
       continue;
     }
-    plan.per_chunk.push_back(e);
+    plan.per_block.push_back(e);
     if (is_alias(eq.prim)) {
       const int o = out_of[eq.output];
       if (o < 0) {
@@ -126,13 +202,14 @@ Plan make_plan(const FusedKernel& k, std::span<const Array> inputs,
   for (std::size_t o = 0; o < b.outputs.size(); ++o) {
     if (in_place[o]) last_use[root[b.outputs[o]]] = end;
   }
-  // Values computed once get their own 8-byte cells, so a scalar output never
-  // reads an input's buffer (which an in-place output may overwrite).
-  for (std::size_t e : plan.hoisted) {
+  // Values computed on one element get their own 8-byte cells, so a scalar
+  // output never reads an input's buffer (which an in-place output may
+  // overwrite).
+  for (std::size_t e : plan.scalar_eqs) {
     const Equation& eq = b.equations[e];
     plan.place[eq.output] = plan.action[e] == Action::kAlias
                                 ? plan.place[root[eq.output]]
-                                : Place{Loc::kScalar, plan.scalars++};
+                                : Place{Loc::kScalar, plan.cells++};
   }
   // Temporaries: gathered inputs from the start, computed values from their
   // equation, each freed after the last reader of its root.
@@ -149,7 +226,7 @@ Plan make_plan(const FusedKernel& k, std::span<const Array> inputs,
     g.slot = take();
     plan.place[b.inputs[static_cast<std::size_t>(g.input)]].index = g.slot;
   }
-  for (std::size_t e : plan.per_chunk) {
+  for (std::size_t e : plan.per_block) {
     const Equation& eq = b.equations[e];
     if (plan.action[e] == Action::kAlias) {
       plan.place[eq.output] = plan.place[root[eq.output]];
@@ -172,64 +249,177 @@ Plan make_plan(const FusedKernel& k, std::span<const Array> inputs,
   return plan;
 }
 
-// Copies the elements [start, start + len) of `src` broadcast to the plan's
+// Copies the elements [start, start + len) of input `k` broadcast to the merged
 // domain into dst: one row copy or fill at a time.
-void gather(const BroadcastPlan<1>& plan, const void* src, std::size_t esize,
-            std::size_t start, std::size_t len, void* dst) {
+KILN_FUSED_VECTORIZE void gather(const Merged& m, std::size_t k, const void* src,
+                                 std::size_t esize, std::size_t start, std::size_t len,
+                                 void* dst) {
+  const std::vector<std::size_t>& strides = m.strides[k];
   visit_size(esize, [&](auto zero) {
     using U = decltype(zero);
     const U* s = static_cast<const U*>(src);
     U* d = static_cast<U*>(dst);
-    const std::size_t rank = plan.extents.size();
-    ShapeVec idx(rank, 0);
+    const std::size_t rank = m.extents.size();
+    std::vector<std::size_t> idx(rank, 0);
     std::size_t rem = start, off = 0;
     for (std::size_t dim = rank; dim-- > 0;) {
-      idx[dim] = rem % plan.extents[dim];
-      rem /= plan.extents[dim];
-      off += idx[dim] * plan.strides[0][dim];
+      idx[dim] = rem % m.extents[dim];
+      rem /= m.extents[dim];
+      off += idx[dim] * strides[dim];
     }
-    const std::size_t inner = plan.extents[rank - 1];
-    const std::size_t step = plan.strides[0][rank - 1];
+    const std::size_t inner = m.extents[rank - 1];
+    const std::size_t step = strides[rank - 1];
     while (len > 0) {
       const std::size_t run = std::min(inner - idx[rank - 1], len);
       if (step == 1) {
         std::memcpy(d, s + off, run * sizeof(U));
       } else {
-        std::fill(d, d + run, s[off]);
+        const U x = s[off];
+        for (std::size_t i = 0; i < run; ++i) d[i] = x;
       }
       d += run;
       len -= run;
       idx[rank - 1] += run;
       off += run * step;
-      for (std::size_t dim = rank; dim-- > 1 && idx[dim] == plan.extents[dim];) {
-        off -= idx[dim] * plan.strides[0][dim];
+      for (std::size_t dim = rank; dim-- > 1 && idx[dim] == m.extents[dim];) {
+        off -= idx[dim] * strides[dim];
         idx[dim] = 0;
         ++idx[dim - 1];
-        off += plan.strides[0][dim - 1];
+        off += strides[dim - 1];
       }
     }
   });
 }
 
-void fill(void* dst, const void* one, std::size_t esize, std::size_t n) {
+KILN_FUSED_VECTORIZE void fill(void* dst, const void* one, std::size_t esize, std::size_t n) {
   visit_size(esize, [&](auto zero) {
     using U = decltype(zero);
     U x;
     std::memcpy(&x, one, sizeof(U));
-    std::fill(static_cast<U*>(dst), static_cast<U*>(dst) + n, x);
+    U* d = static_cast<U*>(dst);
+    for (std::size_t i = 0; i < n; ++i) d[i] = x;
   });
+}
+
+// The elementwise kernel of body equations [first, last) of `k` computing
+// `outputs`; its inputs (returned in `reads`) are the values those equations
+// read and do not compute, in order of first use. Value numbers are kept.
+FusedKernel part_of(const FusedKernel& k, std::size_t first, std::size_t last,
+                    std::vector<ValueId> outputs, std::vector<ValueId>& reads) {
+  FusedKernel part;
+  part.shape = k.shape;
+  part.body.avals = k.body.avals;
+  std::vector<bool> known(k.body.num_values(), false);
+  for (std::size_t e = first; e < last; ++e) {
+    const Equation& eq = k.body.equations[e];
+    for (ValueId in : eq.inputs) {
+      if (known[in]) continue;
+      known[in] = true;
+      reads.push_back(in);
+    }
+    known[eq.output] = true;
+    part.body.equations.push_back(eq);
+  }
+  part.body.inputs = reads;
+  part.body.outputs = std::move(outputs);
+  return part;
 }
 
 }  // namespace
 
+// matmul (BLAS) into a buffer the elementwise group then reads, and writes
+// into when the product is not an output itself (it is still in cache for
+// small products; the saving is a launch and an allocation).
+std::vector<std::shared_ptr<Buffer>> CpuBackend::eval_epilogue(
+    const FusedKernel& k, std::span<const Array> inputs,
+    std::span<const std::shared_ptr<Buffer>> into) {
+  const Program& b = k.body;
+  const Equation& mm = b.equations.front();
+  const auto input = [&](ValueId v) {
+    return inputs[static_cast<std::size_t>(std::find(b.inputs.begin(), b.inputs.end(), v) -
+                                           b.inputs.begin())];
+  };
+  const Aval& pa = b.avals[mm.output];
+  const Array operands[] = {input(mm.inputs[0]), input(mm.inputs[1])};
+  const Array product(pa.dtype, pa.shape, eval_matmul(mm.prim, mm.params, operands, pa));
+  std::vector<ValueId> rest;
+  std::vector<std::shared_ptr<Buffer>> rest_into;
+  bool product_escapes = false;
+  for (std::size_t o = 0; o < b.outputs.size(); ++o) {
+    if (b.outputs[o] == mm.output) {
+      product_escapes = true;
+      continue;
+    }
+    rest.push_back(b.outputs[o]);
+    rest_into.push_back(o < into.size() ? into[o] : nullptr);
+  }
+  if (!product_escapes) {  // the product dies here: the first output that fits takes it
+    for (std::size_t j = 0; j < rest.size(); ++j) {
+      if (rest_into[j] == nullptr && b.avals[rest[j]] == pa) {
+        rest_into[j] = product.buffer();
+        break;
+      }
+    }
+  }
+  std::vector<ValueId> reads;
+  const FusedKernel part = part_of(k, 1, b.equations.size(), rest, reads);
+  std::vector<Array> args;
+  for (ValueId v : reads) args.push_back(v == mm.output ? product : input(v));
+  const std::vector<std::shared_ptr<Buffer>> bufs = eval_fused(part, args, rest_into);
+  std::vector<std::shared_ptr<Buffer>> outs;
+  std::size_t j = 0;
+  for (ValueId v : b.outputs) outs.push_back(v == mm.output ? product.buffer() : bufs[j++]);
+  return outs;
+}
+
+// The group in chunks (its escaping values, and the reduced one into a
+// temporary), then the reduction kernel on it: the same bits as unfused.
+std::vector<std::shared_ptr<Buffer>> CpuBackend::eval_prologue(
+    const FusedKernel& k, std::span<const Array> inputs,
+    std::span<const std::shared_ptr<Buffer>> into) {
+  const Program& b = k.body;
+  const Equation& red = b.equations.back();
+  const ValueId reduced = red.inputs[0];
+  std::vector<ValueId> rest(b.outputs.begin(), b.outputs.end() - 1);  // the reduction is last
+  std::vector<std::shared_ptr<Buffer>> rest_into(rest.size());
+  for (std::size_t o = 0; o < rest.size() && o < into.size(); ++o) rest_into[o] = into[o];
+  const auto pos = std::find(rest.begin(), rest.end(), reduced);
+  const auto at = static_cast<std::size_t>(pos - rest.begin());
+  if (pos == rest.end()) {
+    rest.push_back(reduced);
+    rest_into.push_back(nullptr);
+  }
+  std::vector<ValueId> reads;
+  const FusedKernel part = part_of(k, 0, b.equations.size() - 1, rest, reads);
+  std::vector<Array> args;
+  for (ValueId v : reads) {
+    args.push_back(inputs[static_cast<std::size_t>(
+        std::find(b.inputs.begin(), b.inputs.end(), v) - b.inputs.begin())]);
+  }
+  std::vector<std::shared_ptr<Buffer>> outs = eval_fused(part, args, rest_into);
+  const Aval& ra = b.avals[reduced];
+  const Array values[] = {Array(ra.dtype, ra.shape, outs[at])};
+  std::shared_ptr<Buffer> result = eval_reduce(red.prim, red.params, values, b.avals[red.output]);
+  outs.resize(b.outputs.size() - 1);  // drops the temporary (when it is one)
+  outs.push_back(std::move(result));
+  return outs;
+}
+
 std::vector<std::shared_ptr<Buffer>> CpuBackend::eval_fused(
     const FusedKernel& k, std::span<const Array> inputs,
     std::span<const std::shared_ptr<Buffer>> into) {
-  if (k.kind != FusedKernel::Kind::kElementwise) return Backend::eval_fused(k, inputs, into);
   const Program& b = k.body;
   for (const Equation& eq : b.equations) {
     for (ValueId in : eq.inputs) check_host_dtype(eq.prim, b.avals[in].dtype);
     check_host_dtype(eq.prim, b.avals[eq.output].dtype);
+  }
+  switch (k.kind) {
+    case FusedKernel::Kind::kMatmulEpilogue:
+      return eval_epilogue(k, inputs, into);
+    case FusedKernel::Kind::kReducePrologue:
+      return eval_prologue(k, inputs, into);
+    case FusedKernel::Kind::kElementwise:
+      break;
   }
   std::vector<std::shared_ptr<Buffer>> outs(b.outputs.size());
   std::vector<int> out_of(b.num_values(), -1);
@@ -246,7 +436,8 @@ std::vector<std::shared_ptr<Buffer>> CpuBackend::eval_fused(
   const auto n = static_cast<std::size_t>(numel(k.shape));
   if (n == 0) return outs;
 
-  const Plan plan = make_plan(k, inputs, out_of, in_place);
+  const Merged merged = merge_dims(k.shape, inputs);
+  const Plan plan = make_plan(k, inputs, merged, out_of, in_place);
   std::vector<const std::byte*> in_data(inputs.size());
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     in_data[i] = static_cast<const std::byte*>(inputs[i].buffer()->host_data());
@@ -255,23 +446,24 @@ std::vector<std::shared_ptr<Buffer>> CpuBackend::eval_fused(
   for (std::size_t o = 0; o < outs.size(); ++o) {
     out_data[o] = static_cast<std::byte*>(outs[o]->host_data());
   }
-  std::vector<std::uint64_t> scalar_cells(static_cast<std::size_t>(plan.scalars));
+  std::vector<std::uint64_t> cells(static_cast<std::size_t>(plan.cells));
   const auto slots = HostBuffer::allocate(
       std::max<std::size_t>(1, static_cast<std::size_t>(plan.slots)) * kSlotBytes);
   auto* slot_data = static_cast<std::byte*>(slots->host_data());
 
   const auto esize = [&](ValueId v) { return size_of(b.avals[v].dtype); };
-  // Where value v's elements for the chunk starting at `start` are.
-  const auto data = [&](ValueId v, std::size_t start) -> std::byte* {
+  // The block: output elements [start, start + len); input i's elements (its
+  // run, or its one element) at block_in[i].
+  std::size_t start = 0;
+  std::vector<std::byte*> block_in(inputs.size());
+  const auto data = [&](ValueId v) -> std::byte* {
     const Place& p = plan.place[v];
     switch (p.loc) {
       case Loc::kInput:
-        return const_cast<std::byte*>(in_data[static_cast<std::size_t>(p.index)]) +
-               start * esize(v);
       case Loc::kInputScalar:
-        return const_cast<std::byte*>(in_data[static_cast<std::size_t>(p.index)]);
+        return block_in[static_cast<std::size_t>(p.index)];
       case Loc::kScalar:
-        return reinterpret_cast<std::byte*>(&scalar_cells[static_cast<std::size_t>(p.index)]);
+        return reinterpret_cast<std::byte*>(&cells[static_cast<std::size_t>(p.index)]);
       case Loc::kSlot:
         return slot_data + static_cast<std::size_t>(p.index) * kSlotBytes;
       case Loc::kOut:
@@ -279,59 +471,89 @@ std::vector<std::shared_ptr<Buffer>> CpuBackend::eval_fused(
     }
     return nullptr;
   };
-  const auto operand = [&](ValueId v, std::size_t start) {
+  const auto operand = [&](ValueId v) {
     const Loc loc = plan.place[v].loc;
-    return FlatOperand{data(v, start), loc == Loc::kScalar || loc == Loc::kInputScalar};
+    return FlatOperand{data(v), loc == Loc::kScalar || loc == Loc::kInputScalar};
   };
-  const auto run = [&](const Equation& eq, Action action, std::size_t start,
-                       std::size_t len) {
-    void* out = data(eq.output, start);
+  const auto run = [&](const Equation& eq, Action action, std::size_t len) {
+    if (action == Action::kAlias) return;
+    void* out = data(eq.output);
     const DType in = b.avals[eq.inputs[0]].dtype;
     const DType to = b.avals[eq.output].dtype;
-    if (action == Action::kAlias) return;
     if (action == Action::kCopy) {
-      std::memcpy(out, data(eq.inputs[0], start), len * esize(eq.output));
+      std::memcpy(out, data(eq.inputs[0]), len * esize(eq.output));
       return;
     }
     switch (family(eq.prim)) {
       case PrimFamily::kUnary:
-        return unary_flat(eq.prim, in, data(eq.inputs[0], start), out, len);
+        return unary_flat(eq.prim, in, data(eq.inputs[0]), out, len);
       case PrimFamily::kBinary:
-        return binary_flat(eq.prim, in, operand(eq.inputs[0], start),
-                           operand(eq.inputs[1], start), out, len);
+        return binary_flat(eq.prim, in, operand(eq.inputs[0]), operand(eq.inputs[1]), out,
+                           len);
       case PrimFamily::kWhere:
-        return where_flat(to, operand(eq.inputs[0], start), operand(eq.inputs[1], start),
-                          operand(eq.inputs[2], start), out, len);
+        return where_flat(to, operand(eq.inputs[0]), operand(eq.inputs[1]),
+                          operand(eq.inputs[2]), out, len);
       case PrimFamily::kAstype:
-        return astype_flat(in, to, data(eq.inputs[0], start), out, len);
+        return astype_flat(in, to, data(eq.inputs[0]), out, len);
       default:
         throw Error(detail::str_cat("[fused] ", name(eq.prim), " is not elementwise"));
     }
   };
-
-  // Chunk-invariant values: once, on one element (their operands are scalars).
-  for (std::size_t e : plan.hoisted) run(b.equations[e], plan.action[e], 0, 1);
-
-  for (std::size_t start = 0; start < n; start += kChunk) {
-    const std::size_t len = std::min(kChunk, n - start);
-    for (const Gather& g : plan.gathers) {
-      const auto i = static_cast<std::size_t>(g.input);
-      gather(g.plan, in_data[i], size_of(inputs[i].dtype()), start, len,
-             slot_data + static_cast<std::size_t>(g.slot) * kSlotBytes);
-    }
-    for (std::size_t e : plan.per_chunk) run(b.equations[e], plan.action[e], start, len);
-    // Every input of the chunk has been read: outputs that are not in place yet.
+  const auto run_block = [&](std::size_t len) {
+    for (std::size_t e : plan.scalar_eqs) run(b.equations[e], plan.action[e], 1);
+    for (std::size_t e : plan.per_block) run(b.equations[e], plan.action[e], len);
+    // Every input of the block has been read: outputs not written in place yet.
     for (std::size_t o = 0; o < outs.size(); ++o) {
       const ValueId v = b.outputs[o];
       const Place& p = plan.place[v];
       if (p.loc == Loc::kOut) continue;
       std::byte* dst = out_data[o] + start * esize(v);
       if (p.loc == Loc::kScalar) {  // (a cell: outputs never alias an input)
-        fill(dst, data(v, start), esize(v), len);
+        fill(dst, data(v), esize(v), len);
       } else {
-        std::memcpy(dst, data(v, start), len * esize(v));
+        std::memcpy(dst, data(v), len * esize(v));
       }
     }
+  };
+
+  if (plan.rows) {
+    // Row by row over the merged dims; pieces of at most kChunk per row.
+    const std::size_t rank = merged.extents.size(), row = merged.row();
+    std::vector<std::size_t> idx(rank, 0), off(inputs.size(), 0);
+    for (std::size_t r = 0; r < n / row; ++r) {
+      for (std::size_t at = 0; at < row; at += kChunk) {
+        start = r * row + at;
+        for (std::size_t i = 0; i < inputs.size(); ++i) {
+          block_in[i] = const_cast<std::byte*>(in_data[i]) +
+                        (off[i] + at * merged.step(i)) * size_of(inputs[i].dtype());
+        }
+        run_block(std::min(kChunk, row - at));
+      }
+      for (std::size_t d = rank - 1; d-- > 0;) {  // odometer over the outer dims
+        for (std::size_t i = 0; i < inputs.size(); ++i) off[i] += merged.strides[i][d];
+        if (++idx[d] < merged.extents[d]) break;
+        for (std::size_t i = 0; i < inputs.size(); ++i) {
+          off[i] -= merged.strides[i][d] * merged.extents[d];
+        }
+        idx[d] = 0;
+      }
+    }
+    return outs;
+  }
+  // Short rows: chunks across rows; broadcast inputs gathered.
+  for (start = 0; start < n; start += kChunk) {
+    const std::size_t len = std::min(kChunk, n - start);
+    for (std::size_t i = 0; i < inputs.size(); ++i) {
+      const bool one = plan.place[b.inputs[i]].loc == Loc::kInputScalar;
+      block_in[i] = const_cast<std::byte*>(in_data[i]) +
+                    (one ? 0 : start * size_of(inputs[i].dtype()));
+    }
+    for (const Gather& g : plan.gathers) {
+      const auto i = static_cast<std::size_t>(g.input);
+      gather(merged, i, in_data[i], size_of(inputs[i].dtype()), start, len,
+             slot_data + static_cast<std::size_t>(g.slot) * kSlotBytes);
+    }
+    run_block(len);
   }
   return outs;
 }

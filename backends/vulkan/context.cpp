@@ -193,6 +193,11 @@ struct ContextFactory {
       caps.matmul_shared_tiles = false;
     }
     if (env_flag("KILN_VK_MATMUL_SHARED")) caps.matmul_shared_tiles = true;
+    // Tests on CPU devices raise the cap to reach the 2-D grids GPUs get.
+    if (const char* cap = std::getenv("KILN_VK_MAP_GROUP_CAP"); cap != nullptr && *cap != '\0') {
+      caps.map_group_cap = static_cast<std::uint32_t>(std::strtoul(cap, nullptr, 10));
+      caps.map_group_cap = std::max<std::uint32_t>(caps.map_group_cap, 1);
+    }
     VkPhysicalDeviceMaintenance3Properties m3{
         VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES};
     VkPhysicalDeviceProperties2 p3{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};

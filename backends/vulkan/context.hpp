@@ -40,6 +40,7 @@ struct Capabilities {
   std::uint64_t non_coherent_atom_size = 0;
   // Most workgroups a map kernel launches; each invocation loops over the rest.
   // CPU implementations pay per workgroup, so they get few, long-running ones.
+  // KILN_VK_MAP_GROUP_CAP=N overrides it (tests reach 2-D grids on lavapipe).
   std::uint32_t map_group_cap = 1u << 20;
   // Matmul stages tiles in shared memory (GPUs); CPU implementations do better
   // with register tiles read straight from memory (no barriers).

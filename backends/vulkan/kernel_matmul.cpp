@@ -14,6 +14,24 @@ using spv::Builder;
 using spv::Ty;
 using spv::Val;
 
+MatmulSpec matmul_spec(const Shape& a, const Shape& b, const Aval& out) {
+  MatmulSpec s;
+  const std::size_t r = out.shape.size();
+  s.m = out.shape[r - 2];
+  s.n = out.shape[r - 1];
+  s.k = a[a.size() - 1];
+  s.dtype = out.dtype;
+  s.batch = Shape(out.shape.begin(), out.shape.end() - 2);
+  const auto batch_view = [&](const Shape& x, std::int64_t per) {
+    View v = broadcast_view(Shape(x.begin(), x.end() - 2), s.batch);
+    for (auto& st : v.strides) st *= per;
+    return v;
+  };
+  s.a_batch = batch_view(a, s.m * s.k);
+  s.b_batch = batch_view(b, s.k * s.n);
+  return s;
+}
+
 Launch matmul_kernel(Context& ctx, const MatmulSpec& s) {
   const std::uint32_t T = ctx.caps().max_invocations >= 256 ? 16 : 8;
   const std::uint32_t R = 4;             // outputs per invocation per side
@@ -28,11 +46,32 @@ Launch matmul_kernel(Context& ctx, const MatmulSpec& s) {
       detail::join(s.batch, ","), "|a=", s.a_batch.offset, ":",
       detail::join(s.a_batch.strides, ","), "|b=", s.b_batch.offset, ":",
       detail::join(s.b_batch.strides, ","));
-  const Pipeline& p = ctx.pipelines().get(key, [&] {
+  std::string full_key = key;
+  if (s.fused != nullptr) {
+    full_key += detail::str_cat("|epi=", s.fused->key, "|");
+    for (std::size_t k = 0; k < s.fused->inputs.size(); ++k) {
+      full_key += detail::str_cat(name(s.fused->inputs[k]), "@", s.fused->views[k].offset, ":",
+                                  detail::join(s.fused->views[k].strides, ","), ";");
+    }
+    for (DType d : s.fused->outputs) full_key += detail::str_cat(">", name(d));
+  }
+  const auto bindings = static_cast<std::uint32_t>(
+      s.fused == nullptr ? 3 : 2 + s.fused->inputs.size() + s.fused->outputs.size());
+  const Pipeline& p = ctx.pipelines().get(full_key, [&] {
     Builder b(threads, 0);
     const int A = b.buffer(s.dtype, true);
     const int B = b.buffer(s.dtype, true);
-    const int C = b.buffer(s.dtype, false);
+    // The product, or with an epilogue its inputs and outputs.
+    int C = -1, first_out = -1;
+    if (s.fused == nullptr) {
+      C = b.buffer(s.dtype, false);
+    } else {
+      for (DType d : s.fused->inputs) b.buffer(d, true);
+      for (DType d : s.fused->outputs) {
+        const int o = b.buffer(d, false);
+        if (first_out < 0) first_out = o;
+      }
+    }
     const int As = tiled ? b.shared(t, BK * BM) : -1;
     const int Bs = tiled ? b.shared(t, BK * BN) : -1;
     Val lid = b.invocation();
@@ -47,6 +86,16 @@ Launch matmul_kernel(Context& ctx, const MatmulSpec& s) {
                                           offset_of(b, bz, s.batch, s.b_batch.strides)});
     Val cbase = b.op("OpIMul", Ty::kU32, {bz, b.u32(u(s.m * s.n))});
     const Val M = b.u32(u(s.m)), N = b.u32(u(s.n)), K = b.u32(u(s.k));
+    // Epilogue inputs: each view's offset at this batch; rows and columns add.
+    std::vector<Val> ebase;
+    if (s.fused != nullptr) {
+      const std::size_t nb = s.batch.size();
+      for (const View& v : s.fused->views) {
+        const Shape bstr(v.strides.begin(), v.strides.begin() + static_cast<std::ptrdiff_t>(nb));
+        ebase.push_back(b.op("OpIAdd", Ty::kU32,
+                             {b.u32(u(v.offset)), offset_of(b, bz, s.batch, bstr)}));
+      }
+    }
     const Val zero = b.constant(t, 0);
     std::vector<spv::Var> acc;
     for (std::uint32_t i = 0; i < R * R; ++i) {
@@ -63,6 +112,22 @@ Launch matmul_kernel(Context& ctx, const MatmulSpec& s) {
       return b.op("OpULessThan", Ty::kBool, {x, y});
     };
     // Reads buffer[base + r * ld + c] when r < rows and c < cols, else 0.
+    // Stores output (r, c) at element idx: the product, or the epilogue's values.
+    const auto store_at = [&](const Val& r, const Val& c, const Val& idx, const Val& product) {
+      if (s.fused == nullptr) return b.store(C, idx, product);
+      const std::size_t nb = s.batch.size();
+      const LoadFn load = [&](std::size_t k) {
+        const View& v = s.fused->views[k];
+        Val off = ebase[k];
+        if (v.strides[nb] != 0) off = add(off, mul(r, b.u32(u(v.strides[nb]))));
+        if (v.strides[nb + 1] != 0) off = add(off, mul(c, b.u32(u(v.strides[nb + 1]))));
+        return b.load(A + 2 + static_cast<int>(k), off);
+      };
+      const std::vector<Val> values = s.epilogue(b, product, load);
+      for (std::size_t o = 0; o < values.size(); ++o) {
+        b.store(first_out + static_cast<int>(o), idx, values[o]);
+      }
+    };
     const auto guarded = [&](int buf, const Val& base, const Val& r, const Val& c,
                              const Val& rows, const Val& cols, const Val& ld) {
       Val ok = b.op("OpLogicalAnd", Ty::kBool, {lt(r, rows), lt(c, cols)});
@@ -101,11 +166,12 @@ Launch matmul_kernel(Context& ctx, const MatmulSpec& s) {
         for (std::uint32_t j = 0; j < R; ++j) {
           Val ok = b.op("OpLogicalAnd", Ty::kBool, {lt(rows[i], M), lt(cols[j], N)});
           b.if_then(ok, [&] {
-            b.store(C, add(cbase, add(mul(rows[i], N), cols[j])), b.get(acc[i * R + j]));
+            store_at(rows[i], cols[j], add(cbase, add(mul(rows[i], N), cols[j])),
+                     b.get(acc[i * R + j]));
           });
         }
       }
-      return KernelSource{b.finish(), 3, 0};
+      return KernelSource{b.finish(), bindings, 0};
     }
     b.loop(b.u32(0), K, b.u32(BK), [&](const Val& k0) {
       for (std::uint32_t e = 0; e < BM * BK / threads; ++e) {
@@ -145,10 +211,10 @@ Launch matmul_kernel(Context& ctx, const MatmulSpec& s) {
         Val r = add(row0, add(mul(ty, b.u32(R)), b.u32(i)));
         Val c = add(col0, add(mul(tx, b.u32(R)), b.u32(j)));
         Val ok = b.op("OpLogicalAnd", Ty::kBool, {lt(r, M), lt(c, N)});
-        b.if_then(ok, [&] { b.store(C, add(cbase, add(mul(r, N), c)), b.get(acc[i * R + j])); });
+        b.if_then(ok, [&] { store_at(r, c, add(cbase, add(mul(r, N), c)), b.get(acc[i * R + j])); });
       }
     }
-    return KernelSource{b.finish(), 3, 0};
+    return KernelSource{b.finish(), bindings, 0};
   });
   const std::int64_t batches = numel(s.batch);
   const auto& max = ctx.caps().max_group_count;

@@ -3,6 +3,7 @@
 // elements; large ones run one workgroup per output: each invocation folds a
 // strided share, then a shared-memory tree combines the workgroup's partials.
 // sum of f16 accumulates in f32; integer sums wrap; max/min propagate NaN.
+#include <algorithm>
 #include <limits>
 
 #include "kiln/backends/vulkan/context.hpp"
@@ -16,21 +17,48 @@ using spv::Builder;
 using spv::Ty;
 using spv::Val;
 
-// Collapses dims within one group (kept or reduced) of a view.
-void collapse_group(Shape& dims, Shape& strides) {
-  Shape nd, ns;
+// Collapses dims within one group (kept or reduced) of views: neighbours merge
+// where every view walks them as one.
+void collapse_group(Shape& dims, std::vector<Shape>& strides) {
+  Shape nd;
+  std::vector<Shape> ns(strides.size());
   for (std::size_t d = 0; d < dims.size(); ++d) {
     if (dims[d] == 1) continue;
-    if (!nd.empty() && ns.back() == strides[d] * dims[d]) {
+    bool merge = !nd.empty();
+    for (std::size_t v = 0; merge && v < strides.size(); ++v) {
+      merge = ns[v].back() == strides[v][d] * dims[d];
+    }
+    if (merge) {
       nd.back() *= dims[d];
-      ns.back() = strides[d];
+      for (std::size_t v = 0; v < strides.size(); ++v) ns[v].back() = strides[v][d];
     } else {
       nd.push_back(dims[d]);
-      ns.push_back(strides[d]);
+      for (std::size_t v = 0; v < strides.size(); ++v) ns[v].push_back(strides[v][d]);
     }
   }
   dims = nd;
   strides = ns;
+}
+
+// Row-major digits of x over dims.
+std::vector<Val> split_index(Builder& b, Val x, const Shape& dims) {
+  std::vector<Val> idx(dims.size());
+  for (std::size_t d = dims.size(); d-- > 0;) {
+    Val extent = b.u32(static_cast<std::uint32_t>(dims[d]));
+    idx[d] = d == 0 ? x : b.op("OpUMod", Ty::kU32, {x, extent});
+    if (d > 0) x = b.op("OpUDiv", Ty::kU32, {x, extent});
+  }
+  return idx;
+}
+
+Val dot(Builder& b, Val off, const std::vector<Val>& idx, const Shape& strides) {
+  for (std::size_t d = 0; d < idx.size(); ++d) {
+    if (strides[d] == 0) continue;
+    off = b.op("OpIAdd", Ty::kU32,
+               {off, b.op("OpIMul", Ty::kU32,
+                          {idx[d], b.u32(static_cast<std::uint32_t>(strides[d]))})});
+  }
+  return off;
 }
 
 }  // namespace
@@ -71,32 +99,102 @@ Val combine(Builder& b, Prim op, const Val& x, const Val& y, DType in) {
 
 }  // namespace
 
+ReduceSpec reduce_spec(Prim p, const Params& params, const Shape& shape, DType in, DType out) {
+  Axes axes = params.axes;
+  if (p == Prim::kArgmax || p == Prim::kArgmin) axes = Axes{params.axis};
+  const Shape own = contiguous_strides(shape);
+  ReduceSpec s;
+  Shape kstr, rstr;
+  for (std::size_t d = 0; d < shape.size(); ++d) {
+    const bool r = std::find(axes.begin(), axes.end(), static_cast<std::int64_t>(d)) != axes.end();
+    (r ? s.reduced : s.kept).push_back(shape[d]);
+    (r ? rstr : kstr).push_back(own[d]);
+  }
+  s.view.strides = kstr;
+  s.view.strides.insert(s.view.strides.end(), rstr.begin(), rstr.end());
+  s.in = in;
+  s.out = out;
+  s.op = p;
+  return s;
+}
+
 Launch reduce_kernel(Context& ctx, const ReduceSpec& s) {
   Shape kept = s.kept, red = s.reduced;
-  Shape ks(s.view.strides.begin(), s.view.strides.begin() + static_cast<std::ptrdiff_t>(kept.size()));
-  Shape rs(s.view.strides.begin() + static_cast<std::ptrdiff_t>(kept.size()), s.view.strides.end());
-  collapse_group(kept, ks);
-  collapse_group(red, rs);
+  // View 0 is the input's (with a prologue: where its other results go), then
+  // the prologue's inputs.
+  std::vector<View> views{s.view};
+  if (s.fused != nullptr) views.insert(views.end(), s.fused->views.begin(), s.fused->views.end());
+  const auto split = static_cast<std::ptrdiff_t>(kept.size());
+  std::vector<Shape> kstr, rstr;
+  for (const View& v : views) {
+    kstr.emplace_back(v.strides.begin(), v.strides.begin() + split);
+    rstr.emplace_back(v.strides.begin() + split, v.strides.end());
+  }
+  collapse_group(kept, kstr);
+  collapse_group(red, rstr);
+  const Shape& ks = kstr[0];
+  const Shape& rs = rstr[0];
   const std::int64_t outs = numel(kept), r_count = numel(red);
   const bool arg = s.op == Prim::kArgmax || s.op == Prim::kArgmin;
   const std::uint32_t local = local_size(ctx);
   const bool per_group = !arg && r_count >= 512 && outs < 4096;
   const Ty acc_t = spv::compute_type(s.in);
-  const std::string key = detail::str_cat(
+  std::string key = detail::str_cat(
       "reduce|", name(s.op), "|", name(s.in), ">", name(s.out), "|k=",
       detail::join(kept, ","), "/", detail::join(ks, ","), "|r=", detail::join(red, ","),
       "/", detail::join(rs, ","), "|o=", s.view.offset, per_group ? "|wg" : "");
+  if (s.fused != nullptr) {
+    key += detail::str_cat("|pro=", s.fused->key, "|");
+    for (std::size_t k = 0; k < s.fused->inputs.size(); ++k) {
+      key += detail::str_cat(name(s.fused->inputs[k]), "@", views[k + 1].offset, ":",
+                             detail::join(kstr[k + 1], ","), "/", detail::join(rstr[k + 1], ","),
+                             ";");
+    }
+    for (DType d : s.fused->outputs) key += detail::str_cat(">", name(d));
+  }
   const Pipeline& p = ctx.pipelines().get(key, [&] {
     Builder b(local, 1);
-    const int in = b.buffer(s.in, true);
+    const std::size_t n_in = s.fused != nullptr ? s.fused->inputs.size() : 1;
+    if (s.fused != nullptr) {
+      for (DType d : s.fused->inputs) b.buffer(d, true);
+      for (DType d : s.fused->outputs) b.buffer(d, false);
+    } else {
+      b.buffer(s.in, true);
+    }
+    const int in = 0;
     const int out = b.buffer(s.out, false);
     const Val n_red = b.u32(static_cast<std::uint32_t>(r_count));
+    // Per output o: element offsets of its first reduced element in each view.
+    std::vector<Val> bases;
     const auto base_of = [&](const Val& o) {
-      return b.op("OpIAdd", Ty::kU32,
-                  {b.u32(static_cast<std::uint32_t>(s.view.offset)), offset_of(b, o, kept, ks)});
+      if (s.fused == nullptr) {
+        return b.op("OpIAdd", Ty::kU32,
+                    {b.u32(static_cast<std::uint32_t>(s.view.offset)), offset_of(b, o, kept, ks)});
+      }
+      const std::vector<Val> idx = split_index(b, o, kept);
+      bases.clear();
+      for (std::size_t v = 0; v < views.size(); ++v) {
+        bases.push_back(
+            dot(b, b.u32(static_cast<std::uint32_t>(views[v].offset)), idx, kstr[v]));
+      }
+      return bases[0];
     };
     const auto elem = [&](const Val& base, const Val& r) {
-      return b.load(in, b.op("OpIAdd", Ty::kU32, {base, offset_of(b, r, red, rs)}));
+      if (s.fused == nullptr) {
+        return b.load(in, b.op("OpIAdd", Ty::kU32, {base, offset_of(b, r, red, rs)}));
+      }
+      // The prologue at this element: its inputs through their views, its other
+      // results stored where the reduced array's element would be.
+      const std::vector<Val> idx = split_index(b, r, red);
+      const LoadFn load = [&](std::size_t k) {
+        return b.load(static_cast<int>(k), dot(b, bases[k + 1], idx, rstr[k + 1]));
+      };
+      const std::vector<Val> results = s.prologue(b, load);
+      const Val at = dot(b, bases[0], idx, rs);
+      for (std::size_t o = 1; o < results.size(); ++o) {
+        b.store(static_cast<int>(n_in + o - 1), at, results[o]);
+      }
+      return results[0];
     };
     if (per_group) {
       const int sh = b.shared(acc_t, local);
@@ -157,7 +255,7 @@ Launch reduce_kernel(Context& ctx, const ReduceSpec& s) {
         b.store(out, o, b.bitcast(b.get(where), Ty::kI32));
       });
     }
-    return KernelSource{b.finish(), 2, 1};
+    return KernelSource{b.finish(), static_cast<std::uint32_t>(out + 1), 1};
   });
   Launch l;
   l.pipeline = &p;

@@ -91,7 +91,23 @@ Launch map_kernel(Context& ctx, MapSpec spec);
 // group's shape whose body is every equation's scalar code (emit_elementwise)
 // in order; inputs are read through broadcast views, each output is stored
 // once. Bindings: the body's inputs, then its outputs.
+// Matmul epilogues and reduction prologues go through matmul_kernel and
+// reduce_kernel with a FusedPart. Bindings: fused_inputs(kernel) (positions in
+// body.inputs, in binding order), then the body's outputs in order.
 Launch fused_kernel(Context& ctx, const FusedKernel& kernel);
+std::vector<std::size_t> fused_inputs(const FusedKernel& kernel);
+
+// A fused elementwise part of a reduction or matmul kernel (kernel_fused.cpp):
+// extra inputs read through views over the kernel's domain, extra outputs
+// stored at the element the kernel is at, and the body computing them. `load(k)`
+// reads extra input k at the current element.
+using LoadFn = std::function<spv::Val(std::size_t)>;
+struct FusedPart {
+  std::vector<DType> inputs;
+  std::vector<View> views;     // over the kernel's domain (see each spec)
+  std::vector<DType> outputs;
+  std::string key;             // identifies the body
+};
 
 // ---- reductions over the trailing axes of a (kept..., reduced...) domain ----
 struct ReduceSpec {
@@ -99,7 +115,16 @@ struct ReduceSpec {
   View view;                // of the input over kept ++ reduced
   DType in = DType::kF32, out = DType::kF32;
   Prim op = Prim::kSum;     // kSum, kMax, kMin, kArgmax, kArgmin
+  // A fused prologue (sum/max/min only): the reduced elements come from
+  // `prologue` (its result 0, of dtype `in`) instead of an input binding. Its
+  // inputs are bindings 0..k-1 with views over kept ++ reduced; its other
+  // results are stored at the offsets `view` gives (the contiguous layout of
+  // the reduced array) in bindings k..k+j-1; the reduction's output is last.
+  const FusedPart* fused = nullptr;
+  std::function<std::vector<spv::Val>(spv::Builder&, const LoadFn&)> prologue;
 };
+// The spec of reducing an array of `shape` over params' axes (or axis).
+ReduceSpec reduce_spec(Prim p, const Params& params, const Shape& shape, DType in, DType out);
 Launch reduce_kernel(Context& ctx, const ReduceSpec& spec);
 
 // ---- batched matmul: out[b, m, n] = sum_k a[view_a(b), m, k] * b[view_b(b), k, n]
@@ -108,7 +133,15 @@ struct MatmulSpec {
   View a_batch, b_batch;     // per-batch element offsets (strides over batch dims)
   std::int64_t m = 0, n = 0, k = 0;
   DType dtype = DType::kF32;
+  // A fused epilogue: each output element's product goes to `epilogue`, which
+  // returns one value per output of `fused`; extra inputs are bindings after A
+  // and B with views over (batch..., m, n), the outputs follow (contiguous).
+  const FusedPart* fused = nullptr;
+  std::function<std::vector<spv::Val>(spv::Builder&, const spv::Val& product, const LoadFn&)>
+      epilogue;
 };
+// The spec of matmul(a, b) -> out (shapes as the op's rule left them).
+MatmulSpec matmul_spec(const Shape& a, const Shape& b, const Aval& out);
 Launch matmul_kernel(Context& ctx, const MatmulSpec& spec);
 
 }  // namespace kiln::vk

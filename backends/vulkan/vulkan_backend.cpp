@@ -165,22 +165,8 @@ std::shared_ptr<Buffer> reduce(Context& ctx, Prim p, const Params& params,
   ctx.require_dtype(a.dtype(), std::string(name(p)).c_str());
   auto buf = allocate(ctx, out, p);
   if (numel(out.shape) == 0) return buf;
-  Axes axes = params.axes;
-  if (p == Prim::kArgmax || p == Prim::kArgmin) axes = Axes{params.axis};
-  const Shape own = contiguous_strides(a.shape());
-  ReduceSpec s;
-  Shape kstr, rstr;
-  for (std::size_t d = 0; d < a.shape().size(); ++d) {
-    const bool r = std::find(axes.begin(), axes.end(), static_cast<std::int64_t>(d)) != axes.end();
-    (r ? s.reduced : s.kept).push_back(a.shape()[d]);
-    (r ? rstr : kstr).push_back(own[d]);
-  }
-  s.view.strides = kstr;
-  s.view.strides.insert(s.view.strides.end(), rstr.begin(), rstr.end());
-  s.in = a.dtype();
-  s.out = out.dtype;
-  s.op = p;
-  launch(ctx, reduce_kernel(ctx, s), inputs, buf);
+  launch(ctx, reduce_kernel(ctx, reduce_spec(p, params, a.shape(), a.dtype(), out.dtype)),
+         inputs, buf);
   return buf;
 }
 
@@ -190,20 +176,7 @@ std::shared_ptr<Buffer> matmul(Context& ctx, std::span<const Array> inputs, cons
   ctx.require_dtype(a.dtype(), "matmul");
   auto buf = allocate(ctx, out, Prim::kMatmul);
   if (numel(out.shape) == 0) return buf;
-  MatmulSpec s;
-  const std::size_t r = out.shape.size();
-  s.m = out.shape[r - 2];
-  s.n = out.shape[r - 1];
-  s.k = a.shape()[a.shape().size() - 1];
-  s.dtype = out.dtype;
-  s.batch = Shape(out.shape.begin(), out.shape.end() - 2);
-  const auto batch_view = [&](const Array& x, std::int64_t per) {
-    View v = broadcast_view(Shape(x.shape().begin(), x.shape().end() - 2), s.batch);
-    for (auto& st : v.strides) st *= per;
-    return v;
-  };
-  s.a_batch = batch_view(a, s.m * s.k);
-  s.b_batch = batch_view(b, s.k * s.n);
+  const MatmulSpec s = matmul_spec(a.shape(), b.shape(), out);
   if (s.k == 0) {  // an empty sum: zeros
     MapSpec z;
     z.domain = out.shape;
@@ -364,7 +337,6 @@ std::shared_ptr<Buffer> VulkanBackend::eval(Prim p, const Params& params,
 std::vector<std::shared_ptr<Buffer>> VulkanBackend::eval_fused(
     const FusedKernel& k, std::span<const Array> inputs,
     std::span<const std::shared_ptr<Buffer>> into) {
-  if (k.kind != FusedKernel::Kind::kElementwise) return Backend::eval_fused(k, inputs, into);
   const Program& body = k.body;
   // The unfused path's capability errors: every value is an array there.
   for (const Equation& eq : body.equations) {
@@ -372,12 +344,22 @@ std::vector<std::shared_ptr<Buffer>> VulkanBackend::eval_fused(
     for (ValueId in : eq.inputs) ctx_.require_dtype(body.avals[in].dtype, what.c_str());
     ctx_.require_dtype(body.avals[eq.output].dtype, what.c_str());
   }
-  if (inputs.size() + body.outputs.size() > ctx_.caps().max_bindings) {
-    return Backend::eval_fused(k, inputs, into);  // one kernel per equation
+  const std::vector<std::size_t> order = fused_inputs(k);
+  const bool elementwise = k.kind == FusedKernel::Kind::kElementwise;
+  // Unfused (one kernel per equation): more operands than a kernel binds, and
+  // the anchors' edge cases: empty shapes (a sum over an empty axis still has
+  // values), matmul over k == 0 (zeros).
+  if (order.size() + body.outputs.size() > ctx_.caps().max_bindings ||
+      (!elementwise && numel(k.shape) == 0) ||
+      (k.kind == FusedKernel::Kind::kMatmulEpilogue &&
+       body.avals[body.equations[0].inputs[0]].shape.back() == 0)) {
+    return Backend::eval_fused(k, inputs, into);
   }
   std::vector<std::shared_ptr<Buffer>> outs;
   for (std::size_t o = 0; o < body.outputs.size(); ++o) {
-    if (o < into.size() && into[o] != nullptr) {
+    // In place only for elementwise kernels: a matmul reads other elements of
+    // its operands while the epilogue stores.
+    if (elementwise && o < into.size() && into[o] != nullptr) {
       outs.push_back(into[o]);
       continue;
     }
@@ -389,7 +371,9 @@ std::vector<std::shared_ptr<Buffer>> VulkanBackend::eval_fused(
     outs.push_back(allocate(ctx_, body.avals[v], p));
   }
   if (numel(k.shape) == 0) return outs;
-  launch(ctx_, fused_kernel(ctx_, k), inputs, outs);
+  std::vector<Array> args;
+  for (std::size_t i : order) args.push_back(inputs[i]);
+  launch(ctx_, fused_kernel(ctx_, k), args, outs);
   return outs;
 }
 
