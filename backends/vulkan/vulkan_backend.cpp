@@ -55,7 +55,8 @@ void launch(Context& ctx, const Launch& l, std::span<const Array> inputs,
   }
   ranges.push_back(range_of(*out));
   keep.push_back(out);
-  ctx.stream().dispatch(*l.pipeline, ranges, l.push, l.groups, std::move(keep));
+  const std::uint32_t written = 1u << (ranges.size() - 1);  // the output, bound last
+  ctx.stream().dispatch(*l.pipeline, ranges, written, l.push, l.groups, std::move(keep));
 }
 
 std::string params_key(Prim p, const Params& params) {
@@ -337,6 +338,10 @@ std::shared_ptr<Buffer> VulkanBackend::eval(Prim p, const Params& params,
   return nullptr;
 }
 
+void VulkanBackend::begin_program() { ctx_.stream().begin_program(); }
+
+void VulkanBackend::end_program() { ctx_.stream().end_program(); }
+
 Array VulkanBackend::from_host(const Array& host) {
   ctx_.require_dtype(host.dtype(), "to_device");
   const std::size_t bytes = host.nbytes();
@@ -344,7 +349,7 @@ Array VulkanBackend::from_host(const Array& host) {
                                      name(host.dtype()));
   auto buf = allocate_bytes(ctx_, bytes, what);
   const void* src = const_cast<Buffer&>(*host.buffer()).host_data();
-  ctx_.stream().upload(*buf, src);
+  ctx_.stream().upload(buf, src);
   return Array(host.dtype(), host.shape(), std::move(buf));
 }
 

@@ -17,6 +17,10 @@ class VulkanBackend final : public Backend {
                                std::span<const Array> inputs,
                                const Aval& out) override;
   Array from_host(const Array& host) override;
+  // One compiled-program call records into one command buffer, submitted at the
+  // end without waiting (stream.hpp).
+  void begin_program() override;
+  void end_program() override;
 
  private:
   Context& ctx_;
