@@ -32,8 +32,9 @@ using Fn = std::function<std::vector<Array>(const std::vector<Array>&)>;
 vk::StreamStats stats() { return vk::Context::get(0).stream().stats(); }
 
 vk::StreamStats operator-(const vk::StreamStats& a, const vk::StreamStats& b) {
-  return {a.submits - b.submits, a.command_buffers - b.command_buffers,
-          a.dispatches - b.dispatches, a.transfers - b.transfers, a.barriers - b.barriers};
+  return {a.submits - b.submits,       a.command_buffers - b.command_buffers,
+          a.dispatches - b.dispatches, a.transfers - b.transfers,
+          a.barriers - b.barriers,     a.reused - b.reused};
 }
 
 Array host_random(const Shape& shape, std::uint32_t seed) {
@@ -194,6 +195,40 @@ TEST_CASE("an MLP (matmul + bias + relu layers) in one call equals the CPU") {
   CHECK(r.delta.dispatches == 9);
   CHECK(r.delta.barriers == 8);
   CHECK(r.delta.submits == 1);
+}
+
+TEST_CASE("a long chain in one call runs in the memory of its live values") {
+  // Each intermediate dies after its last use; its memory takes a later output
+  // in the same command buffer (behind the barrier that output needs anyway),
+  // so the call's footprint is its live set, not all its intermediates.
+  const std::int64_t n = 1 << 18;  // 1 MiB of f32
+  // |x1| < 1: the chain contracts, so float rounding does not grow along it
+  const std::vector<Array> host = {host_random({n}, 16), host_random({n}, 17) * 0.45f};
+  std::vector<Array> in;
+  for (const auto& h : host) in.push_back(to_device(h, kGpu));
+  const int links = 80;
+  const Fn f = [&](const std::vector<Array>& x) {
+    Array y = x[0];
+    for (int i = 0; i < links; ++i) y = i % 2 == 0 ? y * x[1] : tanh(y);
+    return std::vector<Array>{y};
+  };
+  const Executable e(trace(in, f), kGpu, "footprint", kNoFusion);
+  vk::Allocator& alloc = vk::Context::get(0).allocator();
+  const auto keep = settle();
+  synchronize(kGpu);
+  alloc.reset_peak();
+  const std::size_t base = alloc.bytes_in_use();
+  const auto before = stats();
+  std::vector<Array> args = in;
+  const std::vector<Array> out = e.run(args);
+  const auto d = stats() - before;
+  CHECK(d.submits == 1);
+  CHECK(d.dispatches == links);
+  CHECK(d.barriers == links - 1);  // reuse adds none
+  CHECK(d.reused >= links - 4);
+  CHECK(alloc.peak_bytes() - base <= 4 * (std::size_t{1} << 20));
+  check_close(out[0], f(host)[0]);
+  synchronize(kGpu);
 }
 
 TEST_CASE("calls reusing the memory of dropped arrays are ordered (validation stays silent)") {

@@ -142,10 +142,15 @@ void Allocator::release_block(int index) {
   b = Block{};
 }
 
-Allocation Allocator::allocate_in(bool staging, std::size_t nbytes,
-                                  const std::string& what) {
+VkDeviceSize Allocator::reserved_size(std::size_t nbytes) const {
   VkDeviceSize size = round_up(std::max<std::size_t>(nbytes, 1), alignment_);
   if (size > block_size_ / 2) size = round_up(size, 1ull << 20);
+  return size;
+}
+
+Allocation Allocator::allocate_in(bool staging, std::size_t nbytes,
+                                  const std::string& what) {
+  const VkDeviceSize size = reserved_size(nbytes);
   std::lock_guard lock(mu_);
   int found = -1;
   VkDeviceSize offset = 0;
@@ -203,6 +208,7 @@ Allocation Allocator::allocate_in(bool staging, std::size_t nbytes,
   a.mapped = b.mapped ? b.mapped + offset : nullptr;
   a.block = found;
   a.staging = staging;
+  a.dedicated = b.dedicated;
   return a;
 }
 
@@ -291,7 +297,7 @@ void Allocator::reset_peak() {
 VulkanBuffer::VulkanBuffer(Context& ctx, Allocation a, std::size_t nbytes)
     : ctx_(ctx), alloc_(a), nbytes_(nbytes) {}
 
-VulkanBuffer::~VulkanBuffer() { ctx_.allocator().free(alloc_); }
+VulkanBuffer::~VulkanBuffer() { ctx_.stream().release(alloc_, last_use_); }
 
 Device VulkanBuffer::device() const { return ctx_.device(); }
 

@@ -97,6 +97,7 @@ Stream::Batch& Stream::open() {
   VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
   bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
   KILN_VK(vkBeginCommandBuffer(b->cmd, &bi));
+  b->serial = next_serial_++;
   ++stats_.command_buffers;
   recording_ = std::move(b);
   return *recording_;
@@ -149,21 +150,24 @@ void Stream::order(VkCommandBuffer cmd, std::span<const HazardTracker::Access> a
   for (const auto& a : accesses) hazards_.add(a, stage, a.write ? write_access : read_access);
 }
 
-void Stream::dispatch(const Pipeline& p, std::span<const BufferRange> bindings,
+void Stream::dispatch(const Pipeline& p, std::span<const VulkanBuffer* const> buffers,
                       std::uint32_t written, std::span<const std::uint32_t> push,
-                      std::array<std::uint32_t, 3> groups,
-                      std::vector<std::shared_ptr<const Buffer>> keep) {
+                      std::array<std::uint32_t, 3> groups) {
   std::lock_guard lock(mu_);
-  if (bindings.size() > kMaxBindings) {
-    throw Error(detail::str_cat("[vulkan] a kernel binds ", bindings.size(),
+  if (buffers.size() > kMaxBindings) {
+    throw Error(detail::str_cat("[vulkan] a kernel binds ", buffers.size(),
                                 " buffers; the stream supports ", kMaxBindings));
   }
   Batch& b = open();
+  std::array<BufferRange, kMaxBindings> bindings_store{};
   std::array<HazardTracker::Access, kMaxBindings> accesses{};
-  for (std::size_t i = 0; i < bindings.size(); ++i) {
-    accesses[i] = {bindings[i].buffer, bindings[i].offset,
-                   bindings[i].offset + bindings[i].range, ((written >> i) & 1u) != 0};
+  for (std::size_t i = 0; i < buffers.size(); ++i) {
+    const BufferRange r = range_of(*buffers[i]);
+    bindings_store[i] = r;
+    accesses[i] = {r.buffer, r.offset, r.offset + r.range, ((written >> i) & 1u) != 0};
+    buffers[i]->set_last_use(b.serial);
   }
+  const std::span<const BufferRange> bindings(bindings_store.data(), buffers.size());
   order(b.cmd, std::span(accesses.data(), bindings.size()),
         VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_READ_BIT,
         VK_ACCESS_SHADER_WRITE_BIT);
@@ -194,19 +198,19 @@ void Stream::dispatch(const Pipeline& p, std::span<const BufferRange> bindings,
                        static_cast<std::uint32_t>(push.size() * 4), push.data());
   }
   vkCmdDispatch(b.cmd, groups[0], groups[1], groups[2]);
-  for (auto& k : keep) b.keep.push_back(std::move(k));
   ++stats_.dispatches;
   ++b.dispatches;
   if (program_depth_ == 0 && b.dispatches >= kMaxDispatchesPerBatch) submit_locked();
 }
 
-void Stream::upload(const std::shared_ptr<const VulkanBuffer>& dst, const void* src) {
-  const Allocation& a = dst->allocation();
-  const std::size_t bytes = dst->nbytes();
+void Stream::upload(const VulkanBuffer& dst, const void* src) {
+  const Allocation& a = dst.allocation();
+  const std::size_t bytes = dst.nbytes();
   if (bytes == 0) return;
   if (a.mapped != nullptr) {
-    // Fresh memory: whatever used it before retired (its batch's fence was seen),
-    // and a host write before vkQueueSubmit is visible to the commands submitted.
+    // Fresh memory from the allocator: whatever used it before has retired (its
+    // batch's fence was seen; see release), and a host write before vkQueueSubmit
+    // is visible to the commands submitted.
     std::memcpy(a.mapped, src, bytes);
     return;
   }
@@ -222,7 +226,7 @@ void Stream::upload(const std::shared_ptr<const VulkanBuffer>& dst, const void* 
   vkCmdCopyBuffer(b.cmd, s.buffer, a.buffer, 1, &region);
   ++stats_.transfers;
   b.staging.push_back(s);
-  b.keep.push_back(dst);  // the copy writes it: keep its memory until the fence
+  dst.set_last_use(b.serial);
 }
 
 void Stream::read(const VulkanBuffer& src, void* dst) {
@@ -244,10 +248,66 @@ void Stream::read(const VulkanBuffer& src, void* dst) {
   VkBufferCopy region{a.offset, s.offset, src.nbytes()};
   vkCmdCopyBuffer(b.cmd, a.buffer, s.buffer, 1, &region);
   ++stats_.transfers;
+  src.set_last_use(b.serial);
   submit_locked();
   wait_locked(true);
   std::memcpy(dst, s.mapped, src.nbytes());
   ctx_.allocator().free(s);
+}
+
+void Stream::release(const Allocation& a, std::uint64_t last_use) {
+  if (a.block < 0) return;
+  {
+    std::lock_guard lock(mu_);
+    if (last_use > retired_serial_) {
+      deferred_.push_back({a, last_use});
+      return;
+    }
+  }
+  ctx_.allocator().free(a);
+}
+
+// Reusing memory inside a command buffer keeps a long program's footprint at its
+// live set (intermediates die after their last use) instead of the sum of all
+// its intermediates. The hazard tracker orders the new writes after the dead
+// array's commands whatever is picked here; the choice only avoids adding a
+// barrier: memory whose commands are behind the last barrier, or any memory when
+// the dispatch reads something written since the last barrier (a RAW barrier
+// comes anyway).
+std::optional<Allocation> Stream::reuse(std::size_t nbytes, std::span<const BufferRange> reads,
+                                        bool any) {
+  std::lock_guard lock(mu_);
+  if (deferred_.empty()) return std::nullopt;
+  const VkDeviceSize size = ctx_.allocator().reserved_size(nbytes);
+  const bool dedicated = ctx_.allocator().dedicated_size(size);
+  bool barrier_coming = any;
+  for (const BufferRange& r : reads) {
+    barrier_coming = barrier_coming ||
+                     hazards_.conflicts({r.buffer, r.offset, r.offset + r.range, false});
+  }
+  std::size_t best = deferred_.size();
+  for (std::size_t i = 0; i < deferred_.size(); ++i) {
+    const Allocation& d = deferred_[i].alloc;
+    if (d.dedicated != dedicated || (dedicated ? d.size != size : d.size < size)) continue;
+    if (!barrier_coming && hazards_.conflicts({d.buffer, d.offset, d.offset + size, true})) {
+      continue;
+    }
+    if (best == deferred_.size() || d.size < deferred_[best].alloc.size) best = i;
+  }
+  if (best == deferred_.size()) return std::nullopt;
+  Allocation out = deferred_[best].alloc;
+  if (out.size > size) {  // the rest stays deferred, with the same last batch
+    Allocation& rest = deferred_[best].alloc;
+    rest.offset += size;
+    rest.size -= size;
+    if (rest.mapped != nullptr) rest.mapped += size;
+    out.size = size;
+  } else {
+    deferred_[best] = deferred_.back();
+    deferred_.pop_back();
+  }
+  ++stats_.reused;
+  return out;
 }
 
 void Stream::begin_program() {
@@ -299,9 +359,18 @@ void Stream::retire(Batch& b) {
   b.sets_in_pool = 0;
   for (const auto& s : b.staging) ctx_.allocator().free(s);
   b.staging.clear();
-  auto keep = std::move(b.keep);  // may free device memory: not under the allocator lock
-  b.keep.clear();
   b.dispatches = 0;
+  // Batches retire in the order they were submitted (one queue, FIFO).
+  retired_serial_ = b.serial;
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < deferred_.size(); ++i) {
+    if (deferred_[i].serial <= retired_serial_) {
+      ctx_.allocator().free(deferred_[i].alloc);
+    } else {
+      deferred_[kept++] = deferred_[i];
+    }
+  }
+  deferred_.resize(kept);
 }
 
 void Stream::wait_locked(bool all) {

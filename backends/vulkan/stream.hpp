@@ -5,10 +5,12 @@
 // into the same command buffer, without the 64-dispatch cap, and end_program
 // submits it once without waiting. Barriers come from hazard tracking: a barrier
 // is recorded before a command only when it reads memory written since the last
-// barrier, or writes memory read or written since then. A batch keeps every
-// buffer it touches alive until its fence signals, so an array can be dropped by
-// the caller while the device still uses it. Validation messages surface here as
-// DeviceError.
+// barrier, or writes memory read or written since then. An array can be dropped
+// while commands still use it: its memory then goes only to the outputs of later
+// dispatches (ordered behind those commands by the same hazard tracking) until
+// the batch of its last command retires, and only then back to the allocator
+// (for uploads the host writes, or to release a block). Validation messages
+// surface here as DeviceError.
 #pragma once
 
 #include <vulkan/vulkan.h>
@@ -18,6 +20,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -44,6 +47,8 @@ struct StreamStats {
   std::size_t transfers = 0;        // buffer copies (staging uploads and reads)
   std::size_t barriers = 0;         // hazard barriers between commands (not the
                                     // device -> host barrier that ends each batch)
+  std::size_t reused = 0;           // outputs placed in the memory of a dead array
+                                    // whose commands had not finished
 };
 
 // Memory accesses recorded since the last barrier, as byte ranges of VkBuffers.
@@ -77,14 +82,23 @@ class Stream {
   explicit Stream(Context& ctx);
   ~Stream();
 
-  // Records one dispatch; bit i of `written` says the kernel writes bindings[i]
-  // (the others are read). `keep` are the buffers it reads or writes.
-  void dispatch(const Pipeline& p, std::span<const BufferRange> bindings,
+  // Records one dispatch binding `buffers` (whole arrays) in order; bit i of
+  // `written` says the kernel writes buffers[i] (the others are read).
+  void dispatch(const Pipeline& p, std::span<const VulkanBuffer* const> buffers,
                 std::uint32_t written, std::span<const std::uint32_t> push,
-                std::array<std::uint32_t, 3> groups,
-                std::vector<std::shared_ptr<const Buffer>> keep);
+                std::array<std::uint32_t, 3> groups);
   // Host bytes -> a fresh array buffer (mapped write or a staged copy).
-  void upload(const std::shared_ptr<const VulkanBuffer>& dst, const void* src);
+  void upload(const VulkanBuffer& dst, const void* src);
+  // The memory of a dead array (VulkanBuffer's destructor); `last_use` is the
+  // serial of the last batch using it. Back to the allocator now if that batch
+  // has retired, else when it does.
+  void release(const Allocation& a, std::uint64_t last_use);
+  // Memory of `nbytes` for the output of the next dispatch, which reads `reads`:
+  // the memory of a dead array whose commands may not have finished, where
+  // writing it needs no barrier the dispatch does not get anyway (with `any`,
+  // whatever fits: on a shortage). nullopt when none fits.
+  std::optional<Allocation> reuse(std::size_t nbytes, std::span<const BufferRange> reads,
+                                  bool any);
   // Array buffer -> host bytes; waits for the work that produces it.
   void read(const VulkanBuffer& src, void* dst);
   // One compiled-program call: see the top of this file. Calls nest; the
@@ -106,9 +120,13 @@ class Stream {
     std::vector<VkDescriptorPool> pools;
     std::size_t pool = 0;
     std::uint32_t sets_in_pool = 0;
-    std::vector<std::shared_ptr<const Buffer>> keep;
     std::vector<Allocation> staging;
     std::uint32_t dispatches = 0;
+    std::uint64_t serial = 0;  // 1, 2, ... in the order batches are begun (= submitted)
+  };
+  struct Deferred {
+    Allocation alloc;
+    std::uint64_t serial = 0;  // its last batch
   };
   Batch& open();  // the batch being recorded (begins one if needed)
   VkDescriptorSet allocate_set(Batch& b, const Pipeline& p);
@@ -137,6 +155,9 @@ class Stream {
   VkPipelineStageFlags later_stages_ = 0;  // what a barrier's second scope covers
   VkAccessFlags later_access_ = 0;
   int program_depth_ = 0;
+  std::uint64_t next_serial_ = 1;
+  std::uint64_t retired_serial_ = 0;  // every batch up to this one has retired
+  std::vector<Deferred> deferred_;    // memory of dead arrays, by last batch
   StreamStats stats_;
 };
 

@@ -20,43 +20,59 @@ using spv::Builder;
 using spv::Ty;
 using spv::Val;
 
-// Memory of arrays the caller dropped comes back when the batches using them
-// retire: on a shortage, wait for the device once and try again.
+const VulkanBuffer& vbuf(const Array& a) {
+  return static_cast<const VulkanBuffer&>(*a.buffer());
+}
+
+// Memory for `bytes`. A kernel's output (`reads` are the kernel's inputs) may
+// take the memory of an array that died while its commands were still pending
+// (Stream::reuse); an upload, which the host writes, never does. Memory of
+// dropped arrays returns to the allocator when the batches using them retire:
+// on a shortage, take any pending memory that fits, else wait for the device
+// once and try again.
 std::shared_ptr<VulkanBuffer> allocate_bytes(Context& ctx, std::size_t bytes,
-                                             const std::string& what) {
+                                             const std::string& what,
+                                             std::span<const Array> reads, bool device_written) {
+  std::vector<BufferRange> ranges;
+  if (device_written) {
+    for (const auto& in : reads) ranges.push_back(range_of(vbuf(in)));
+    if (auto a = ctx.stream().reuse(bytes, ranges, false)) {
+      return std::make_shared<VulkanBuffer>(ctx, *a, bytes);
+    }
+  }
   Allocation a;
   try {
     a = ctx.allocator().allocate(bytes, what);
   } catch (const OutOfMemoryError&) {
+    if (device_written) {
+      if (auto r = ctx.stream().reuse(bytes, ranges, true)) {
+        return std::make_shared<VulkanBuffer>(ctx, *r, bytes);
+      }
+    }
     ctx.stream().synchronize();
     a = ctx.allocator().allocate(bytes, what);
   }
   return std::make_shared<VulkanBuffer>(ctx, a, bytes);
 }
 
-std::shared_ptr<VulkanBuffer> allocate(Context& ctx, const Aval& out, Prim p) {
+// The output of a kernel reading `inputs`.
+std::shared_ptr<VulkanBuffer> allocate(Context& ctx, const Aval& out, Prim p,
+                                       std::span<const Array> inputs) {
   ctx.require_dtype(out.dtype, std::string(name(p)).c_str());
   const std::size_t bytes = static_cast<std::size_t>(numel(out.shape)) * size_of(out.dtype);
-  return allocate_bytes(ctx, bytes, detail::str_cat(name(p), " result ", to_string(out.shape),
-                                                    " ", name(out.dtype)));
-}
-
-const VulkanBuffer& vbuf(const Array& a) {
-  return static_cast<const VulkanBuffer&>(*a.buffer());
+  return allocate_bytes(ctx, bytes,
+                        detail::str_cat(name(p), " result ", to_string(out.shape), " ",
+                                        name(out.dtype)),
+                        inputs, true);
 }
 
 void launch(Context& ctx, const Launch& l, std::span<const Array> inputs,
             const std::shared_ptr<VulkanBuffer>& out) {
-  std::vector<BufferRange> ranges;
-  std::vector<std::shared_ptr<const Buffer>> keep;
-  for (const auto& in : inputs) {
-    ranges.push_back(range_of(vbuf(in)));
-    keep.push_back(in.buffer());
-  }
-  ranges.push_back(range_of(*out));
-  keep.push_back(out);
-  const std::uint32_t written = 1u << (ranges.size() - 1);  // the output, bound last
-  ctx.stream().dispatch(*l.pipeline, ranges, written, l.push, l.groups, std::move(keep));
+  std::vector<const VulkanBuffer*> buffers;
+  for (const auto& in : inputs) buffers.push_back(&vbuf(in));
+  buffers.push_back(out.get());
+  const std::uint32_t written = 1u << (buffers.size() - 1);  // the output, bound last
+  ctx.stream().dispatch(*l.pipeline, buffers, written, l.push, l.groups);
 }
 
 std::string params_key(Prim p, const Params& params) {
@@ -70,7 +86,7 @@ std::string params_key(Prim p, const Params& params) {
 std::shared_ptr<Buffer> elementwise(Context& ctx, Prim p, const Params& params,
                                     std::span<const Array> inputs, const Aval& out) {
   const DType in = inputs.empty() ? out.dtype : inputs.back().dtype();
-  auto buf = allocate(ctx, out, p);
+  auto buf = allocate(ctx, out, p, inputs);
   if (numel(out.shape) == 0) return buf;
   MapSpec spec;
   spec.domain = out.shape;
@@ -109,7 +125,7 @@ void copy_view(Context& ctx, const Array& src, const Shape& domain, View in_view
 std::shared_ptr<Buffer> layout(Context& ctx, Prim p, const Params& params,
                                std::span<const Array> inputs, const Aval& out) {
   if (p == Prim::kReshape) return inputs[0].buffer();  // row-major bytes unchanged
-  auto buf = allocate(ctx, out, p);
+  auto buf = allocate(ctx, out, p, inputs);
   const Array& a = inputs[0];
   switch (p) {
     case Prim::kTranspose: {
@@ -155,7 +171,7 @@ std::shared_ptr<Buffer> reduce(Context& ctx, Prim p, const Params& params,
                                std::span<const Array> inputs, const Aval& out) {
   const Array& a = inputs[0];
   ctx.require_dtype(a.dtype(), std::string(name(p)).c_str());
-  auto buf = allocate(ctx, out, p);
+  auto buf = allocate(ctx, out, p, inputs);
   if (numel(out.shape) == 0) return buf;
   Axes axes = params.axes;
   if (p == Prim::kArgmax || p == Prim::kArgmin) axes = Axes{params.axis};
@@ -180,7 +196,7 @@ std::shared_ptr<Buffer> matmul(Context& ctx, std::span<const Array> inputs, cons
   const Array& a = inputs[0];
   const Array& b = inputs[1];
   ctx.require_dtype(a.dtype(), "matmul");
-  auto buf = allocate(ctx, out, Prim::kMatmul);
+  auto buf = allocate(ctx, out, Prim::kMatmul, inputs);
   if (numel(out.shape) == 0) return buf;
   MatmulSpec s;
   const std::size_t r = out.shape.size();
@@ -236,7 +252,7 @@ Val wrap_index(Builder& b, const Val& idx, std::int64_t n) {
 
 std::shared_ptr<Buffer> index(Context& ctx, Prim p, const Params& params,
                                std::span<const Array> inputs, const Aval& out) {
-  auto buf = allocate(ctx, out, p);
+  auto buf = allocate(ctx, out, p, inputs);
   if (numel(out.shape) == 0) return buf;
   MapSpec spec;
   spec.domain = out.shape;
@@ -347,9 +363,9 @@ Array VulkanBackend::from_host(const Array& host) {
   const std::size_t bytes = host.nbytes();
   std::string what = detail::str_cat("array ", to_string(host.shape()), " ",
                                      name(host.dtype()));
-  auto buf = allocate_bytes(ctx_, bytes, what);
+  auto buf = allocate_bytes(ctx_, bytes, what, {}, false);
   const void* src = const_cast<Buffer&>(*host.buffer()).host_data();
-  ctx_.stream().upload(buf, src);
+  ctx_.stream().upload(*buf, src);
   return Array(host.dtype(), host.shape(), std::move(buf));
 }
 
