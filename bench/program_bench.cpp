@@ -1,12 +1,19 @@
 // Time of one call of a compiled (traced) program, run through Executable and
-// waited for with kiln::synchronize: the median of several calls after a warm-up.
+// waited for with kiln::synchronize: the median of several calls after a warm-up,
+// as wall time and as CPU time of the whole process (all threads: on lavapipe the
+// device is these CPU threads, so CPU time says what the call cost even when
+// other processes compete for the cores).
 //   build/bench/program_bench [repetitions]   (KILN_DEVICE picks the device)
 // Programs:
 //   chain50: 50 dependent elementwise ops on 1M f32 (x*a, +b, tanh, ... in turn)
 //   wide50:  50 independent elementwise ops on 1M f32 (50 outputs)
 //   mlp:     4 layers of matmul + bias + relu, batch 256, width 512
+//   small200: 200 dependent elementwise ops on 4096 f32 (bound by per-dispatch,
+//            per-barrier and per-submit costs, not by memory)
 // KILN_FUSION=0 is implied: fusion has no Vulkan kernel yet, so every equation is
 // one dispatch either way.
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -17,6 +24,10 @@
 #include <string>
 #include <vector>
 
+#ifndef KILN_BENCH_NO_STREAM_STATS  // defined to build against kiln before StreamStats
+#include "kiln/backends/vulkan/context.hpp"
+#include "kiln/backends/vulkan/stream.hpp"
+#endif
 #include "kiln/dsl/executable.hpp"
 #include "kiln/dsl/trace.hpp"
 
@@ -28,6 +39,25 @@ double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const std::size_t n = v.size();
   return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+double cpu_ms() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return (static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) * 1e3) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-3;
+}
+
+double page_faults() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_minflt + u.ru_majflt);
+}
+
+// KILN_BENCH_ONLY=name runs one program.
+bool selected(const char* name) {
+  const char* only = std::getenv("KILN_BENCH_ONLY");
+  return only == nullptr || std::string(only) == name;
 }
 
 Array uniform(int seed, const Shape& shape, Device d) {
@@ -48,6 +78,7 @@ Program trace(const std::vector<Aval>& avals, Device d,
 
 void time_program(const std::string& name, const Program& p, Device d,
                   const std::vector<Array>& inputs, int reps) {
+  if (!selected(name.c_str())) return;
   Executable e(p, d, name, FusionOptions{.enabled = false});
   auto call = [&] {
     std::vector<Array> in = inputs;
@@ -56,16 +87,35 @@ void time_program(const std::string& name, const Program& p, Device d,
     return out;
   };
   (void)call();  // warm-up: kernels compile
-  std::vector<double> ms;
+  std::string counts;
+#ifndef KILN_BENCH_NO_STREAM_STATS
+  if (d.kind == Device::Kind::kVulkan) {
+    const vk::StreamStats s0 = vk::Context::get(d.index).stream().stats();
+    (void)call();
+    const vk::StreamStats s1 = vk::Context::get(d.index).stream().stats();
+    char buf[200];
+    std::snprintf(buf, sizeof buf, "; per call: %zu submits, %zu dispatches, %zu barriers, %zu reused",
+                  s1.submits - s0.submits, s1.dispatches - s0.dispatches,
+                  s1.barriers - s0.barriers, s1.reused - s0.reused);
+    counts = buf;
+  }
+#endif
+  std::vector<double> ms, cpu, faults;
   for (int r = 0; r < reps; ++r) {
+    const double f0 = page_faults();
+    const double c0 = cpu_ms();
     const auto t0 = std::chrono::steady_clock::now();
     (void)call();
     ms.push_back(std::chrono::duration<double, std::milli>(
                      std::chrono::steady_clock::now() - t0).count());
+    cpu.push_back(cpu_ms() - c0);
+    faults.push_back(page_faults() - f0);
   }
-  std::printf("%-8s %3zu steps  median %8.2f ms  (min %.2f, max %.2f, %d runs, %s)\n",
+  std::printf("%-9s %3zu steps  median %8.2f ms wall (min %.2f, max %.2f), %8.2f ms cpu, %.0f page faults; "
+              "%d runs, %s%s\n",
               name.c_str(), e.steps().size(), median(ms), *std::min_element(ms.begin(), ms.end()),
-              *std::max_element(ms.begin(), ms.end()), reps, d.to_string().c_str());
+              *std::max_element(ms.begin(), ms.end()), median(cpu), median(faults), reps,
+              d.to_string().c_str(), counts.c_str());
 }
 
 }  // namespace
@@ -106,6 +156,16 @@ int main(int argc, char** argv) {
       return outs;
     });
     time_program("wide50", wide, d, in, reps);
+  }
+  {
+    const Aval small{f32, {4096}};
+    const std::vector<Array> in = {uniform(4, {4096}, d), uniform(5, {4096}, d)};
+    const Program chain = trace({small, small}, d, [](const std::vector<Array>& x) {
+      Array y = x[0];
+      for (int i = 0; i < 200; ++i) y = i % 2 == 0 ? y * x[1] : tanh(y);
+      return std::vector<Array>{y};
+    });
+    time_program("small200", chain, d, in, reps);
   }
   {
     const std::int64_t batch = 256, width = 512, layers = 4;

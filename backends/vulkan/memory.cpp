@@ -17,7 +17,9 @@ namespace {
 
 VkDeviceSize round_up(VkDeviceSize x, VkDeviceSize a) { return (x + a - 1) / a * a; }
 
-// Freed dedicated blocks kept for reuse by size, at most this many bytes.
+// Empty blocks kept for reuse (dedicated ones by size), at most this many bytes
+// together: releasing a block and allocating a fresh one costs a page fault per
+// page at first touch on unified-memory devices, as much as the kernel writing it.
 constexpr std::size_t kMaxKeptBytes = 512ull << 20;
 
 int find_type(const VkPhysicalDeviceMemoryProperties& mem, VkMemoryPropertyFlags want) {
@@ -183,10 +185,9 @@ Allocation Allocator::allocate_in(bool staging, std::size_t nbytes,
     // blocks first if the heap is short.
     for (std::size_t i = 0; i < blocks_.size() && found < 0; ++i) {
       Block& b = blocks_[i];
-      if (b.memory != VK_NULL_HANDLE && b.dedicated && b.used == 0 && b.staging == staging &&
+      if (b.memory != VK_NULL_HANDLE && b.dedicated && b.kept && b.staging == staging &&
           b.size == size) {
         found = static_cast<int>(i);
-        kept_ -= b.size;
       }
     }
     if (found < 0) {
@@ -196,6 +197,10 @@ Allocation Allocator::allocate_in(bool staging, std::size_t nbytes,
     blocks_[static_cast<std::size_t>(found)].free.clear();
   }
   Block& b = blocks_[static_cast<std::size_t>(found)];
+  if (b.kept) {
+    kept_ -= b.size;
+    b.kept = false;
+  }
   b.used += size;
   if (!staging) {
     in_use_ += size;
@@ -215,7 +220,7 @@ Allocation Allocator::allocate_in(bool staging, std::size_t nbytes,
 void Allocator::release_kept() {
   for (std::size_t i = 0; i < blocks_.size(); ++i) {
     Block& b = blocks_[i];
-    if (b.memory != VK_NULL_HANDLE && b.dedicated && b.used == 0) release_block(static_cast<int>(i));
+    if (b.memory != VK_NULL_HANDLE && b.kept) release_block(static_cast<int>(i));
   }
   kept_ = 0;
 }
@@ -241,8 +246,13 @@ void Allocator::free(const Allocation& a) {
   Block& b = blocks_[static_cast<std::size_t>(a.block)];
   b.used -= a.size;
   if (!a.staging) in_use_ -= a.size;
-  if (b.dedicated && b.used == 0 && kept_ + b.size <= kMaxKeptBytes) {
-    kept_ += b.size;  // kept for reuse by an array of the same size
+  if (b.used == 0 && kept_ + b.size <= kMaxKeptBytes) {
+    kept_ += b.size;  // kept for reuse (a dedicated one by an array of its size)
+    b.kept = true;
+    if (!b.dedicated) {
+      b.free.clear();
+      b.free.emplace(0, b.size);
+    }
     return;
   }
   if (b.dedicated || b.used == 0) {

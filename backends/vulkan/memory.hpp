@@ -59,11 +59,12 @@ class Allocator {
     bool dedicated = false;
     std::map<VkDeviceSize, VkDeviceSize> free;  // offset -> size, coalesced
     VkDeviceSize used = 0;
+    bool kept = false;  // empty, kept for reuse (counted in kept_)
   };
   Allocation allocate_in(bool staging, std::size_t nbytes, const std::string& what);
   int new_block(bool staging, VkDeviceSize size, bool dedicated, const std::string& what);
   void release_block(int index);
-  void release_kept();  // frees the kept dedicated blocks
+  void release_kept();  // frees the kept empty blocks
 
   Context& ctx_;
   mutable std::mutex mu_;
