@@ -309,3 +309,28 @@ TEST_CASE("a value written by one submit and read by the next is behind a barrie
   CHECK((stats() - before).submits == 1);
   check_close(b, to_device(x + x, Device::cpu()) * to_device(x + x, Device::cpu()));
 }
+
+TEST_CASE("memory taken from a dead array stays pending on that array's commands") {
+  // An output placed in a dead array's memory inherits the wait for that array's
+  // commands, even when no command of its own ever uses it (an empty result).
+  vk::Allocator& alloc = vk::Context::get(0).allocator();
+  const auto keep = settle();
+  const Array x = to_device(host_random({1 << 18}, 18), kGpu);
+  const Array e = to_device(Array::from_data<float>(std::vector<float>{}, {0}), kGpu);
+  Array y = x + x;
+  const Array u = y * y;  // a barrier (reads y)
+  const Array v = u * u;  // a barrier (reads u): y's commands are behind it
+  const std::size_t in_use = alloc.bytes_in_use();
+  y = Array();  // dead while its commands are pending: not back in the allocator
+  CHECK(alloc.bytes_in_use() == in_use);
+  const auto before = stats();
+  Array z = e + e;  // no elements, no dispatch: takes a piece of y's memory
+  CHECK((stats() - before).reused == 1);
+  CHECK((stats() - before).dispatches == 0);
+  z = Array();
+  CHECK(alloc.bytes_in_use() == in_use);  // still pending on y's batch
+  synchronize(kGpu);
+  CHECK(alloc.bytes_in_use() + (std::size_t{1} << 20) <= in_use);
+  check_close(v, to_device(x, Device::cpu()) * to_device(x, Device::cpu()) * 4.0f *
+                     (to_device(x, Device::cpu()) * to_device(x, Device::cpu()) * 4.0f));
+}

@@ -274,8 +274,8 @@ void Stream::release(const Allocation& a, std::uint64_t last_use) {
 // barrier: memory whose commands are behind the last barrier, or any memory when
 // the dispatch reads something written since the last barrier (a RAW barrier
 // comes anyway).
-std::optional<Allocation> Stream::reuse(std::size_t nbytes, std::span<const BufferRange> reads,
-                                        bool any) {
+std::optional<Stream::Reused> Stream::reuse(std::size_t nbytes,
+                                            std::span<const BufferRange> reads, bool any) {
   std::lock_guard lock(mu_);
   if (deferred_.empty()) return std::nullopt;
   const VkDeviceSize size = ctx_.allocator().reserved_size(nbytes);
@@ -295,13 +295,13 @@ std::optional<Allocation> Stream::reuse(std::size_t nbytes, std::span<const Buff
     if (best == deferred_.size() || d.size < deferred_[best].alloc.size) best = i;
   }
   if (best == deferred_.size()) return std::nullopt;
-  Allocation out = deferred_[best].alloc;
-  if (out.size > size) {  // the rest stays deferred, with the same last batch
+  Reused out{deferred_[best].alloc, deferred_[best].serial};
+  if (out.alloc.size > size) {  // the rest stays deferred, with the same last batch
     Allocation& rest = deferred_[best].alloc;
     rest.offset += size;
     rest.size -= size;
     if (rest.mapped != nullptr) rest.mapped += size;
-    out.size = size;
+    out.alloc.size = size;
   } else {
     deferred_[best] = deferred_.back();
     deferred_.pop_back();

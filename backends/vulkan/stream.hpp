@@ -96,9 +96,15 @@ class Stream {
   // Memory of `nbytes` for the output of the next dispatch, which reads `reads`:
   // the memory of a dead array whose commands may not have finished, where
   // writing it needs no barrier the dispatch does not get anyway (with `any`,
-  // whatever fits: on a shortage). nullopt when none fits.
-  std::optional<Allocation> reuse(std::size_t nbytes, std::span<const BufferRange> reads,
-                                  bool any);
+  // whatever fits: on a shortage). nullopt when none fits. The buffer made
+  // over it must start from `last_use` (VulkanBuffer::set_last_use), so that it
+  // does not go back to the allocator before those commands finish even if no
+  // command of its own uses it.
+  struct Reused {
+    Allocation alloc;
+    std::uint64_t last_use = 0;
+  };
+  std::optional<Reused> reuse(std::size_t nbytes, std::span<const BufferRange> reads, bool any);
   // Array buffer -> host bytes; waits for the work that produces it.
   void read(const VulkanBuffer& src, void* dst);
   // One compiled-program call: see the top of this file. Calls nest; the

@@ -24,6 +24,12 @@ const VulkanBuffer& vbuf(const Array& a) {
   return static_cast<const VulkanBuffer&>(*a.buffer());
 }
 
+std::shared_ptr<VulkanBuffer> reused(Context& ctx, const Stream::Reused& r, std::size_t bytes) {
+  auto buf = std::make_shared<VulkanBuffer>(ctx, r.alloc, bytes);
+  buf->set_last_use(r.last_use);  // its memory is free only when that batch retires
+  return buf;
+}
+
 // Memory for `bytes`. A kernel's output (`reads` are the kernel's inputs) may
 // take the memory of an array that died while its commands were still pending
 // (Stream::reuse); an upload, which the host writes, never does. Memory of
@@ -36,18 +42,14 @@ std::shared_ptr<VulkanBuffer> allocate_bytes(Context& ctx, std::size_t bytes,
   std::vector<BufferRange> ranges;
   if (device_written) {
     for (const auto& in : reads) ranges.push_back(range_of(vbuf(in)));
-    if (auto a = ctx.stream().reuse(bytes, ranges, false)) {
-      return std::make_shared<VulkanBuffer>(ctx, *a, bytes);
-    }
+    if (auto r = ctx.stream().reuse(bytes, ranges, false)) return reused(ctx, *r, bytes);
   }
   Allocation a;
   try {
     a = ctx.allocator().allocate(bytes, what);
   } catch (const OutOfMemoryError&) {
     if (device_written) {
-      if (auto r = ctx.stream().reuse(bytes, ranges, true)) {
-        return std::make_shared<VulkanBuffer>(ctx, *r, bytes);
-      }
+      if (auto r = ctx.stream().reuse(bytes, ranges, true)) return reused(ctx, *r, bytes);
     }
     ctx.stream().synchronize();
     a = ctx.allocator().allocate(bytes, what);
