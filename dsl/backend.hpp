@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "kiln/dsl/primitive.hpp"
@@ -33,6 +34,39 @@ class Backend {
       std::span<const std::shared_ptr<Buffer>> into);
   // Copies a host array onto this device (identity for the CPU backend).
   virtual Array from_host(const Array& host) = 0;
+  // Bracket one call of a compiled program (Executable::run): every eval /
+  // eval_fused of the call comes between them. A device backend may record the
+  // whole call as one unit of work and hand it to the device at end_program
+  // (Vulkan: one command buffer, one submit), without waiting for it. Scopes may
+  // nest (the outermost end submits); end_program also runs when the call
+  // throws. Use ProgramScope rather than calling these directly. The defaults do
+  // nothing (the CPU runs each op as it is called).
+  virtual void begin_program() {}
+  virtual void end_program() {}
+};
+
+// begin_program on construction; end_program in end(), or in the destructor when
+// the scope is left by an exception (an error from end_program is then dropped,
+// so that the exception that ended the call is the one that propagates).
+class ProgramScope {
+ public:
+  explicit ProgramScope(Backend& backend) : backend_(&backend) { backend.begin_program(); }
+  ~ProgramScope() {
+    if (backend_ == nullptr) return;
+    try {
+      backend_->end_program();
+    } catch (...) {  // NOLINT(bugprone-empty-catch): unwinding already
+    }
+  }
+  ProgramScope(const ProgramScope&) = delete;
+  ProgramScope& operator=(const ProgramScope&) = delete;
+  // Ends the scope; errors from the backend (a failed submit) propagate.
+  void end() {
+    if (Backend* b = std::exchange(backend_, nullptr)) b->end_program();
+  }
+
+ private:
+  Backend* backend_;
 };
 
 // Defined in backends/registry.cpp. Throws DeviceError for an unavailable device.

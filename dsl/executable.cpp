@@ -107,6 +107,9 @@ std::vector<Array> Executable::run_steps(std::vector<Array>& env, std::size_t li
   local.peak_bytes = live_bytes;
   absl::InlinedVector<Array, 4> args;
   std::vector<std::shared_ptr<Buffer>> into;
+  // The whole call is one unit of work for the backend (Vulkan: one command
+  // buffer submitted at the end, not waited for).
+  ProgramScope scope(backend);
   for (std::size_t s = 0; s < steps_.size(); ++s) {
     const Step& step = steps_[s];
     if (step.equation != nullptr) {
@@ -160,6 +163,8 @@ std::vector<Array> Executable::run_steps(std::vector<Array>& env, std::size_t li
   std::vector<Array> outs;
   outs.reserve(p.outputs.size());
   for (ValueId v : p.outputs) outs.push_back(env[v]);  // a value may be returned twice
+  env.clear();
+  scope.end();
   if (stats != nullptr) *stats = local;
   return outs;
 }

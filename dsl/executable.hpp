@@ -33,7 +33,9 @@ class Executable {
 
   // Runs on `inputs` (one per program input, consumed: the executable drops each
   // after its last use, so an input whose buffer nobody else holds is freed or
-  // reused during the call). Returns one array per program output.
+  // reused during the call). Returns one array per program output. The steps
+  // run inside one ProgramScope (dsl/backend.hpp): on Vulkan the call is one
+  // command buffer, submitted at the end without waiting for it.
   std::vector<Array> run(std::vector<Array>& inputs, RunStats* stats = nullptr) const;
   // The same on borrowed inputs (none donated): only the inputs the program
   // reads are touched.

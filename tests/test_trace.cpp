@@ -1,6 +1,8 @@
 // Tracing into a Program: printing, evaluation, and the DCE/CSE/folding passes.
 #include <doctest/doctest.h>
 
+#include <kiln/dsl/backend.hpp>
+#include <kiln/dsl/executable.hpp>
 #include <kiln/dsl/program.hpp>
 #include <kiln/dsl/trace.hpp>
 #include <kiln/kiln.hpp>
@@ -178,4 +180,65 @@ TEST_CASE("transposes of the last two axes fold into matmul, with the same value
   CHECK(out[1].to_vector<float>() == transpose(matmul(av, transpose(bv))).to_vector<float>());
   CHECK(out[2].to_vector<float>() ==
         matmul(transpose(cv, {0, 2, 1}), transpose(av)).to_vector<float>());
+}
+
+namespace {
+// Counts program scopes; runs nothing.
+class ScopeCounter final : public Backend {
+ public:
+  Device device() const override { return Device::cpu(); }
+  std::shared_ptr<Buffer> eval(Prim, const Params&, std::span<const Array>,
+                               const Aval&) override {
+    return nullptr;
+  }
+  Array from_host(const Array& host) override { return host; }
+  void begin_program() override { ++begun; }
+  void end_program() override {
+    ++ended;
+    if (fail_end) throw DeviceError("end failed");
+  }
+  int begun = 0, ended = 0;
+  bool fail_end = false;
+};
+}  // namespace
+
+TEST_CASE("ProgramScope ends the program once: on end(), or when an exception unwinds") {
+  ScopeCounter b;
+  {
+    ProgramScope scope(b);
+    CHECK(b.begun == 1);
+    scope.end();
+    scope.end();  // no second end
+  }
+  CHECK(b.ended == 1);
+  CHECK_THROWS_AS(([&] {
+                    ProgramScope scope(b);
+                    throw ValueError("step failed");
+                  }()),
+                  ValueError);
+  CHECK(b.begun == 2);
+  CHECK(b.ended == 2);
+  // An error of end_program propagates from end(), but not over another exception.
+  b.fail_end = true;
+  CHECK_THROWS_AS(([&] {
+                    ProgramScope scope(b);
+                    scope.end();
+                  }()),
+                  DeviceError);
+  CHECK_THROWS_AS(([&] {
+                    ProgramScope scope(b);
+                    throw ValueError("step failed");
+                  }()),
+                  ValueError);
+  CHECK(b.ended == 4);
+}
+
+TEST_CASE("a compiled program runs (inside a program scope) on the default device") {
+  Program p = trace2(affine_sum, {f32, {2, 3}}, {f32, {3}});
+  const Executable e(p, default_device(), "affine_sum");
+  std::vector<Array> in = {
+      to_device(Array::from_data<float>(std::vector<float>{1, 2, 3, 4, 5, 6}, {2, 3}), default_device()),
+      to_device(Array::from_data<float>(std::vector<float>{1, 0, -1}, {3}), default_device())};
+  const std::vector<Array> out = e.run(in);
+  CHECK(out[0].item<float>() == doctest::Approx(8.0));
 }

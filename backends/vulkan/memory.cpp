@@ -17,7 +17,9 @@ namespace {
 
 VkDeviceSize round_up(VkDeviceSize x, VkDeviceSize a) { return (x + a - 1) / a * a; }
 
-// Freed dedicated blocks kept for reuse by size, at most this many bytes.
+// Empty blocks kept for reuse (dedicated ones by size), at most this many bytes
+// together: releasing a block and allocating a fresh one costs a page fault per
+// page at first touch on unified-memory devices, as much as the kernel writing it.
 constexpr std::size_t kMaxKeptBytes = 512ull << 20;
 
 int find_type(const VkPhysicalDeviceMemoryProperties& mem, VkMemoryPropertyFlags want) {
@@ -142,10 +144,15 @@ void Allocator::release_block(int index) {
   b = Block{};
 }
 
-Allocation Allocator::allocate_in(bool staging, std::size_t nbytes,
-                                  const std::string& what) {
+VkDeviceSize Allocator::reserved_size(std::size_t nbytes) const {
   VkDeviceSize size = round_up(std::max<std::size_t>(nbytes, 1), alignment_);
   if (size > block_size_ / 2) size = round_up(size, 1ull << 20);
+  return size;
+}
+
+Allocation Allocator::allocate_in(bool staging, std::size_t nbytes,
+                                  const std::string& what) {
+  const VkDeviceSize size = reserved_size(nbytes);
   std::lock_guard lock(mu_);
   int found = -1;
   VkDeviceSize offset = 0;
@@ -178,10 +185,9 @@ Allocation Allocator::allocate_in(bool staging, std::size_t nbytes,
     // blocks first if the heap is short.
     for (std::size_t i = 0; i < blocks_.size() && found < 0; ++i) {
       Block& b = blocks_[i];
-      if (b.memory != VK_NULL_HANDLE && b.dedicated && b.used == 0 && b.staging == staging &&
+      if (b.memory != VK_NULL_HANDLE && b.dedicated && b.kept && b.staging == staging &&
           b.size == size) {
         found = static_cast<int>(i);
-        kept_ -= b.size;
       }
     }
     if (found < 0) {
@@ -191,6 +197,10 @@ Allocation Allocator::allocate_in(bool staging, std::size_t nbytes,
     blocks_[static_cast<std::size_t>(found)].free.clear();
   }
   Block& b = blocks_[static_cast<std::size_t>(found)];
+  if (b.kept) {
+    kept_ -= b.size;
+    b.kept = false;
+  }
   b.used += size;
   if (!staging) {
     in_use_ += size;
@@ -203,13 +213,14 @@ Allocation Allocator::allocate_in(bool staging, std::size_t nbytes,
   a.mapped = b.mapped ? b.mapped + offset : nullptr;
   a.block = found;
   a.staging = staging;
+  a.dedicated = b.dedicated;
   return a;
 }
 
 void Allocator::release_kept() {
   for (std::size_t i = 0; i < blocks_.size(); ++i) {
     Block& b = blocks_[i];
-    if (b.memory != VK_NULL_HANDLE && b.dedicated && b.used == 0) release_block(static_cast<int>(i));
+    if (b.memory != VK_NULL_HANDLE && b.kept) release_block(static_cast<int>(i));
   }
   kept_ = 0;
 }
@@ -235,8 +246,13 @@ void Allocator::free(const Allocation& a) {
   Block& b = blocks_[static_cast<std::size_t>(a.block)];
   b.used -= a.size;
   if (!a.staging) in_use_ -= a.size;
-  if (b.dedicated && b.used == 0 && kept_ + b.size <= kMaxKeptBytes) {
-    kept_ += b.size;  // kept for reuse by an array of the same size
+  if (b.used == 0 && kept_ + b.size <= kMaxKeptBytes) {
+    kept_ += b.size;  // kept for reuse (a dedicated one by an array of its size)
+    b.kept = true;
+    if (!b.dedicated) {
+      b.free.clear();
+      b.free.emplace(0, b.size);
+    }
     return;
   }
   if (b.dedicated || b.used == 0) {
@@ -291,7 +307,7 @@ void Allocator::reset_peak() {
 VulkanBuffer::VulkanBuffer(Context& ctx, Allocation a, std::size_t nbytes)
     : ctx_(ctx), alloc_(a), nbytes_(nbytes) {}
 
-VulkanBuffer::~VulkanBuffer() { ctx_.allocator().free(alloc_); }
+VulkanBuffer::~VulkanBuffer() { ctx_.stream().release(alloc_, last_use_); }
 
 Device VulkanBuffer::device() const { return ctx_.device(); }
 

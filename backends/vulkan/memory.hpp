@@ -7,6 +7,7 @@
 #include <vulkan/vulkan.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -25,6 +26,7 @@ struct Allocation {
   std::byte* mapped = nullptr;  // host address of `offset`, or null
   int block = -1;
   bool staging = false;
+  bool dedicated = false;  // the whole of a block of its own
 };
 
 class Allocator {
@@ -36,6 +38,9 @@ class Allocator {
   Allocation allocate(std::size_t nbytes, const std::string& what);
   // Host-visible memory for transfers.
   Allocation allocate_staging(std::size_t nbytes);
+  // The bytes allocate(nbytes) reserves, and whether they get a dedicated block.
+  VkDeviceSize reserved_size(std::size_t nbytes) const;
+  bool dedicated_size(VkDeviceSize reserved) const { return reserved > block_size_ / 2; }
   void free(const Allocation& a);
   // True when arrays are mapped directly (no staging copies).
   bool direct() const { return direct_; }
@@ -54,11 +59,12 @@ class Allocator {
     bool dedicated = false;
     std::map<VkDeviceSize, VkDeviceSize> free;  // offset -> size, coalesced
     VkDeviceSize used = 0;
+    bool kept = false;  // empty, kept for reuse (counted in kept_)
   };
   Allocation allocate_in(bool staging, std::size_t nbytes, const std::string& what);
   int new_block(bool staging, VkDeviceSize size, bool dedicated, const std::string& what);
   void release_block(int index);
-  void release_kept();  // frees the kept dedicated blocks
+  void release_kept();  // frees the kept empty blocks
 
   Context& ctx_;
   mutable std::mutex mu_;
@@ -70,7 +76,9 @@ class Allocator {
   std::size_t heap_size_ = 0, heap_used_ = 0, in_use_ = 0, peak_ = 0, kept_ = 0;
 };
 
-// The storage of one array on a Vulkan device.
+// The storage of one array on a Vulkan device. When it dies its memory goes to the
+// stream (Stream::release), which returns it to the allocator once the commands
+// that use it have finished.
 class VulkanBuffer final : public Buffer {
  public:
   VulkanBuffer(Context& ctx, Allocation a, std::size_t nbytes);
@@ -83,11 +91,16 @@ class VulkanBuffer final : public Buffer {
   void read(void* dst) const override;
   const Allocation& allocation() const { return alloc_; }
   Context& context() const { return ctx_; }
+  // The serial of the last batch with a command using it (0: none); set by the
+  // stream under its lock when it records one.
+  std::uint64_t last_use() const { return last_use_; }
+  void set_last_use(std::uint64_t serial) const { last_use_ = serial; }
 
  private:
   Context& ctx_;
   Allocation alloc_;
   std::size_t nbytes_;
+  mutable std::uint64_t last_use_ = 0;
 };
 
 }  // namespace kiln::vk

@@ -1,4 +1,5 @@
-// Batching, barriers, descriptor sets, fences and transfers.
+// Batching, program scopes, hazard-tracked barriers, descriptor sets, fences and
+// transfers.
 #include "kiln/backends/vulkan/stream.hpp"
 
 #include <cstring>
@@ -11,12 +12,39 @@
 
 namespace kiln::vk {
 namespace {
-constexpr std::uint32_t kMaxDispatchesPerBatch = 64;
+constexpr std::uint32_t kMaxDispatchesPerBatch = 64;  // outside a program scope
+constexpr std::uint32_t kSetsPerPool = 64;
 }  // namespace
 
 BufferRange range_of(const VulkanBuffer& b) {
   const Allocation& a = b.allocation();
   return {a.buffer, a.offset, a.size};
+}
+
+bool HazardTracker::conflicts(const Access& a) const {
+  for (const Access& x : accesses_) {
+    if (x.buffer == a.buffer && a.begin < x.end && x.begin < a.end && (a.write || x.write)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+void HazardTracker::add(const Access& a, VkPipelineStageFlags stage, VkAccessFlags access) {
+  stages_ |= stage;
+  if (a.write) writes_ |= access;
+  for (const Access& x : accesses_) {  // an input read by many commands: note it once
+    if (x.buffer == a.buffer && x.begin == a.begin && x.end == a.end && x.write == a.write) {
+      return;
+    }
+  }
+  accesses_.push_back(a);
+}
+
+void HazardTracker::clear() {
+  accesses_.clear();
+  stages_ = 0;
+  writes_ = 0;
 }
 
 Stream::Stream(Context& ctx) : ctx_(ctx) {
@@ -27,6 +55,14 @@ Stream::Stream(Context& ctx) : ctx_(ctx) {
   if (ctx.caps().push_descriptor) {
     push_descriptor_ = reinterpret_cast<PFN_vkCmdPushDescriptorSetKHR>(
         vkGetDeviceProcAddr(ctx.handle(), "vkCmdPushDescriptorSetKHR"));
+  }
+  // A barrier orders what came before it with every kind of command that can
+  // follow: dispatches, and copies where arrays go through staging buffers.
+  later_stages_ = VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT;
+  later_access_ = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT;
+  if (!ctx.allocator().direct()) {
+    later_stages_ |= VK_PIPELINE_STAGE_TRANSFER_BIT;
+    later_access_ |= VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
   }
 }
 
@@ -56,44 +92,84 @@ Stream::Batch& Stream::open() {
     KILN_VK(vkAllocateCommandBuffers(ctx_.handle(), &ai, &b->cmd));
     VkFenceCreateInfo fi{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
     KILN_VK(vkCreateFence(ctx_.handle(), &fi, nullptr, &b->fence));
-    if (!push_descriptor_) {
-      VkDescriptorPoolSize size{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
-                                kMaxDispatchesPerBatch * kMaxBindings};
-      VkDescriptorPoolCreateInfo pi{VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO};
-      pi.maxSets = kMaxDispatchesPerBatch;
-      pi.poolSizeCount = 1;
-      pi.pPoolSizes = &size;
-      KILN_VK(vkCreateDescriptorPool(ctx_.handle(), &pi, nullptr, &b->pool));
-    }
   }
   VkCommandBufferBeginInfo bi{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
   bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
   KILN_VK(vkBeginCommandBuffer(b->cmd, &bi));
+  b->serial = next_serial_++;
+  ++stats_.command_buffers;
   recording_ = std::move(b);
   return *recording_;
 }
 
-// Everything before (dispatches, copies, host writes at submit) happens before
-// everything after. The fused-program path (filter_jit) will place only the
-// barriers its dependencies need; eager ops take this conservative one.
-void Stream::barrier(VkCommandBuffer cmd) {
-  VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
-  mb.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT |
-                     VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_TRANSFER_READ_BIT;
-  mb.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
-                     VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
-  const VkPipelineStageFlags stages =
-      VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT;
-  vkCmdPipelineBarrier(cmd, stages, stages, 0, 1, &mb, 0, nullptr, 0, nullptr);
+VkDescriptorSet Stream::allocate_set(Batch& b, const Pipeline& p) {
+  if (b.pools.empty() || b.sets_in_pool == kSetsPerPool) {
+    if (!b.pools.empty()) ++b.pool;
+    if (b.pool == b.pools.size()) {
+      VkDescriptorPoolSize size{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, kSetsPerPool * kMaxBindings};
+      VkDescriptorPoolCreateInfo pi{VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO};
+      pi.maxSets = kSetsPerPool;
+      pi.poolSizeCount = 1;
+      pi.pPoolSizes = &size;
+      VkDescriptorPool pool = VK_NULL_HANDLE;
+      KILN_VK(vkCreateDescriptorPool(ctx_.handle(), &pi, nullptr, &pool));
+      b.pools.push_back(pool);
+    }
+    b.sets_in_pool = 0;
+  }
+  VkDescriptorSetAllocateInfo ai{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO};
+  ai.descriptorPool = b.pools[b.pool];
+  ai.descriptorSetCount = 1;
+  ai.pSetLayouts = &p.set_layout;
+  VkDescriptorSet set = VK_NULL_HANDLE;
+  KILN_VK(vkAllocateDescriptorSets(ctx_.handle(), &ai, &set));
+  ++b.sets_in_pool;
+  return set;
 }
 
-void Stream::dispatch(const Pipeline& p, std::span<const BufferRange> bindings,
-                      std::span<const std::uint32_t> push,
-                      std::array<std::uint32_t, 3> groups,
-                      std::vector<std::shared_ptr<const Buffer>> keep) {
+// Hazard tracking replaces a barrier before every command: independent
+// dispatches of a program run without one between them, and a chain gets one
+// per dependency. The barrier is global (VkMemoryBarrier): its source scope is
+// the stages and writes since the last barrier, its destination every stage a
+// later command can use, so after it nothing recorded before needs tracking.
+void Stream::order(VkCommandBuffer cmd, std::span<const HazardTracker::Access> accesses,
+                   VkPipelineStageFlags stage, VkAccessFlags read_access,
+                   VkAccessFlags write_access) {
+  bool hazard = false;
+  for (const auto& a : accesses) hazard = hazard || hazards_.conflicts(a);
+  if (hazard) {
+    VkMemoryBarrier mb{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+    mb.srcAccessMask = hazards_.writes();
+    mb.dstAccessMask = later_access_;
+    vkCmdPipelineBarrier(cmd, hazards_.stages(), later_stages_ | stage, 0, 1, &mb, 0,
+                         nullptr, 0, nullptr);
+    ++stats_.barriers;
+    hazards_.clear();
+  }
+  for (const auto& a : accesses) hazards_.add(a, stage, a.write ? write_access : read_access);
+}
+
+void Stream::dispatch(const Pipeline& p, std::span<const VulkanBuffer* const> buffers,
+                      std::uint32_t written, std::span<const std::uint32_t> push,
+                      std::array<std::uint32_t, 3> groups) {
   std::lock_guard lock(mu_);
+  if (buffers.size() > kMaxBindings) {
+    throw Error(detail::str_cat("[vulkan] a kernel binds ", buffers.size(),
+                                " buffers; the stream supports ", kMaxBindings));
+  }
   Batch& b = open();
-  barrier(b.cmd);
+  std::array<BufferRange, kMaxBindings> bindings_store{};
+  std::array<HazardTracker::Access, kMaxBindings> accesses{};
+  for (std::size_t i = 0; i < buffers.size(); ++i) {
+    const BufferRange r = range_of(*buffers[i]);
+    bindings_store[i] = r;
+    accesses[i] = {r.buffer, r.offset, r.offset + r.range, ((written >> i) & 1u) != 0};
+    buffers[i]->set_last_use(b.serial);
+  }
+  const std::span<const BufferRange> bindings(bindings_store.data(), buffers.size());
+  order(b.cmd, std::span(accesses.data(), bindings.size()),
+        VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_READ_BIT,
+        VK_ACCESS_SHADER_WRITE_BIT);
   vkCmdBindPipeline(b.cmd, VK_PIPELINE_BIND_POINT_COMPUTE, p.pipeline);
   std::array<VkDescriptorBufferInfo, kMaxBindings> infos{};
   std::array<VkWriteDescriptorSet, kMaxBindings> writes{};
@@ -110,12 +186,7 @@ void Stream::dispatch(const Pipeline& p, std::span<const BufferRange> bindings,
     push_descriptor_(b.cmd, VK_PIPELINE_BIND_POINT_COMPUTE, p.layout, 0, n,
                      writes.data());
   } else {
-    VkDescriptorSetAllocateInfo ai{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO};
-    ai.descriptorPool = b.pool;
-    ai.descriptorSetCount = 1;
-    ai.pSetLayouts = &p.set_layout;
-    VkDescriptorSet set;
-    KILN_VK(vkAllocateDescriptorSets(ctx_.handle(), &ai, &set));
+    VkDescriptorSet set = allocate_set(b, p);
     for (std::uint32_t i = 0; i < n; ++i) writes[i].dstSet = set;
     vkUpdateDescriptorSets(ctx_.handle(), n, writes.data(), 0, nullptr);
     vkCmdBindDescriptorSets(b.cmd, VK_PIPELINE_BIND_POINT_COMPUTE, p.layout, 0, 1,
@@ -126,26 +197,35 @@ void Stream::dispatch(const Pipeline& p, std::span<const BufferRange> bindings,
                        static_cast<std::uint32_t>(push.size() * 4), push.data());
   }
   vkCmdDispatch(b.cmd, groups[0], groups[1], groups[2]);
-  for (auto& k : keep) b.keep.push_back(std::move(k));
-  ++dispatch_count_;
-  if (++b.dispatches >= kMaxDispatchesPerBatch) submit_locked();
+  ++stats_.dispatches;
+  ++b.dispatches;
+  if (program_depth_ == 0 && b.dispatches >= kMaxDispatchesPerBatch) submit_locked();
 }
 
 void Stream::upload(const VulkanBuffer& dst, const void* src) {
   const Allocation& a = dst.allocation();
-  if (dst.nbytes() == 0) return;
-  if (a.mapped != nullptr) {  // fresh memory: no pending work can touch it
-    std::memcpy(a.mapped, src, dst.nbytes());
+  const std::size_t bytes = dst.nbytes();
+  if (bytes == 0) return;
+  if (a.mapped != nullptr) {
+    // Fresh memory from the allocator: whatever used it before has retired (its
+    // batch's fence was seen; see release), and a host write before vkQueueSubmit
+    // is visible to the commands submitted.
+    std::memcpy(a.mapped, src, bytes);
     return;
   }
   std::lock_guard lock(mu_);
-  Allocation s = ctx_.allocator().allocate_staging(dst.nbytes());
-  std::memcpy(s.mapped, src, dst.nbytes());
+  Allocation s = ctx_.allocator().allocate_staging(bytes);
+  std::memcpy(s.mapped, src, bytes);
   Batch& b = open();
-  barrier(b.cmd);
-  VkBufferCopy region{s.offset, a.offset, dst.nbytes()};
+  const HazardTracker::Access accesses[] = {{s.buffer, s.offset, s.offset + s.size, false},
+                                            {a.buffer, a.offset, a.offset + a.size, true}};
+  order(b.cmd, accesses, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_READ_BIT,
+        VK_ACCESS_TRANSFER_WRITE_BIT);
+  VkBufferCopy region{s.offset, a.offset, bytes};
   vkCmdCopyBuffer(b.cmd, s.buffer, a.buffer, 1, &region);
+  ++stats_.transfers;
   b.staging.push_back(s);
+  dst.set_last_use(b.serial);
 }
 
 void Stream::read(const VulkanBuffer& src, void* dst) {
@@ -160,13 +240,84 @@ void Stream::read(const VulkanBuffer& src, void* dst) {
   }
   Allocation s = ctx_.allocator().allocate_staging(src.nbytes());
   Batch& b = open();
-  barrier(b.cmd);
+  const HazardTracker::Access accesses[] = {{a.buffer, a.offset, a.offset + a.size, false},
+                                            {s.buffer, s.offset, s.offset + s.size, true}};
+  order(b.cmd, accesses, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_ACCESS_TRANSFER_READ_BIT,
+        VK_ACCESS_TRANSFER_WRITE_BIT);
   VkBufferCopy region{a.offset, s.offset, src.nbytes()};
   vkCmdCopyBuffer(b.cmd, a.buffer, s.buffer, 1, &region);
+  ++stats_.transfers;
+  src.set_last_use(b.serial);
   submit_locked();
   wait_locked(true);
   std::memcpy(dst, s.mapped, src.nbytes());
   ctx_.allocator().free(s);
+}
+
+void Stream::release(const Allocation& a, std::uint64_t last_use) {
+  if (a.block < 0) return;
+  {
+    std::lock_guard lock(mu_);
+    if (last_use > retired_serial_) {
+      deferred_.push_back({a, last_use});
+      return;
+    }
+  }
+  ctx_.allocator().free(a);
+}
+
+// Reusing memory inside a command buffer keeps a long program's footprint at its
+// live set (intermediates die after their last use) instead of the sum of all
+// its intermediates. The hazard tracker orders the new writes after the dead
+// array's commands whatever is picked here; the choice only avoids adding a
+// barrier: memory whose commands are behind the last barrier, or any memory when
+// the dispatch reads something written since the last barrier (a RAW barrier
+// comes anyway).
+std::optional<Stream::Reused> Stream::reuse(std::size_t nbytes,
+                                            std::span<const BufferRange> reads, bool any) {
+  std::lock_guard lock(mu_);
+  if (deferred_.empty()) return std::nullopt;
+  const VkDeviceSize size = ctx_.allocator().reserved_size(nbytes);
+  const bool dedicated = ctx_.allocator().dedicated_size(size);
+  bool barrier_coming = any;
+  for (const BufferRange& r : reads) {
+    barrier_coming = barrier_coming ||
+                     hazards_.conflicts({r.buffer, r.offset, r.offset + r.range, false});
+  }
+  std::size_t best = deferred_.size();
+  for (std::size_t i = 0; i < deferred_.size(); ++i) {
+    const Allocation& d = deferred_[i].alloc;
+    if (d.dedicated != dedicated || (dedicated ? d.size != size : d.size < size)) continue;
+    if (!barrier_coming && hazards_.conflicts({d.buffer, d.offset, d.offset + size, true})) {
+      continue;
+    }
+    if (best == deferred_.size() || d.size < deferred_[best].alloc.size) best = i;
+  }
+  if (best == deferred_.size()) return std::nullopt;
+  Reused out{deferred_[best].alloc, deferred_[best].serial};
+  if (out.alloc.size > size) {  // the rest stays deferred, with the same last batch
+    Allocation& rest = deferred_[best].alloc;
+    rest.offset += size;
+    rest.size -= size;
+    if (rest.mapped != nullptr) rest.mapped += size;
+    out.alloc.size = size;
+  } else {
+    deferred_[best] = deferred_.back();
+    deferred_.pop_back();
+  }
+  ++stats_.reused;
+  return out;
+}
+
+void Stream::begin_program() {
+  std::lock_guard lock(mu_);
+  ++program_depth_;
+}
+
+void Stream::end_program() {
+  std::lock_guard lock(mu_);
+  if (program_depth_ > 0) --program_depth_;
+  if (program_depth_ == 0) submit_locked();
 }
 
 void Stream::submit_locked() {
@@ -184,7 +335,7 @@ void Stream::submit_locked() {
   si.commandBufferCount = 1;
   si.pCommandBuffers = &b.cmd;
   KILN_VK(vkQueueSubmit(ctx_.queue(), 1, &si, b.fence));
-  ++submits_;
+  ++stats_.submits;
   in_flight_.push_back(std::move(recording_));
   // Retire what already finished, so memory comes back without waiting.
   while (!in_flight_.empty() &&
@@ -200,12 +351,25 @@ void Stream::submit_locked() {
 void Stream::retire(Batch& b) {
   KILN_VK(vkResetFences(ctx_.handle(), 1, &b.fence));
   KILN_VK(vkResetCommandBuffer(b.cmd, 0));
-  if (b.pool != VK_NULL_HANDLE) KILN_VK(vkResetDescriptorPool(ctx_.handle(), b.pool, 0));
+  for (std::size_t i = 0; i < b.pools.size() && i <= b.pool; ++i) {
+    KILN_VK(vkResetDescriptorPool(ctx_.handle(), b.pools[i], 0));
+  }
+  b.pool = 0;
+  b.sets_in_pool = 0;
   for (const auto& s : b.staging) ctx_.allocator().free(s);
   b.staging.clear();
-  auto keep = std::move(b.keep);  // may free device memory: not under the allocator lock
-  b.keep.clear();
   b.dispatches = 0;
+  // Batches retire in the order they were submitted (one queue, FIFO).
+  retired_serial_ = b.serial;
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < deferred_.size(); ++i) {
+    if (deferred_[i].serial <= retired_serial_) {
+      ctx_.allocator().free(deferred_[i].alloc);
+    } else {
+      deferred_[kept++] = deferred_[i];
+    }
+  }
+  deferred_.resize(kept);
 }
 
 void Stream::wait_locked(bool all) {
@@ -230,6 +394,11 @@ void Stream::synchronize() {
   std::lock_guard lock(mu_);
   submit_locked();
   wait_locked(true);
+}
+
+StreamStats Stream::stats() const {
+  std::lock_guard lock(mu_);
+  return stats_;
 }
 
 }  // namespace kiln::vk

@@ -21,44 +21,64 @@ using spv::Builder;
 using spv::Ty;
 using spv::Val;
 
-// Memory of arrays the caller dropped comes back when the batches using them
-// retire: on a shortage, wait for the device once and try again.
+const VulkanBuffer& vbuf(const Array& a) {
+  return static_cast<const VulkanBuffer&>(*a.buffer());
+}
+
+std::shared_ptr<VulkanBuffer> reused(Context& ctx, const Stream::Reused& r, std::size_t bytes) {
+  auto buf = std::make_shared<VulkanBuffer>(ctx, r.alloc, bytes);
+  buf->set_last_use(r.last_use);  // its memory is free only when that batch retires
+  return buf;
+}
+
+// Memory for `bytes`. A kernel's output (`reads` are the kernel's inputs) may
+// take the memory of an array that died while its commands were still pending
+// (Stream::reuse); an upload, which the host writes, never does. Memory of
+// dropped arrays returns to the allocator when the batches using them retire:
+// on a shortage, take any pending memory that fits, else wait for the device
+// once and try again.
 std::shared_ptr<VulkanBuffer> allocate_bytes(Context& ctx, std::size_t bytes,
-                                             const std::string& what) {
+                                             const std::string& what,
+                                             std::span<const Array> reads, bool device_written) {
+  std::vector<BufferRange> ranges;
+  if (device_written) {
+    for (const auto& in : reads) ranges.push_back(range_of(vbuf(in)));
+    if (auto r = ctx.stream().reuse(bytes, ranges, false)) return reused(ctx, *r, bytes);
+  }
   Allocation a;
   try {
     a = ctx.allocator().allocate(bytes, what);
   } catch (const OutOfMemoryError&) {
+    if (device_written) {
+      if (auto r = ctx.stream().reuse(bytes, ranges, true)) return reused(ctx, *r, bytes);
+    }
     ctx.stream().synchronize();
     a = ctx.allocator().allocate(bytes, what);
   }
   return std::make_shared<VulkanBuffer>(ctx, a, bytes);
 }
 
-std::shared_ptr<VulkanBuffer> allocate(Context& ctx, const Aval& out, Prim p) {
+// The output of a kernel reading `inputs`.
+std::shared_ptr<VulkanBuffer> allocate(Context& ctx, const Aval& out, Prim p,
+                                       std::span<const Array> inputs) {
   ctx.require_dtype(out.dtype, std::string(name(p)).c_str());
   const std::size_t bytes = static_cast<std::size_t>(numel(out.shape)) * size_of(out.dtype);
-  return allocate_bytes(ctx, bytes, detail::str_cat(name(p), " result ", to_string(out.shape),
-                                                    " ", name(out.dtype)));
-}
-
-const VulkanBuffer& vbuf(const Array& a) {
-  return static_cast<const VulkanBuffer&>(*a.buffer());
+  return allocate_bytes(ctx, bytes,
+                        detail::str_cat(name(p), " result ", to_string(out.shape), " ",
+                                        name(out.dtype)),
+                        inputs, true);
 }
 
 void launch(Context& ctx, const Launch& l, std::span<const Array> inputs,
             std::span<const std::shared_ptr<Buffer>> outs) {
-  std::vector<BufferRange> ranges;
-  std::vector<std::shared_ptr<const Buffer>> keep;
-  for (const auto& in : inputs) {
-    ranges.push_back(range_of(vbuf(in)));
-    keep.push_back(in.buffer());
-  }
+  std::vector<const VulkanBuffer*> buffers;
+  for (const auto& in : inputs) buffers.push_back(&vbuf(in));
+  std::uint32_t written = 0;  // the outputs, bound after the inputs
   for (const auto& out : outs) {
-    ranges.push_back(range_of(static_cast<const VulkanBuffer&>(*out)));
-    keep.push_back(out);
+    written |= 1u << buffers.size();
+    buffers.push_back(static_cast<const VulkanBuffer*>(out.get()));
   }
-  ctx.stream().dispatch(*l.pipeline, ranges, l.push, l.groups, std::move(keep));
+  ctx.stream().dispatch(*l.pipeline, buffers, written, l.push, l.groups);
 }
 
 void launch(Context& ctx, const Launch& l, std::span<const Array> inputs,
@@ -78,7 +98,7 @@ std::string params_key(Prim p, const Params& params) {
 std::shared_ptr<Buffer> elementwise(Context& ctx, Prim p, const Params& params,
                                     std::span<const Array> inputs, const Aval& out) {
   const DType in = inputs.empty() ? out.dtype : inputs.back().dtype();
-  auto buf = allocate(ctx, out, p);
+  auto buf = allocate(ctx, out, p, inputs);
   if (numel(out.shape) == 0) return buf;
   MapSpec spec;
   spec.domain = out.shape;
@@ -117,7 +137,7 @@ void copy_view(Context& ctx, const Array& src, const Shape& domain, View in_view
 std::shared_ptr<Buffer> layout(Context& ctx, Prim p, const Params& params,
                                std::span<const Array> inputs, const Aval& out) {
   if (p == Prim::kReshape) return inputs[0].buffer();  // row-major bytes unchanged
-  auto buf = allocate(ctx, out, p);
+  auto buf = allocate(ctx, out, p, inputs);
   const Array& a = inputs[0];
   switch (p) {
     case Prim::kTranspose: {
@@ -163,7 +183,7 @@ std::shared_ptr<Buffer> reduce(Context& ctx, Prim p, const Params& params,
                                std::span<const Array> inputs, const Aval& out) {
   const Array& a = inputs[0];
   ctx.require_dtype(a.dtype(), std::string(name(p)).c_str());
-  auto buf = allocate(ctx, out, p);
+  auto buf = allocate(ctx, out, p, inputs);
   if (numel(out.shape) == 0) return buf;
   launch(ctx, reduce_kernel(ctx, reduce_spec(p, params, a.shape(), a.dtype(), out.dtype)),
          inputs, buf);
@@ -174,7 +194,7 @@ std::shared_ptr<Buffer> matmul(Context& ctx, std::span<const Array> inputs, cons
   const Array& a = inputs[0];
   const Array& b = inputs[1];
   ctx.require_dtype(a.dtype(), "matmul");
-  auto buf = allocate(ctx, out, Prim::kMatmul);
+  auto buf = allocate(ctx, out, Prim::kMatmul, inputs);
   if (numel(out.shape) == 0) return buf;
   const MatmulSpec s = matmul_spec(a.shape(), b.shape(), out);
   if (s.k == 0) {  // an empty sum: zeros
@@ -217,7 +237,7 @@ Val wrap_index(Builder& b, const Val& idx, std::int64_t n) {
 
 std::shared_ptr<Buffer> index(Context& ctx, Prim p, const Params& params,
                                std::span<const Array> inputs, const Aval& out) {
-  auto buf = allocate(ctx, out, p);
+  auto buf = allocate(ctx, out, p, inputs);
   if (numel(out.shape) == 0) return buf;
   MapSpec spec;
   spec.domain = out.shape;
@@ -368,7 +388,7 @@ std::vector<std::shared_ptr<Buffer>> VulkanBackend::eval_fused(
     for (const Equation& eq : body.equations) {
       if (eq.output == v) p = eq.prim;
     }
-    outs.push_back(allocate(ctx_, body.avals[v], p));
+    outs.push_back(allocate(ctx_, body.avals[v], p, inputs));
   }
   if (numel(k.shape) == 0) return outs;
   std::vector<Array> args;
@@ -377,12 +397,16 @@ std::vector<std::shared_ptr<Buffer>> VulkanBackend::eval_fused(
   return outs;
 }
 
+void VulkanBackend::begin_program() { ctx_.stream().begin_program(); }
+
+void VulkanBackend::end_program() { ctx_.stream().end_program(); }
+
 Array VulkanBackend::from_host(const Array& host) {
   ctx_.require_dtype(host.dtype(), "to_device");
   const std::size_t bytes = host.nbytes();
   std::string what = detail::str_cat("array ", to_string(host.shape()), " ",
                                      name(host.dtype()));
-  auto buf = allocate_bytes(ctx_, bytes, what);
+  auto buf = allocate_bytes(ctx_, bytes, what, {}, false);
   const void* src = const_cast<Buffer&>(*host.buffer()).host_data();
   ctx_.stream().upload(*buf, src);
   return Array(host.dtype(), host.shape(), std::move(buf));

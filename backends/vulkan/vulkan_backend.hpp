@@ -21,6 +21,10 @@ class VulkanBackend final : public Backend {
       const FusedKernel& kernel, std::span<const Array> inputs,
       std::span<const std::shared_ptr<Buffer>> into) override;
   Array from_host(const Array& host) override;
+  // One compiled-program call records into one command buffer, submitted at the
+  // end without waiting (stream.hpp).
+  void begin_program() override;
+  void end_program() override;
 
  private:
   Context& ctx_;

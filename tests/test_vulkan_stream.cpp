@@ -1,0 +1,336 @@
+// The Vulkan command stream under compiled programs (Executable::run): one call
+// is one command buffer and one submit however many dispatches it has, barriers
+// come only from dependencies (hazard tracking), results equal the CPU. Runs
+// with KILN_VALIDATION=1 (synchronization validation): a missing barrier is a
+// validation message, which fails the next synchronisation. Also run with
+// KILN_VK_FORCE_STAGING=1 + KILN_VK_DISABLE_PUSH_DESCRIPTOR=1 (copies inside the
+// command buffer, descriptor pools).
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <kiln/kiln.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kiln/backends/vulkan/context.hpp"
+#include "kiln/backends/vulkan/stream.hpp"
+#include "kiln/dsl/executable.hpp"
+#include "kiln/dsl/trace.hpp"
+
+using namespace kiln;
+
+namespace {
+
+const Device kGpu = Device::vulkan(0);
+// One step per equation, so the counts below do not depend on the fusion pass.
+const FusionOptions kNoFusion{.enabled = false};
+using Fn = std::function<std::vector<Array>(const std::vector<Array>&)>;
+
+vk::StreamStats stats() { return vk::Context::get(0).stream().stats(); }
+
+vk::StreamStats operator-(const vk::StreamStats& a, const vk::StreamStats& b) {
+  return {a.submits - b.submits,       a.command_buffers - b.command_buffers,
+          a.dispatches - b.dispatches, a.transfers - b.transfers,
+          a.barriers - b.barriers,     a.reused - b.reused};
+}
+
+Array host_random(const Shape& shape, std::uint32_t seed) {
+  std::mt19937 g(seed);
+  std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+  std::vector<float> v(static_cast<std::size_t>(numel(shape)));
+  for (auto& x : v) x = u(g);
+  return Array::from_data<float>(v, shape);
+}
+
+Program trace(const std::vector<Array>& like, const Fn& f) {
+  Trace t;
+  std::vector<Array> xs;
+  for (std::size_t i = 0; i < like.size(); ++i) {
+    xs.push_back(t.input(like[i].aval(), kGpu, "x" + std::to_string(i)));
+  }
+  const std::vector<Array> outs = f(xs);
+  return t.finish(outs);
+}
+
+void check_close(const Array& gpu, const Array& cpu) {
+  REQUIRE(gpu.device() == kGpu);
+  REQUIRE(gpu.shape() == cpu.shape());
+  const auto g = to_device(gpu, Device::cpu()).to_vector<float>();
+  const auto c = cpu.to_vector<float>();
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    if (!(std::abs(g[i] - c[i]) <= 1e-5f * std::max(1.0f, std::abs(c[i])))) ++bad;
+  }
+  CHECK(bad == 0);
+}
+
+// Leaves the hazard tracker in a known state: a dependent pair of eager ops
+// forces a barrier, after which only the pair's own arrays (kept alive in the
+// result, so no later allocation overlaps them) are tracked. Everything
+// recorded before (the inputs' uploads, earlier tests' work) is ordered. The
+// pair is submitted, so the call begins a command buffer of its own.
+std::vector<Array> settle() {
+  const Array a = to_device(host_random({16}, 7), kGpu);
+  const Array b = a + a;
+  std::vector<Array> keep = {b, b * b};
+  vk::Context::get(0).stream().flush();
+  return keep;
+}
+
+struct Run {
+  std::vector<Array> outs;
+  vk::StreamStats delta;
+};
+
+// Traces f on Vulkan, runs it once as a compiled program and returns its
+// outputs and the stream counters of the call; checks them against f on the CPU.
+Run run_checked(const std::vector<Array>& host, const Fn& f, const std::string& name) {
+  std::vector<Array> in;
+  for (const auto& h : host) in.push_back(to_device(h, kGpu));
+  const Executable e(trace(in, f), kGpu, name, kNoFusion);
+  const auto keep = settle();
+  const auto before = stats();
+  Run r;
+  r.outs = e.run(in);
+  r.delta = stats() - before;
+  const std::vector<Array> want = f(host);
+  REQUIRE(r.outs.size() == want.size());
+  for (std::size_t i = 0; i < want.size(); ++i) check_close(r.outs[i], want[i]);
+  synchronize(kGpu);  // validation messages surface here
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("independent elementwise ops in one call: one submit, no barrier between them") {
+  const Shape s{1000, 37};
+  const std::vector<Array> host = {host_random(s, 1), host_random(s, 2), host_random(s, 3)};
+  const int n = 12;
+  const Run r = run_checked(host, [&](const std::vector<Array>& x) {
+    std::vector<Array> outs;
+    for (int i = 0; i < n; ++i) {
+      const Array& a = x[static_cast<std::size_t>(i % 3)];
+      const Array& b = x[static_cast<std::size_t>((i + 1) % 3)];
+      switch (i % 4) {
+        case 0: outs.push_back(a * b); break;
+        case 1: outs.push_back(a + b); break;
+        case 2: outs.push_back(maximum(a, b)); break;
+        default: outs.push_back(tanh(a)); break;
+      }
+    }
+    return outs;
+  }, "wide");
+  CHECK(r.delta.dispatches == n);
+  CHECK(r.delta.barriers == 0);
+  CHECK(r.delta.submits == 1);
+  CHECK(r.delta.command_buffers == 1);
+}
+
+TEST_CASE("a chain of dependent ops gets one barrier per dependency") {
+  const Shape s{4099};
+  const std::vector<Array> host = {host_random(s, 4), host_random(s, 5)};
+  const int n = 10;
+  const Run r = run_checked(host, [&](const std::vector<Array>& x) {
+    Array y = x[0];
+    for (int i = 0; i < n; ++i) y = i % 2 == 0 ? y * x[1] : tanh(y + x[0]);
+    return std::vector<Array>{y};
+  }, "chain");
+  // Odd steps are two ops (add, then tanh of it): 15 dispatches, each reading
+  // the one before except the first.
+  CHECK(r.delta.dispatches == 15);
+  CHECK(r.delta.barriers == 14);
+  CHECK(r.delta.submits == 1);
+}
+
+TEST_CASE("levels of independent ops: one barrier per level") {
+  const Shape s{64, 65};
+  const std::vector<Array> host = {host_random(s, 6), host_random(s, 7)};
+  const Run r = run_checked(host, [](const std::vector<Array>& x) {
+    const Array a = x[0] * x[1], b = x[0] + x[1], c = x[0] - x[1];  // level 0
+    const Array d = a * b, e = b * c, f = a - c;                    // level 1
+    const Array g = d + e, h = e * f;                               // level 2
+    return std::vector<Array>{g, h, maximum(g, x[0])};              // level 3
+  }, "levels");
+  CHECK(r.delta.dispatches == 9);
+  CHECK(r.delta.barriers == 3);
+  CHECK(r.delta.submits == 1);
+}
+
+TEST_CASE("a program of more than 64 dispatches is still one command buffer and one submit") {
+  const Shape s{3000};
+  const std::vector<Array> host = {host_random(s, 8), host_random(s, 9)};
+  const int n = 150;
+  const Run r = run_checked(host, [&](const std::vector<Array>& x) {
+    std::vector<Array> outs;
+    Array y = x[0];
+    for (int i = 0; i < n; ++i) {
+      y = i % 3 == 0 ? y * x[1] : i % 3 == 1 ? y + x[0] : maximum(y, x[1]);
+      if (i % 10 == 0) outs.push_back(tanh(y));  // side branches, independent of later links
+    }
+    outs.push_back(y);
+    return outs;
+  }, "long");
+  CHECK(r.delta.dispatches == n + 15);
+  CHECK(r.delta.submits == 1);
+  CHECK(r.delta.command_buffers == 1);
+  // a tanh branch runs next to the following link of the chain
+  CHECK(r.delta.barriers == n - 1);
+}
+
+TEST_CASE("an MLP (matmul + bias + relu layers) in one call equals the CPU") {
+  const std::int64_t batch = 33, width = 70;
+  std::vector<Array> host = {host_random({batch, width}, 10)};
+  for (std::uint32_t l = 0; l < 3; ++l) {
+    host.push_back(host_random({width, width}, 20 + l) * 0.2f);
+    host.push_back(host_random({width}, 30 + l));
+  }
+  const Run r = run_checked(host, [](const std::vector<Array>& x) {
+    Array h = x[0];
+    for (std::size_t l = 0; l < 3; ++l) h = relu(matmul(h, x[1 + 2 * l]) + x[2 + 2 * l]);
+    return std::vector<Array>{h};
+  }, "mlp");
+  CHECK(r.delta.dispatches == 9);
+  CHECK(r.delta.barriers == 8);
+  CHECK(r.delta.submits == 1);
+}
+
+TEST_CASE("a long chain in one call runs in the memory of its live values") {
+  // Each intermediate dies after its last use; its memory takes a later output
+  // in the same command buffer (behind the barrier that output needs anyway),
+  // so the call's footprint is its live set, not all its intermediates.
+  const std::int64_t n = 1 << 18;  // 1 MiB of f32
+  // |x1| < 1: the chain contracts, so float rounding does not grow along it
+  const std::vector<Array> host = {host_random({n}, 16), host_random({n}, 17) * 0.45f};
+  std::vector<Array> in;
+  for (const auto& h : host) in.push_back(to_device(h, kGpu));
+  const int links = 80;
+  const Fn f = [&](const std::vector<Array>& x) {
+    Array y = x[0];
+    for (int i = 0; i < links; ++i) y = i % 2 == 0 ? y * x[1] : tanh(y);
+    return std::vector<Array>{y};
+  };
+  const Executable e(trace(in, f), kGpu, "footprint", kNoFusion);
+  vk::Allocator& alloc = vk::Context::get(0).allocator();
+  const auto keep = settle();
+  synchronize(kGpu);
+  alloc.reset_peak();
+  const std::size_t base = alloc.bytes_in_use();
+  const auto before = stats();
+  std::vector<Array> args = in;
+  const std::vector<Array> out = e.run(args);
+  const auto d = stats() - before;
+  CHECK(d.submits == 1);
+  CHECK(d.dispatches == links);
+  CHECK(d.barriers == links - 1);  // reuse adds none
+  CHECK(d.reused >= links - 4);
+  CHECK(alloc.peak_bytes() - base <= 4 * (std::size_t{1} << 20));
+  check_close(out[0], f(host)[0]);
+  synchronize(kGpu);
+}
+
+TEST_CASE("calls reusing the memory of dropped arrays are ordered (validation stays silent)") {
+  const Shape s{2048};
+  const std::vector<Array> host = {host_random(s, 11), host_random(s, 12)};
+  const Fn f = [](const std::vector<Array>& x) {
+    const Array a = x[0] * x[1];
+    return std::vector<Array>{tanh(a) + x[0], a - x[1]};
+  };
+  std::vector<Array> in;
+  for (const auto& h : host) in.push_back(to_device(h, kGpu));
+  const Executable e(trace(in, f), kGpu, "reuse", kNoFusion);
+  const std::vector<Array> want = f(host);
+  for (int i = 0; i < 6; ++i) {
+    // Back to back without waiting; every other call drops its outputs and
+    // waits, so the next call's intermediates and outputs land in the memory
+    // the earlier commands wrote and read.
+    std::vector<Array> args = in;
+    const auto before = stats();
+    std::vector<Array> outs = e.run(args);
+    CHECK((stats() - before).submits == 1);
+    if (i % 2 == 1) {
+      synchronize(kGpu);
+      continue;
+    }
+    for (std::size_t k = 0; k < want.size(); ++k) check_close(outs[k], want[k]);
+  }
+  synchronize(kGpu);
+}
+
+TEST_CASE("a call that throws ends its scope: eager ops are batched again afterwards") {
+  const Array a = to_device(host_random({8}, 13), kGpu);
+  const Array bad = to_device(Array::from_data<std::int32_t>(std::vector<std::int32_t>{1, 9}, {2}),
+                              kGpu);
+  std::vector<Array> in = {a, bad};
+  const Executable e(trace(in, [](const std::vector<Array>& x) {
+                       return std::vector<Array>{take(tanh(x[0]), x[1], 0)};
+                     }),
+                     kGpu, "throws", kNoFusion);
+  CHECK_THROWS_AS(e.run(in), IndexError);
+  synchronize(kGpu);
+  const auto before = stats();
+  Array y = a;
+  for (int i = 0; i < 65; ++i) y = y + a;
+  CHECK((stats() - before).submits == 1);  // the 64-dispatch cap of eager batches
+  CHECK((stats() - before).dispatches == 65);
+  (void)y.to_vector<float>();
+}
+
+TEST_CASE("host reads and creation inside a call: take checks its indices, arange uploads") {
+  const std::vector<Array> host = {
+      host_random({6, 5}, 14),
+      Array::from_data<std::int32_t>(std::vector<std::int32_t>{0, 4, -1, 2}, {4})};
+  const Run r = run_checked(host, [](const std::vector<Array>& x) {
+    const Array t = take(tanh(x[0]), x[1], 1);  // reads x[1] on the host
+    const Device was = default_device();
+    set_default_device(x[0].device());
+    const Array ramp = arange(0.0, 4.0, 1.0, f32);  // creation: an upload on Vulkan
+    set_default_device(was);
+    return std::vector<Array>{t * ramp + t};
+  }, "take");
+  // the index read submits what came before it, then the rest is one more
+  CHECK(r.delta.submits == 2);
+}
+
+TEST_CASE("a value written by one submit and read by the next is behind a barrier") {
+  // Submission order alone orders nothing in Vulkan: the later command buffer
+  // needs a barrier (whose first scope reaches back into earlier submits).
+  const auto keep = settle();
+  const Array x = to_device(host_random({4096}, 15), kGpu);
+  vk::Stream& stream = vk::Context::get(0).stream();
+  const Array a = x + x;
+  stream.flush();  // submitted, not waited for
+  const auto before = stats();
+  const Array b = a * a;
+  stream.flush();
+  CHECK((stats() - before).barriers == 1);
+  CHECK((stats() - before).submits == 1);
+  check_close(b, to_device(x + x, Device::cpu()) * to_device(x + x, Device::cpu()));
+}
+
+TEST_CASE("memory taken from a dead array stays pending on that array's commands") {
+  // An output placed in a dead array's memory inherits the wait for that array's
+  // commands, even when no command of its own ever uses it (an empty result).
+  vk::Allocator& alloc = vk::Context::get(0).allocator();
+  const auto keep = settle();
+  const Array x = to_device(host_random({1 << 18}, 18), kGpu);
+  const Array e = to_device(Array::from_data<float>(std::vector<float>{}, {0}), kGpu);
+  Array y = x + x;
+  const Array u = y * y;  // a barrier (reads y)
+  const Array v = u * u;  // a barrier (reads u): y's commands are behind it
+  const std::size_t in_use = alloc.bytes_in_use();
+  y = Array();  // dead while its commands are pending: not back in the allocator
+  CHECK(alloc.bytes_in_use() == in_use);
+  const auto before = stats();
+  Array z = e + e;  // no elements, no dispatch: takes a piece of y's memory
+  CHECK((stats() - before).reused == 1);
+  CHECK((stats() - before).dispatches == 0);
+  z = Array();
+  CHECK(alloc.bytes_in_use() == in_use);  // still pending on y's batch
+  synchronize(kGpu);
+  CHECK(alloc.bytes_in_use() + (std::size_t{1} << 20) <= in_use);
+  check_close(v, to_device(x, Device::cpu()) * to_device(x, Device::cpu()) * 4.0f *
+                     (to_device(x, Device::cpu()) * to_device(x, Device::cpu()) * 4.0f));
+}
