@@ -3,6 +3,8 @@
 #include "kiln/dsl/executable.hpp"
 
 #include <algorithm>
+#include <cstdlib>
+#include <string_view>
 
 #include "kiln/dsl/backend.hpp"
 #include "kiln/runtime/error.hpp"
@@ -125,7 +127,12 @@ std::vector<Array> Executable::run_steps(std::vector<Array>& env, std::size_t li
       into.assign(step.outputs.size(), nullptr);
       const std::vector<ValueId>& dying = release_after_[s];
       args.clear();
-      for (std::size_t o = 0; o < step.outputs.size(); ++o) {
+      // KILN_INPLACE=0: never offer a dying input's buffer (a kill switch).
+      static const bool no_inplace = [] {
+        const char* v = std::getenv("KILN_INPLACE");
+        return v != nullptr && std::string_view(v) == "0";
+      }();
+      for (std::size_t o = 0; o < step.outputs.size() && !no_inplace; ++o) {
         const Aval& out = p.avals[step.outputs[o]];
         for (ValueId v : step.inputs) {
           if (p.avals[v] != out || !env[v].sole_owner() ||

@@ -148,8 +148,9 @@ void throw_too_many_traces(std::string_view what, std::size_t count, std::size_t
 }
 
 JitState::JitState(JitOptions options) : options_(std::move(options)) {
-  if (const char* v = std::getenv("KILN_FUSION"); v != nullptr && std::string_view(v) == "0") {
-    options_.fusion.enabled = false;
+  if (const char* v = std::getenv("KILN_FUSION")) {
+    if (std::string_view(v) == "0") options_.fusion.enabled = false;
+    if (std::string_view(v) == "elementwise") options_.fusion.anchors = false;
   }
 }
 JitState::~JitState() = default;

@@ -309,6 +309,22 @@ std::shared_ptr<Buffer> index(Context& ctx, Prim p, const Params& params,
 
 Device VulkanBackend::device() const { return ctx_.device(); }
 
+namespace {
+
+// `a` with its last two axes swapped, materialised (matmul operands the
+// compiler marked transposed: the kernels read row-major operands).
+Array transposed_last_two(Context& ctx, const Array& a) {
+  Params t;
+  Aval ta = a.aval();
+  const std::size_t r = ta.shape.size();
+  for (std::size_t i = 0; i < r; ++i) t.axes.push_back(static_cast<std::int64_t>(i));
+  std::swap(t.axes[r - 2], t.axes[r - 1]);
+  std::swap(ta.shape[r - 2], ta.shape[r - 1]);
+  return Array(ta.dtype, ta.shape, layout(ctx, Prim::kTranspose, t, {&a, 1}, ta));
+}
+
+}  // namespace
+
 std::shared_ptr<Buffer> VulkanBackend::eval(Prim p, const Params& params,
                                             std::span<const Array> inputs,
                                             const Aval& out) {
@@ -325,16 +341,8 @@ std::shared_ptr<Buffer> VulkanBackend::eval(Prim p, const Params& params,
       if (params.transpose_a || params.transpose_b) {
         // The kernel reads row-major operands: materialise the transposed ones.
         Array ops[2] = {inputs[0], inputs[1]};
-        for (int k = 0; k < 2; ++k) {
-          if (!(k == 0 ? params.transpose_a : params.transpose_b)) continue;
-          Params t;
-          Aval ta = ops[k].aval();
-          const std::size_t r = ta.shape.size();
-          for (std::size_t i = 0; i < r; ++i) t.axes.push_back(static_cast<std::int64_t>(i));
-          std::swap(t.axes[r - 2], t.axes[r - 1]);
-          std::swap(ta.shape[r - 2], ta.shape[r - 1]);
-          ops[k] = Array(ta.dtype, ta.shape, layout(ctx_, Prim::kTranspose, t, {&ops[k], 1}, ta));
-        }
+        if (params.transpose_a) ops[0] = transposed_last_two(ctx_, ops[0]);
+        if (params.transpose_b) ops[1] = transposed_last_two(ctx_, ops[1]);
         return matmul(ctx_, ops, out);
       }
       return matmul(ctx_, inputs, out);
@@ -357,6 +365,29 @@ std::shared_ptr<Buffer> VulkanBackend::eval(Prim p, const Params& params,
 std::vector<std::shared_ptr<Buffer>> VulkanBackend::eval_fused(
     const FusedKernel& k, std::span<const Array> inputs,
     std::span<const std::shared_ptr<Buffer>> into) {
+  if (k.kind == FusedKernel::Kind::kMatmulEpilogue) {
+    const Equation& mm = k.body.equations.front();
+    if (mm.params.transpose_a || mm.params.transpose_b) {
+      // As eval: materialise transposed operands, as new body inputs (the
+      // epilogue may read the stored operand too), then the plain kernel.
+      FusedKernel plain = k;
+      Equation& e = plain.body.equations.front();
+      std::vector<Array> args(inputs.begin(), inputs.end());
+      for (int side = 0; side < 2; ++side) {
+        bool& flag = side == 0 ? e.params.transpose_a : e.params.transpose_b;
+        if (!flag) continue;
+        const auto pos = static_cast<std::size_t>(
+            std::find(k.body.inputs.begin(), k.body.inputs.end(), e.inputs[side]) -
+            k.body.inputs.begin());
+        args.push_back(transposed_last_two(ctx_, inputs[pos]));
+        const ValueId v = plain.body.new_value(args.back().aval());
+        plain.body.inputs.push_back(v);
+        e.inputs[side] = v;
+        flag = false;
+      }
+      return eval_fused(plain, args, into);
+    }
+  }
   const Program& body = k.body;
   // The unfused path's capability errors: every value is an array there.
   for (const Equation& eq : body.equations) {
