@@ -22,13 +22,8 @@ bool env_flag(const char* name) {
   return v != nullptr && v[0] != '\0' && std::string_view(v) != "0";
 }
 
-bool log_retraces() {
-  static const bool on = env_flag("KILN_LOG_RETRACES");
-  return on;
-}
-
 std::size_t key_hash(const JitCall& call, Device device) {
-  std::size_t h = absl::HashOf(device.to_string().size(), call.defs.size());
+  std::size_t h = absl::HashOf(static_cast<int>(device.kind), device.index, call.defs.size());
   for (const TreeDef& d : call.defs) h = absl::HashOf(h, d.hash());
   for (const Array& a : call.leaves) h = absl::HashOf(h, a.aval());
   return h;
@@ -50,21 +45,6 @@ bool matches(const JitEntry& e, const JitCall& call, std::size_t hash, Device de
 
 std::string aval_text(const Aval& a) {
   return str_cat(name(a.dtype), "[", join(a.shape, ","), "]");
-}
-
-Device call_device(const JitCall& call, const std::vector<std::string>& paths) {
-  if (call.leaves.empty()) return default_device();
-  const Device d = call.leaves.front().device();
-  for (std::size_t i = 1; i < call.leaves.size(); ++i) {
-    if (call.leaves[i].device() != d) {
-      throw DeviceError(str_cat("[filter_jit] arguments live on different devices: ",
-                                tree::display_path(paths.front()), " on ", d.to_string(), ", ",
-                                tree::display_path(paths[i]), " on ",
-                                call.leaves[i].device().to_string(),
-                                "; move them with to_device()"));
-    }
-  }
-  return d;
 }
 
 // The executable's inputs for one call: a handle to each leaf the program reads;
@@ -89,10 +69,7 @@ void prepare_inputs(std::span<const Array* const> leaves, std::span<const std::s
   thread_local absl::flat_hash_map<const ArrayImpl*, Array> taken;
   kept.clear();
   taken.clear();
-  auto range = [&](std::size_t a) {
-    const std::size_t end = a + 1 < first_leaf.size() ? first_leaf[a + 1] : leaves.size();
-    return std::pair{first_leaf[a], end};
-  };
+  auto range = [&](std::size_t a) { return arg_range(first_leaf, a, leaves.size()); };
   for (std::size_t a = 0; a < donated.size(); ++a) {
     if (donated[a]) continue;
     for (auto [k, end] = range(a); k < end; ++k) kept.insert(leaves[k]->impl());
@@ -147,7 +124,8 @@ void throw_too_many_traces(std::string_view what, std::size_t count, std::size_t
                                                  : str_cat("; this trace: ", explanation)));
 }
 
-JitState::JitState(JitOptions options) : options_(std::move(options)) {
+JitState::JitState(JitOptions options)
+    : options_(std::move(options)), log_retraces_(env_flag("KILN_LOG_RETRACES")) {
   if (const char* v = std::getenv("KILN_FUSION")) {
     if (std::string_view(v) == "0") options_.fusion.enabled = false;
     if (std::string_view(v) == "elementwise") options_.fusion.anchors = false;
@@ -171,11 +149,53 @@ std::string JitState::arg_name(std::size_t i) const {
   return str_cat("arg", i);
 }
 
-std::string JitState::explain_miss(const JitCall& call, std::size_t hash, Device device) const {
+std::vector<std::string> JitState::leaf_paths(const JitCall& call) const {
+  std::vector<std::string> out;
+  out.reserve(call.leaves.size());
+  for (std::size_t a = 0; a < call.defs.size(); ++a) {
+    for (const std::string& p : tree::paths(call.defs[a])) {
+      out.push_back(tree::join_path(arg_name(a), p));
+    }
+  }
+  return out;
+}
+
+Device JitState::check_leaves(const JitCall& call) const {
+  if (call.leaves.empty()) return default_device();
+  const Device device = call.leaves.front().device();
+  bool ok = true;
+  for (const Array& a : call.leaves) {
+    ok = ok && a.device() == device && !a.is_donated() && !is_tracer(a);
+  }
+  if (ok) return device;
+  // Slow path: say which leaf, by path.
+  const std::vector<std::string> paths = leaf_paths(call);
+  for (std::size_t i = 0; i < call.leaves.size(); ++i) {
+    const Array& leaf = call.leaves[i];
+    const std::string& path = paths[i];
+    check_not_donated(options_.name, leaf, path);
+    if (is_tracer(leaf)) {
+      throw ValueError(str_cat("[", options_.name, "] ", path,
+                               " is a tracer: calling a jitted function inside grad or "
+                               "another filter_jit is not supported yet; call the plain "
+                               "function there"));
+    }
+    if (leaf.device() != device) {
+      throw DeviceError(str_cat("[", options_.name, "] arguments live on different devices: ",
+                                tree::display_path(paths.front()), " on ", device.to_string(),
+                                ", ", tree::display_path(path), " on ",
+                                leaf.device().to_string(), "; move them with to_device()"));
+    }
+  }
+  return device;
+}
+
+std::string JitState::explain_miss(const JitCall& call, Device device) const {
   if (entries_.empty()) return str_cat(options_.name, ": first call");
   // Nearest: fewest structural differences first (an entry with the same tree
   // structure is nearer than any with another), then fewest leaf differences.
   std::vector<std::string> best;
+  std::vector<std::string> paths;  // of the call's leaves, made when first needed
   std::size_t best_score = static_cast<std::size_t>(-1);
   for (const auto& e : entries_) {
     std::vector<std::string> lines;
@@ -197,16 +217,16 @@ std::string JitState::explain_miss(const JitCall& call, std::size_t hash, Device
         }
       }
       if (same_structure) {
-        for (std::size_t a = 0; a < call.defs.size(); ++a) {
-          const std::vector<std::string> paths = tree::paths(call.defs[a]);
-          for (std::size_t k = 0; k < paths.size(); ++k) {
-            const Aval& was = e->avals[call.first_leaf[a] + k];
-            const Aval& now = call.leaves[call.first_leaf[a] + k].aval();
-            if (was == now) continue;
-            const char* what = was.dtype != now.dtype ? (was.shape != now.shape ? "dtype and shape" : "dtype") : "shape";
-            lines.push_back(str_cat(tree::join_path(arg_name(a), paths[k]), ": ", what,
-                                    " changed, ", aval_text(was), " -> ", aval_text(now)));
-          }
+        if (paths.empty()) paths = leaf_paths(call);
+        for (std::size_t k = 0; k < call.leaves.size(); ++k) {
+          const Aval& was = e->avals[k];
+          const Aval& now = call.leaves[k].aval();
+          if (was == now) continue;
+          const char* what = was.dtype == now.dtype   ? "shape"
+                             : was.shape == now.shape ? "dtype"
+                                                      : "dtype and shape";
+          lines.push_back(str_cat(paths[k], ": ", what, " changed, ", aval_text(was), " -> ",
+                                  aval_text(now)));
         }
       }
     }
@@ -217,7 +237,6 @@ std::string JitState::explain_miss(const JitCall& call, std::size_t hash, Device
       best = std::move(lines);
     }
   }
-  (void)hash;
   return str_cat(options_.name, ": retrace ", trace_count_ + 1, ", the nearest of ",
                  entries_.size(), " cached ", entries_.size() == 1 ? "key" : "keys",
                  " differs at\n    ", join(best, "\n    "));
@@ -225,12 +244,12 @@ std::string JitState::explain_miss(const JitCall& call, std::size_t hash, Device
 
 JitEntry& JitState::trace_and_compile(JitCall& call, std::size_t hash, Device device,
                                       TraceFn trace) {
-  std::string explanation = explain_miss(call, hash, device);
+  std::string explanation = explain_miss(call, device);
   if (trace_count_ + 1 > max_traces_) {
     throw_too_many_traces(str_cat("[", options_.name, "]"), trace_count_ + 1, max_traces_,
                           explanation);
   }
-  if (log_retraces()) std::fprintf(stderr, "[filter_jit] %s\n", explanation.c_str());
+  if (log_retraces_) std::fprintf(stderr, "[filter_jit] %s\n", explanation.c_str());
   last_retrace_ = explanation;
   ++trace_count_;
   auto entry = std::make_unique<JitEntry>();
@@ -251,12 +270,9 @@ JitEntry& JitState::trace_and_compile(JitCall& call, std::size_t hash, Device de
     Trace t;
     std::vector<Array> tracers;
     tracers.reserve(call.leaves.size());
-    for (std::size_t a = 0; a < call.defs.size(); ++a) {
-      const std::vector<std::string> paths = tree::paths(call.defs[a]);
-      for (std::size_t k = 0; k < paths.size(); ++k) {
-        const Array& leaf = call.leaves[call.first_leaf[a] + k];
-        tracers.push_back(t.input(leaf.aval(), device, tree::join_path(arg_name(a), paths[k])));
-      }
+    const std::vector<std::string> paths = leaf_paths(call);
+    for (std::size_t k = 0; k < call.leaves.size(); ++k) {
+      tracers.push_back(t.input(call.leaves[k].aval(), device, paths[k]));
     }
     TraceResult result = trace(tracers);
     program = t.finish(result.outputs, tree::paths(result.structure));
@@ -273,40 +289,7 @@ JitEntry& JitState::trace_and_compile(JitCall& call, std::size_t hash, Device de
 }
 
 std::pair<std::vector<Array>, const TreeDef*> JitState::call(JitCall& call, TraceFn trace) {
-  // Paths are only needed on the slow paths; computed lazily there.
-  Device device;
-  if (call.leaves.empty()) {
-    device = default_device();
-  } else {
-    device = call.leaves.front().device();
-    for (const Array& a : call.leaves) {
-      if (a.device() != device) {
-        std::vector<std::string> paths;
-        for (std::size_t i = 0; i < call.defs.size(); ++i) {
-          for (std::string& p : tree::paths(call.defs[i])) {
-            paths.push_back(tree::join_path(arg_name(i), p));
-          }
-        }
-        call_device(call, paths);
-      }
-      if (a.is_donated() || is_tracer(a)) {
-        for (std::size_t i = 0; i < call.defs.size(); ++i) {
-          const std::vector<std::string> paths = tree::paths(call.defs[i]);
-          for (std::size_t k = 0; k < paths.size(); ++k) {
-            const Array& leaf = call.leaves[call.first_leaf[i] + k];
-            const std::string path = tree::join_path(arg_name(i), paths[k]);
-            check_not_donated(options_.name, leaf, path);
-            if (is_tracer(leaf)) {
-              throw ValueError(str_cat("[", options_.name, "] ", path,
-                                       " is a tracer: calling a jitted function inside "
-                                       "grad or another filter_jit is not supported yet; "
-                                       "call the plain function there"));
-            }
-          }
-        }
-      }
-    }
-  }
+  const Device device = check_leaves(call);
   const std::size_t hash = key_hash(call, device);
   const JitEntry* entry = nullptr;
   for (const auto& e : entries_) {
@@ -320,12 +303,8 @@ std::pair<std::vector<Array>, const TreeDef*> JitState::call(JitCall& call, Trac
   std::vector<const Array*> leaves;
   leaves.reserve(call.leaves.size());
   for (const Array& a : call.leaves) leaves.push_back(&a);
-  const std::vector<bool>& d = call.donated;
-  const std::unique_ptr<bool[]> donated(new bool[d.size()]);
-  for (std::size_t i = 0; i < d.size(); ++i) donated[i] = d[i];
   std::vector<Array> inputs;
-  prepare_inputs(leaves, call.first_leaf, std::span<const bool>(donated.get(), d.size()),
-                 *entry->executable, inputs, 1);
+  prepare_inputs(leaves, call.first_leaf, call.donated, *entry->executable, inputs, 1);
   leaves.clear();
   call.leaves.clear();  // our handles must not keep donated buffers alive
   std::vector<Array> outputs = entry->executable->run(inputs, &last_run_);

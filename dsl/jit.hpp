@@ -29,6 +29,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/functional/function_ref.h"
 #include "kiln/dsl/executable.hpp"
 #include "kiln/runtime/tree.hpp"
@@ -44,10 +45,17 @@ struct JitOptions {
 
 namespace detail {
 
+// [begin, end) of argument `arg`'s leaves, given where each argument's leaves
+// start and the total number of leaves.
+inline std::pair<std::size_t, std::size_t> arg_range(std::span<const std::size_t> first_leaf,
+                                                     std::size_t arg, std::size_t total) {
+  return {first_leaf[arg], arg + 1 < first_leaf.size() ? first_leaf[arg + 1] : total};
+}
+
 // One call's flattened arguments.
 struct JitCall {
   std::vector<TreeDef> defs;            // per argument
-  std::vector<bool> donated;            // per argument (passed as an rvalue)
+  absl::InlinedVector<bool, 8> donated;  // per argument (passed as an rvalue)
   std::vector<Array> leaves;            // every array leaf, argument by argument
   std::vector<std::size_t> first_leaf;  // per argument, index into leaves
 
@@ -61,8 +69,8 @@ struct JitCall {
     donated.push_back(donate);
   }
   std::span<const Array> leaves_of(std::size_t arg, std::span<const Array> all) const {
-    const std::size_t end = arg + 1 < first_leaf.size() ? first_leaf[arg + 1] : all.size();
-    return all.subspan(first_leaf[arg], end - first_leaf[arg]);
+    const auto [begin, end] = arg_range(first_leaf, arg, all.size());
+    return all.subspan(begin, end - begin);
   }
 };
 
@@ -84,8 +92,8 @@ struct JitEntry {
   std::unique_ptr<Executable> executable;
   TreeDef result;
   std::span<const Aval> avals_of(std::size_t arg) const {
-    const std::size_t end = arg + 1 < first_leaf.size() ? first_leaf[arg + 1] : avals.size();
-    return std::span<const Aval>(avals).subspan(first_leaf[arg], end - first_leaf[arg]);
+    const auto [begin, end] = arg_range(first_leaf, arg, avals.size());
+    return std::span<const Aval>(avals).subspan(begin, end - begin);
   }
 };
 
@@ -121,7 +129,12 @@ class JitState {
 
  private:
   std::string arg_name(std::size_t i) const;
-  std::string explain_miss(const JitCall& call, std::size_t hash, Device device) const;
+  // Every leaf's path, prefixed by its argument's name ("model.layers[0].weight").
+  std::vector<std::string> leaf_paths(const JitCall& call) const;
+  // The device of the call's leaves; DeviceError/ValueError naming the path of a
+  // leaf on another device, donated, or a tracer.
+  Device check_leaves(const JitCall& call) const;
+  std::string explain_miss(const JitCall& call, Device device) const;
   JitEntry& trace_and_compile(JitCall& call, std::size_t hash, Device device, TraceFn trace);
 
   JitOptions options_;
@@ -129,6 +142,7 @@ class JitState {
   const JitEntry* last_entry_ = nullptr;
   std::size_t trace_count_ = 0;
   std::size_t max_traces_ = static_cast<std::size_t>(-1);  // no limit
+  bool log_retraces_ = false;  // KILN_LOG_RETRACES, read when the jit is made
   std::string last_retrace_;
   RunStats last_run_;
 };

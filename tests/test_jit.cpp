@@ -3,7 +3,13 @@
 // (../shared/SEEDS.md) as named tests. Device-generic: runs on KILN_DEVICE.
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <kiln/kiln.hpp>
+#include <sstream>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -400,6 +406,50 @@ TEST_CASE("a jitted dense layer (matmul with a transposed weight, bias, relu) eq
   const Array x = ramp2(5, 3), w = ramp2(4, 3, 0.3f), b = ramp(4);
   check_close(filter_jit(f)(x, w, b), f(x, w, b));
   check_close(filter_jit(g)(x, ramp2(5, 2)), g(x, ramp2(5, 2)));
+}
+
+TEST_CASE("KILN_LOG_RETRACES prints every explanation to stderr") {
+  ::setenv("KILN_LOG_RETRACES", "1", 1);
+  auto jf = filter_jit([](const Array& x) { return x + 1.0; },
+                       {.name = "logged", .arg_names = {"x"}});
+  ::unsetenv("KILN_LOG_RETRACES");  // read when the jit is made
+  const std::string file = "kiln_log_retraces_test.txt";
+  std::fflush(stderr);
+  const int saved = ::dup(2);
+  REQUIRE(std::freopen(file.c_str(), "w", stderr) != nullptr);
+  jf(ramp(3));
+  jf(ramp(3));
+  jf(ramp(5));
+  std::fflush(stderr);
+  ::dup2(saved, 2);
+  ::close(saved);
+  std::ifstream in(file);
+  std::stringstream text;
+  text << in.rdbuf();
+  std::remove(file.c_str());
+  CHECK(text.str() ==
+        "[filter_jit] logged: first call\n"
+        "[filter_jit] logged: retrace 2, the nearest of 1 cached key differs at\n"
+        "    x: shape changed, f32[3] -> f32[5]\n");
+}
+
+TEST_CASE("arguments a jitted call cannot take are named by path") {
+  // A jitted function called on tracers (inside grad) says it is not supported.
+  auto inner = filter_jit([](const Array& x) { return sum(x * x); },
+                          {.name = "inner", .arg_names = {"x"}});
+  CHECK_THROWS_WITH_AS(grad([&](const Array& x) { return inner(x); })(ramp(3)),
+                       doctest::Contains("[inner] x is a tracer: calling a jitted function "
+                                         "inside grad or another filter_jit is not supported"),
+                       ValueError);
+  // Leaves on two devices (only when the default device is not the CPU).
+  if (default_device() != Device::cpu()) {
+    auto jf = filter_jit([](const Array& a, const Array& b) { return a + b; },
+                         {.name = "mixed", .arg_names = {"a", "b"}});
+    const std::string want = "[mixed] arguments live on different devices: a on " +
+                             default_device().to_string() + ", b on cpu";
+    CHECK_THROWS_WITH_AS(jf(ramp(3), to_device(ramp(3), Device::cpu())),
+                         doctest::Contains(want.c_str()), DeviceError);
+  }
 }
 
 TEST_CASE("errors inside the traced function propagate and leave the cache unchanged") {
