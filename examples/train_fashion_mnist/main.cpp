@@ -40,6 +40,7 @@ struct Config {
   bool no_plot = false;
   std::string json;
   std::int64_t train_limit = 0;
+  std::int64_t test_limit = 0;
   int stop_after = 0;
 };
 
@@ -254,6 +255,8 @@ int main(int argc, char** argv) {
   app.add_option("--json", cfg.json, "Write per-epoch results as JSON to this file");
   app.add_option("--train-limit", cfg.train_limit,
                  "Train on the first N training images only (0: all)");
+  app.add_option("--test-limit", cfg.test_limit,
+                 "Evaluate on the first N test images only (0: all)");
   app.add_option("--stop-after", cfg.stop_after,
                  "Stop after this many epochs of this run (continue later with --resume)");
   CLI11_PARSE(app, argc, argv);
@@ -263,6 +266,7 @@ int main(int argc, char** argv) {
     if (!cfg.device.empty()) set_default_device(parse_device(cfg.device));
     fmnist::Dataset data = fmnist::load(cfg.data);
     data.train.truncate(cfg.train_limit);
+    data.test.truncate(cfg.test_limit);
     return cfg.model == "cnn" ? train<fmnist::Cnn>(cfg, data) : train<fmnist::Mlp>(cfg, data);
   } catch (const kiln::Error& e) {
     std::cerr << "error: " << e.what() << "\n";
