@@ -402,17 +402,55 @@ TEST_CASE("a kernel's SPIR-V prints as the assembly it was compiled from") {
   CHECK(p.text.find("OpFMul %f32") != std::string::npos);
 }
 
-TEST_CASE("an application's own VkDevice runs kiln's ops, and kiln owns none of it") {
-  // The application side: its own instance, device and queue.
-  VkApplicationInfo app{VK_STRUCTURE_TYPE_APPLICATION_INFO};
-  app.apiVersion = VK_API_VERSION_1_2;
+namespace {
+// The application side of an embedding: its own instance, device and queue. Under
+// KILN_VALIDATION=1 its instance gets the validation layer too (kiln's messenger
+// sees only kiln's own instance); messages are counted in g_app_messages.
+int g_app_messages = 0;
+VKAPI_ATTR VkBool32 VKAPI_CALL count_app_message(VkDebugUtilsMessageSeverityFlagBitsEXT,
+                                                 VkDebugUtilsMessageTypeFlagsEXT,
+                                                 const VkDebugUtilsMessengerCallbackDataEXT* data,
+                                                 void*) {
+  std::fprintf(stderr, "application's validation layer: %s\n", data->pMessage);
+  ++g_app_messages;
+  return VK_FALSE;
+}
+
+struct AppDevice {
+  VkInstance instance = VK_NULL_HANDLE;
+  VkDebugUtilsMessengerEXT messenger = VK_NULL_HANDLE;
+  vulkan::ExternalDevice ext;  // with 8-bit storage enabled
+};
+
+AppDevice make_app_device() {
+  AppDevice app;
+  VkApplicationInfo ai{VK_STRUCTURE_TYPE_APPLICATION_INFO};
+  ai.apiVersion = VK_API_VERSION_1_2;
   VkInstanceCreateInfo ii{VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO};
-  ii.pApplicationInfo = &app;
-  VkInstance instance;
-  REQUIRE(vkCreateInstance(&ii, nullptr, &instance) == VK_SUCCESS);
+  ii.pApplicationInfo = &ai;
+  const char* layer = "VK_LAYER_KHRONOS_validation";
+  const char* ext = VK_EXT_DEBUG_UTILS_EXTENSION_NAME;
+  VkDebugUtilsMessengerCreateInfoEXT mi{VK_STRUCTURE_TYPE_DEBUG_UTILS_MESSENGER_CREATE_INFO_EXT};
+  mi.messageSeverity = VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT |
+                       VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT;
+  mi.messageType = VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT;
+  mi.pfnUserCallback = count_app_message;
+  if (vk::validation_enabled()) {
+    ii.enabledLayerCount = 1;
+    ii.ppEnabledLayerNames = &layer;
+    ii.enabledExtensionCount = 1;
+    ii.ppEnabledExtensionNames = &ext;
+  }
+  REQUIRE(vkCreateInstance(&ii, nullptr, &app.instance) == VK_SUCCESS);
+  if (vk::validation_enabled()) {
+    auto create = reinterpret_cast<PFN_vkCreateDebugUtilsMessengerEXT>(
+        vkGetInstanceProcAddr(app.instance, "vkCreateDebugUtilsMessengerEXT"));
+    REQUIRE(bool(create));
+    REQUIRE(create(app.instance, &mi, nullptr, &app.messenger) == VK_SUCCESS);
+  }
   std::uint32_t n = 1;
   VkPhysicalDevice phys;
-  REQUIRE(vkEnumeratePhysicalDevices(instance, &n, &phys) != VK_ERROR_INITIALIZATION_FAILED);
+  REQUIRE(vkEnumeratePhysicalDevices(app.instance, &n, &phys) != VK_ERROR_INITIALIZATION_FAILED);
   REQUIRE(n >= 1);
   std::uint32_t nf = 0;
   vkGetPhysicalDeviceQueueFamilyProperties(phys, &nf, nullptr);
@@ -433,26 +471,73 @@ TEST_CASE("an application's own VkDevice runs kiln's ops, and kiln owns none of 
   di.pQueueCreateInfos = &qi;
   VkDevice device;
   REQUIRE(vkCreateDevice(phys, &di, nullptr, &device) == VK_SUCCESS);
+  app.ext.instance = app.instance;
+  app.ext.physical_device = phys;
+  app.ext.device = device;
+  app.ext.queue_family = family;
+  app.ext.storage_buffer_8bit = true;
+  return app;
+}
 
-  vulkan::ExternalDevice ext;
-  ext.instance = instance;
-  ext.physical_device = phys;
-  ext.device = device;
-  ext.queue_family = family;
-  ext.storage_buffer_8bit = true;
-  const Device mine = vulkan::use_external_device(ext);
+void destroy_app_device(AppDevice& app) {
+  vkDestroyDevice(app.ext.device, nullptr);
+  if (app.messenger != VK_NULL_HANDLE) {
+    auto destroy = reinterpret_cast<PFN_vkDestroyDebugUtilsMessengerEXT>(
+        vkGetInstanceProcAddr(app.instance, "vkDestroyDebugUtilsMessengerEXT"));
+    destroy(app.instance, app.messenger, nullptr);
+  }
+  vkDestroyInstance(app.instance, nullptr);
+}
+}  // namespace
+
+TEST_CASE("an application's own VkDevice runs kiln's ops, and kiln owns none of it") {
+  AppDevice app = make_app_device();
+  const Device mine = vulkan::use_external_device(app.ext);
   CHECK(mine.kind == Device::Kind::kVulkan);
   CHECK(mine.index >= 1);
-  CHECK(vk::Context::get(mine.index).handle() == device);
+  CHECK(vk::Context::get(mine.index).handle() == app.ext.device);
 
-  const Array h = host_random({4, 70}, f32);
-  const Array g = to_device(h, mine);
-  CHECK(g.device() == mine);
-  check_close_to(sum(g * g, {1}), sum(h * h, {1}));
-  CHECK(as_doubles(g > 0.0f) == as_doubles(h > 0.0f));
-  // f64 was not enabled by the application: kiln says so instead of failing.
-  CHECK_THROWS_WITH_AS(to_device(astype(h, f64), mine),
-                       doctest::Contains("lacks shaderFloat64"), DTypeError);
+  {
+    const Array h = host_random({4, 70}, f32);
+    const Array g = to_device(h, mine);
+    CHECK(g.device() == mine);
+    check_close_to(sum(g * g, {1}), sum(h * h, {1}));
+    CHECK(as_doubles(g > 0.0f) == as_doubles(h > 0.0f));
+    // f64 was not enabled by the application: kiln says so instead of failing.
+    CHECK_THROWS_WITH_AS(to_device(astype(h, f64), mine),
+                         doctest::Contains("lacks shaderFloat64"), DTypeError);
+  }
+  vulkan::release_external_device(mine);
+  destroy_app_device(app);
+  CHECK(g_app_messages == 0);
+}
+
+TEST_CASE("an application's device is released once kiln's arrays on it are gone, "
+          "and then destroyed without a validation message") {
+  AppDevice app = make_app_device();
+  const Device mine = vulkan::use_external_device(app.ext);
+  {
+    auto f = filter_jit([](const Array& a) { return sum(a * a + a, {1}); });
+    const Array h = host_random({4, 70}, f32);
+    const Array a = to_device(h, mine);
+    const Array s = f(a);
+    check_close_to(s, sum(h * h + h, {1}));
+    CHECK_THROWS_WITH_AS(vulkan::release_external_device(mine),
+                         doctest::Contains(("2 arrays still live on " + mine.to_string()).c_str()),
+                         DeviceError);
+    check_close_to(f(a), s);  // a refused release leaves the device working
+  }
+  vulkan::release_external_device(mine);
+  vulkan::release_external_device(mine);  // once released, again does nothing
+  CHECK_THROWS_WITH_AS(to_device(host_random({3}, f32), mine),
+                       doctest::Contains("was released by the application"), DeviceError);
+  CHECK_THROWS_WITH_AS(synchronize(mine), doctest::Contains("was released"), DeviceError);
+  CHECK_THROWS_WITH_AS(vulkan::release_external_device(kGpu),
+                       doctest::Contains("is not a device the application gave kiln"),
+                       DeviceError);
+  // With objects of kiln's left on it, the layer reports VUID-vkDestroyDevice-device-00378.
+  destroy_app_device(app);
+  CHECK(g_app_messages == 0);
 }
 
 // Run by the test below in a child process (KILN_TEST_CHILD=1): compiles a few

@@ -12,6 +12,7 @@
 #include "kiln/backends/vulkan/memory.hpp"
 #include "kiln/backends/vulkan/pipeline.hpp"
 #include "kiln/backends/vulkan/stream.hpp"
+#include "kiln/backends/vulkan/vulkan_backend.hpp"
 #include "kiln/runtime/error.hpp"
 #include "kiln/runtime/strings.hpp"
 
@@ -116,7 +117,11 @@ void apply_driver_quirks(VkDriverId driver, Quirks& q) {
 struct Registry {
   std::mutex mu;
   std::vector<std::unique_ptr<Context>> contexts;  // by index; null until used
-  std::vector<vulkan::ExternalDevice> externals;
+  struct External {
+    vulkan::ExternalDevice device;
+    bool released = false;  // release_external_device: its number is not reused
+  };
+  std::vector<External> externals;
 };
 Registry& registry() {
   static auto* r = new Registry();
@@ -140,7 +145,7 @@ std::vector<VkPhysicalDevice> physical_devices() {
   KILN_VK(vkEnumeratePhysicalDevices(instance(), &n, out.data()));
   out.resize(n);
   std::lock_guard lock(registry().mu);
-  for (const auto& e : registry().externals) out.push_back(e.physical_device);
+  for (const auto& e : registry().externals) out.push_back(e.device.physical_device);
   return out;
 }
 
@@ -295,8 +300,10 @@ void Context::init_objects() {
 }
 
 Context::~Context() {
-  // Contexts live until process exit (see holder()); nothing is torn down here
-  // that a static array's destructor could still need.
+  // The stream hands staging and deferred memory back to the allocator.
+  stream_.reset();
+  pipelines_.reset();
+  allocator_.reset();
 }
 
 Context& Context::get(int index) {
@@ -317,6 +324,12 @@ Context& Context::get(int index) {
   if (reg.contexts.size() < total) reg.contexts.resize(total);
   auto& slot = reg.contexts[static_cast<std::size_t>(index)];
   if (!slot) {
+    if (static_cast<std::size_t>(index) >= n_phys &&
+        reg.externals[static_cast<std::size_t>(index) - n_phys].released) {
+      throw DeviceError(detail::str_cat(
+          "[vulkan] vulkan:", index, " was released by the application "
+          "(vulkan::release_external_device); it cannot be used any more"));
+    }
     if (static_cast<std::size_t>(index) < n_phys) {
       std::uint32_t n = static_cast<std::uint32_t>(n_phys);
       std::vector<VkPhysicalDevice> phys(n);
@@ -324,7 +337,7 @@ Context& Context::get(int index) {
       slot = ContextFactory::create(index, phys[static_cast<std::size_t>(index)],
                                     nullptr);
     } else {
-      const auto& e = reg.externals[static_cast<std::size_t>(index) - n_phys];
+      const auto& e = reg.externals[static_cast<std::size_t>(index) - n_phys].device;
       slot = ContextFactory::create(index, e.physical_device, &e);
     }
   }
@@ -364,8 +377,40 @@ Device use_external_device(const ExternalDevice& external) {
   KILN_VK(vkEnumeratePhysicalDevices(vk::instance(), &n, nullptr));
   auto& reg = vk::registry();
   std::lock_guard lock(reg.mu);
-  reg.externals.push_back(external);
+  reg.externals.push_back({external});
   return Device::vulkan(static_cast<int>(n + reg.externals.size() - 1));
+}
+
+void release_external_device(Device device) {
+  std::uint32_t n = 0;
+  KILN_VK(vkEnumeratePhysicalDevices(vk::instance(), &n, nullptr));
+  auto& reg = vk::registry();
+  std::unique_lock lock(reg.mu);
+  const auto at = static_cast<std::size_t>(device.index) - n;
+  if (device.kind != Device::Kind::kVulkan || device.index < static_cast<int>(n) ||
+      at >= reg.externals.size()) {
+    throw DeviceError(detail::str_cat(
+        "[vulkan.release_external_device] ", device.to_string(),
+        " is not a device the application gave kiln with use_external_device"));
+  }
+  if (reg.externals[at].released) return;
+  std::unique_ptr<vk::Context> context;
+  const auto slot = static_cast<std::size_t>(device.index);
+  if (slot < reg.contexts.size() && reg.contexts[slot]) {
+    vk::Context& c = *reg.contexts[slot];
+    c.stream().synchronize();  // kiln's work done; dead arrays' memory comes back
+    if (const std::size_t live = c.live_buffers().load(); live > 0) {
+      throw DeviceError(detail::str_cat(
+          "[vulkan.release_external_device] ", live, " array", live == 1 ? "" : "s",
+          " still live on ", device.to_string(),
+          "; drop them (and jitted functions whose programs hold them) first"));
+    }
+    context = std::move(reg.contexts[slot]);
+  }
+  reg.externals[at].released = true;
+  lock.unlock();
+  vk::forget_backend(device.index);
+  context.reset();  // destroys kiln's objects on the device
 }
 
 }  // namespace kiln::vulkan

@@ -7,6 +7,7 @@
 #include <vulkan/vulkan.h>
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -63,6 +64,9 @@ class Context {
   // The context of vulkan:index, created on first use. Throws DeviceError for an
   // index no device has.
   static Context& get(int index);
+  // Destroys kiln's objects on the device. Runs only for an application's device
+  // it releases (vulkan::release_external_device), after its work finished and
+  // its arrays died: kiln's own contexts live until process exit.
   ~Context();
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;
@@ -86,6 +90,8 @@ class Context {
   Stream& stream() { return *stream_; }
   PipelineCache& pipelines() { return *pipelines_; }
   std::mutex& mutex() { return mu_; }
+  // Arrays whose buffers live on this device (VulkanBuffer counts itself).
+  std::atomic<std::size_t>& live_buffers() { return live_buffers_; }
 
  private:
   friend struct ContextFactory;
@@ -106,6 +112,7 @@ class Context {
   std::unique_ptr<Stream> stream_;
   std::unique_ptr<PipelineCache> pipelines_;
   std::mutex mu_;
+  std::atomic<std::size_t> live_buffers_{0};
 };
 
 // The process's instance (created on first use; with VK_LAYER_KHRONOS_validation

@@ -1,6 +1,12 @@
 // Embedding: an application that already has a Vulkan device gives it to kiln.
 // kiln then owns none of the handles (it never destroys them) and creates only
 // its own objects (buffers, pipelines, command pools) on that device.
+//
+// Lifetime: the application's instance, device and queue must outlive kiln's use
+// of them. To destroy its VkDevice, the application first drops every kiln array
+// on it (and every jitted function whose compiled programs hold one), then calls
+// release_external_device, which destroys kiln's objects on the device; only then
+// may it call vkDestroyDevice. examples/embed shows the whole sequence.
 #pragma once
 
 #include <vulkan/vulkan.h>
@@ -29,5 +35,12 @@ struct ExternalDevice {
 // (vulkan:N, after the devices kiln enumerates itself). Calls from several threads
 // must be serialised by the application if it also uses the queue itself.
 Device use_external_device(const ExternalDevice& external);
+
+// Waits for kiln's work on `device` (a device use_external_device returned) and
+// destroys every object kiln created on it; the application may then destroy its
+// VkDevice. Throws DeviceError while arrays on the device are alive (nothing is
+// released then), or for a device kiln enumerated itself. The device's number is
+// not reused: using it afterwards is a DeviceError.
+void release_external_device(Device device);
 
 }  // namespace kiln::vulkan

@@ -67,7 +67,12 @@ Allocator::Allocator(Context& ctx) : ctx_(ctx) {
   }
 }
 
-Allocator::~Allocator() = default;  // lives until process exit
+// Only for a released device (Context::~Context): every array is gone by then.
+Allocator::~Allocator() {
+  for (std::size_t i = 0; i < blocks_.size(); ++i) {
+    if (blocks_[i].memory != VK_NULL_HANDLE) release_block(static_cast<int>(i));
+  }
+}
 
 int Allocator::new_block(bool staging, VkDeviceSize size, bool dedicated,
                          const std::string& what) {
@@ -305,9 +310,14 @@ void Allocator::reset_peak() {
 }
 
 VulkanBuffer::VulkanBuffer(Context& ctx, Allocation a, std::size_t nbytes)
-    : ctx_(ctx), alloc_(a), nbytes_(nbytes) {}
+    : ctx_(ctx), alloc_(a), nbytes_(nbytes) {
+  ctx_.live_buffers().fetch_add(1, std::memory_order_relaxed);
+}
 
-VulkanBuffer::~VulkanBuffer() { ctx_.stream().release(alloc_, last_use_); }
+VulkanBuffer::~VulkanBuffer() {
+  ctx_.stream().release(alloc_, last_use_);
+  ctx_.live_buffers().fetch_sub(1, std::memory_order_relaxed);
+}
 
 Device VulkanBuffer::device() const { return ctx_.device(); }
 

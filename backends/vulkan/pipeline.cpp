@@ -71,7 +71,23 @@ PipelineCache::PipelineCache(Context& ctx) : ctx_(ctx) {
   all_caches().push_back(this);
 }
 
-PipelineCache::~PipelineCache() = default;  // lives until process exit
+// Only for a released device (Context::~Context); other caches are saved at exit.
+PipelineCache::~PipelineCache() {
+  save();
+  {
+    std::lock_guard lock(g_caches_mu);
+    std::erase(all_caches(), this);
+  }
+  const VkDevice dev = ctx_.handle();
+  for (const auto& [text, p] : by_text_) {
+    vkDestroyPipeline(dev, p->pipeline, nullptr);
+    vkDestroyPipelineLayout(dev, p->layout, nullptr);
+  }
+  for (const auto& [bindings, layout] : set_layouts_) {
+    vkDestroyDescriptorSetLayout(dev, layout, nullptr);
+  }
+  vkDestroyPipelineCache(dev, vk_cache_, nullptr);
+}
 
 void PipelineCache::save() {
   std::lock_guard lock(mu_);

@@ -66,7 +66,21 @@ Stream::Stream(Context& ctx) : ctx_(ctx) {
   }
 }
 
-Stream::~Stream() = default;  // lives until process exit
+// Only for a released device (Context::~Context), after synchronize(): no batch
+// is recording or in flight.
+Stream::~Stream() {
+  const VkDevice dev = ctx_.handle();
+  auto destroy = [&](Batch& b) {
+    vkDestroyFence(dev, b.fence, nullptr);
+    for (VkDescriptorPool p : b.pools) vkDestroyDescriptorPool(dev, p, nullptr);
+    for (const auto& s : b.staging) ctx_.allocator().free(s);
+  };
+  if (recording_) destroy(*recording_);
+  for (auto& b : in_flight_) destroy(*b);
+  for (auto& b : spare_) destroy(*b);
+  for (const Deferred& d : deferred_) ctx_.allocator().free(d.alloc);
+  vkDestroyCommandPool(dev, pool_, nullptr);  // frees the command buffers
+}
 
 void Stream::check_messages() {
   if (!validation_enabled()) return;

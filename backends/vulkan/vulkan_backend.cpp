@@ -443,13 +443,29 @@ Array VulkanBackend::from_host(const Array& host) {
   return Array(host.dtype(), host.shape(), std::move(buf));
 }
 
+namespace {
+struct Backends {
+  std::mutex mu;
+  std::map<int, std::unique_ptr<VulkanBackend>> by_index;
+};
+Backends& backends() {
+  static auto* b = new Backends();
+  return *b;
+}
+}  // namespace
+
 VulkanBackend& backend(int index) {
-  static std::mutex mu;
-  static auto* backends = new std::map<int, std::unique_ptr<VulkanBackend>>();
-  std::lock_guard lock(mu);
-  auto& slot = (*backends)[index];
+  Backends& b = backends();
+  std::lock_guard lock(b.mu);
+  auto& slot = b.by_index[index];
   if (!slot) slot = std::make_unique<VulkanBackend>(Context::get(index));
   return *slot;
+}
+
+void forget_backend(int index) {
+  Backends& b = backends();
+  std::lock_guard lock(b.mu);
+  b.by_index.erase(index);
 }
 
 }  // namespace kiln::vk

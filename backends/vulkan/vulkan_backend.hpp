@@ -32,5 +32,7 @@ class VulkanBackend final : public Backend {
 
 // The backend of vulkan:index (created on first use).
 VulkanBackend& backend(int index);
+// Drops the backend of a released device (vulkan::release_external_device).
+void forget_backend(int index);
 
 }  // namespace kiln::vk
