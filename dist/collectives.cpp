@@ -67,19 +67,19 @@ std::vector<Array> pipeline(detail::GroupImpl& g, std::string_view op,
                             const std::vector<detail::Bucket>& buckets, bool stage, bool unstage,
                             int divisor, const Collective& collective) {
   const auto start = Clock::now();
-  std::vector<std::vector<std::byte>> data(buckets.size());
+  std::vector<std::byte*> data(buckets.size());
   std::vector<std::future<void>> jobs;
   double comm_s = 0;  // written by the communication thread, read after its jobs
   detail::Stager stager(leaves, buckets);
   try {
     for (std::size_t k = 0; k < buckets.size(); ++k) {
       const auto t = Clock::now();
-      data[k].resize(buckets[k].nbytes());
-      if (stage) stager.stage(buckets[k], data[k].data());
+      data[k] = g.bucket_memory(k, buckets[k].nbytes());
+      if (stage) stager.stage(buckets[k], data[k]);
       g.stats.stage_s += since(t);
       jobs.push_back(g.submit(op, [&, k](std::uint32_t tag) {
         const auto t0 = Clock::now();
-        collective(buckets[k], data[k].data(), tag);
+        collective(buckets[k], data[k], tag);
         comm_s += since(t0);
       }));
     }
@@ -101,7 +101,7 @@ std::vector<Array> pipeline(detail::GroupImpl& g, std::string_view op,
       jobs[k].get();  // waits even after a failure: jobs use data[k]
       if (!failed && unstage) {
         const auto t = Clock::now();
-        unstager.unstage(buckets[k], data[k].data());
+        unstager.unstage(buckets[k], data[k]);
         g.stats.unstage_s += since(t);
       }
     } catch (...) {

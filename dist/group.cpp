@@ -133,6 +133,17 @@ void GroupImpl::check_usable(std::string_view op) const {
   }
 }
 
+std::byte* GroupImpl::bucket_memory(std::size_t k, std::size_t bytes) {
+  if (buckets_.size() <= k) buckets_.resize(k + 1);
+  auto& [memory, size] = buckets_[k];
+  if (size < bytes) {
+    memory.reset();
+    memory.reset(new std::byte[bytes]);
+    size = bytes;
+  }
+  return memory.get();
+}
+
 void GroupImpl::mark_failed(std::string message) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (failure_.empty()) failure_ = std::move(message);

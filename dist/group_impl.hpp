@@ -11,6 +11,8 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "kiln/dist/comm_thread.hpp"
 #include "kiln/dist/dist.hpp"
@@ -62,6 +64,10 @@ class GroupImpl {
   // Allgathers `mine`; throws DistError naming what each rank said when the
   // ranks disagree (the group stays usable: every rank throws).
   void agree(Op op, const Header& mine);
+  // Host memory for bucket k of at least `bytes`, kept between calls: a
+  // training loop reduces the same buckets every step, and fresh memory
+  // page-faults at first touch (uninitialised; the caller fills it).
+  std::byte* bucket_memory(std::size_t k, std::size_t bytes);
   // The Gloo context, for jobs.
   const std::shared_ptr<gloo::Context>& context() const { return context_; }
 
@@ -72,7 +78,8 @@ class GroupImpl {
   std::shared_ptr<gloo::Context> context_;
   std::uint32_t next_tag_ = 1;  // caller's thread only; the same on every rank
   mutable std::mutex mutex_;
-  std::string failure_;               // the first failure, "" while usable
+  std::string failure_;  // the first failure, "" while usable
+  std::vector<std::pair<std::unique_ptr<std::byte[]>, std::size_t>> buckets_;
   std::unique_ptr<CommThread> comm_;  // last member: joined first
 };
 

@@ -208,6 +208,8 @@ TEST_CASE("all_reduce_mean of a tree with None leaves, mixed shapes and dtypes, 
     REQUIRE_MESSAGE(run->result.ok(), run->result.summary());
     // 300'000 f32 elements in 256 KiB buckets: 5 f32 buckets, 1 f64 bucket.
     CHECK(line_with(run->rank(0).output, "buckets") == "buckets 6 bytes 1200120");
+    const std::string d = default_device().to_string();
+    CHECK(line_with(run->rank(1).output, "devices") == "devices " + d + " " + d + " " + d);
     const Grads like = make_grads(0);
     const float offset = static_cast<float>(world - 1) / 2.0f;  // mean of 0..world-1
     for (int r = 0; r < world; ++r) {

@@ -54,6 +54,9 @@ int run(const std::string& scenario, const std::string& dir, int argc, char** ar
     const Grads g = group.all_reduce_mean(make_grads(group.rank()));
     const dist::Stats& s = group.last_stats();
     std::printf("buckets %zu bytes %zu\n", s.buckets, s.bytes);
+    // Results come back on the device each leaf was on.
+    std::printf("devices %s %s %s\n", g.mats[2].device().to_string().c_str(),
+                g.wide.device().to_string().c_str(), g.half.device().to_string().c_str());
     save_checkpoint(out_file(dir, group), g);
     return 0;
   }
