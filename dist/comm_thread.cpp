@@ -3,6 +3,8 @@
 
 #include <utility>
 
+#include "kiln/dist/sigpipe.hpp"
+
 namespace kiln::dist::detail {
 
 CommThread::CommThread() : thread_([this] { loop(); }) {}
@@ -28,6 +30,7 @@ std::future<void> CommThread::submit(std::function<void()> job) {
 }
 
 void CommThread::loop() {
+  block_sigpipe();  // this thread writes to Gloo's sockets
   for (;;) {
     std::packaged_task<void()> task;
     {

@@ -12,6 +12,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_format.h"
 #include "kiln/dist/group_impl.hpp"
+#include "kiln/dist/sigpipe.hpp"
 #include "kiln/dist/store.hpp"
 #include "kiln/dist/tcp_store.hpp"
 #include "kiln/runtime/strings.hpp"
@@ -236,6 +237,8 @@ void GroupImpl::connect() {
     }
     throw DistError(msg);
   };
+  // Gloo's event-loop thread (made with the device) keeps this thread's mask.
+  SigpipeBlock no_sigpipe;
   try {
     std::unique_ptr<Store> store =
         options.store_address.empty()

@@ -50,6 +50,23 @@ int run(const std::string& scenario, const std::string& dir, int argc, char** ar
     });
     return 0;
   }
+  if (scenario == "kill_big") {
+    // The last rank dies `delay` ms into a run of 64 MB all-reduces: the others
+    // are mid-write to it, which must be a DistError, not death by SIGPIPE.
+    if (group.rank() == group.world_size() - 1) {
+      const int delay = arg(3, 100);
+      std::thread([delay] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(delay));
+        ::raise(SIGKILL);
+      }).detach();
+    }
+    const std::vector<Array> big{full({16 << 20}, 1.0)};
+    for (int i = 0; i < 200; ++i) {
+      mark();
+      group.all_reduce_mean(big);
+    }
+    return 0;
+  }
   if (scenario == "tree") {
     const Grads g = group.all_reduce_mean(make_grads(group.rank()));
     const dist::Stats& s = group.last_stats();
