@@ -213,6 +213,7 @@ TEST_CASE("all_reduce_mean of a tree with None leaves, mixed shapes and dtypes, 
     CHECK(line_with(run->rank(0).output, "buckets") == "buckets 6 bytes 1200120");
     const std::string d = default_device().to_string();
     CHECK(line_with(run->rank(1).output, "devices") == "devices " + d + " " + d + " " + d);
+    CHECK(line_with(run->rank(0).output, "loss") == "loss " + std::to_string(world - 1));
     const Grads like = make_grads(0);
     const float offset = static_cast<float>(world - 1) / 2.0f;  // mean of 0..world-1
     for (int r = 0; r < world; ++r) {
