@@ -153,6 +153,50 @@ TEST_CASE("options_from_env reads the launcher's variables and names bad ones") 
   CHECK(dist::options_from_env().world_size == 1);
 }
 
+TEST_CASE(
+    "the explicit API: a lone rank times out naming who is missing; a reused store is refused") {
+  char tmpl[] = "/tmp/kiln-dist-store-XXXXXX";
+  REQUIRE(::mkdtemp(tmpl) != nullptr);
+  dist::Options o;
+  o.rank = 0;
+  o.world_size = 3;
+  o.store_path = tmpl;
+  o.timeout = std::chrono::milliseconds(300);
+  const auto start = std::chrono::steady_clock::now();
+  CHECK_THROWS_WITH_AS(
+      dist::Group{o},
+      ("[dist.init] rank 0 of 3: ranks 1, 2 did not join within 0.3 s (the group's "
+       "timeout, KILN_DIST_TIMEOUT; rendezvous: directory " +
+       std::string(tmpl) + ")")
+          .c_str(),
+      DistTimeoutError);
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(2));
+  // The key this rank left behind belongs to that job: a new job must not meet it.
+  CHECK_THROWS_WITH_AS(dist::Group{o},
+                       doctest::Contains("already holds this rank's key from "
+                                         "another job: use a fresh store or "
+                                         "another run id (KILN_DIST_RUN_ID)"),
+                       DistError);
+  o.run_id = "second";
+  CHECK_THROWS_AS(dist::Group{o}, DistTimeoutError);
+  fs::remove_all(tmpl);
+  // No rank 0 serving the TCP rendezvous.
+  o.rank = 1;
+  o.store_path.clear();
+  o.store_address = "127.0.0.1:" + std::to_string(free_port());
+  CHECK_THROWS_WITH_AS(
+      dist::Group{o},
+      doctest::Contains(("[dist.init] rank 1 of 3: could not reach the rendezvous at " +
+                         o.store_address + " (served by rank 0) within 300 ms")
+                            .c_str()),
+      DistTimeoutError);
+  o.store_address = "nowhere";
+  CHECK_THROWS_WITH_AS(dist::Group{o},
+                       "[dist.init] rank 1 of 3: the rendezvous address 'nowhere' is not host:port "
+                       "(KILN_DIST_ADDR)",
+                       DistError);
+}
+
 TEST_CASE("buckets keep dtype classes apart and split leaves larger than a bucket") {
   const std::vector<Array> leaves{zeros({3}), zeros({5}, f64),
                                   half_array(std::vector<float>(10, 1.0f)), zeros({2})};
