@@ -161,9 +161,7 @@ void GroupImpl::fail(std::string_view op, const std::exception& e) {
                    " (the group's timeout, KILN_DIST_TIMEOUT): a rank is stuck, "
                    "far slower than the others, or gone");
   } else {
-    msg += str_cat(
-        "lost the connection to a peer: its process died or "
-        "left the group");
+    msg += "lost the connection to a peer: its process died or left the group";
   }
   msg += str_cat(" [gloo: ", text, "]; the group cannot be used any more");
   mark_failed(msg);
