@@ -106,6 +106,16 @@ int rank_main(int steps) {
   raw->connectFullMesh(store, device);
   std::uint32_t tag = 1u << 20;
 
+  // The fixed cost every collective starts with: the agreement allgather (a
+  // barrier is exactly that).
+  std::vector<double> barrier_s;
+  for (int r = 0; r < 50; ++r) {
+    const auto t = Clock::now();
+    group.barrier();
+    barrier_s.push_back(since(t));
+  }
+  if (report) std::printf("barrier world=%d us=%.1f\n", world, median(barrier_s) * 1e6);
+
   for (const int mb : {1, 4, 16, 64}) {
     const std::int64_t n = mb * 1048576 / 4;
     const std::vector<Array> tree{full({n}, 1.0 + group.rank())};
@@ -169,7 +179,7 @@ int main(int argc, char** argv) {
       std::thread::hardware_concurrency(), static_cast<long long>(kBatch),
       static_cast<long long>(kIn), static_cast<long long>(kWidth), static_cast<long long>(kDepth),
       static_cast<long long>(kOut));
-  std::vector<std::string> train, reduce;
+  std::vector<std::string> train, reduce, barrier;
   for (int world : worlds) {
     dist::LaunchOptions options;
     options.env = {"KILN_DEVICE=cpu", "OPENBLAS_NUM_THREADS=1"};
@@ -183,6 +193,7 @@ int main(int argc, char** argv) {
     for (std::string line; std::getline(out, line);) {
       if (line.rfind("train ", 0) == 0) train.push_back(line);
       if (line.rfind("allreduce ", 0) == 0) reduce.push_back(line);
+      if (line.rfind("barrier ", 0) == 0) barrier.push_back(line);
     }
   }
   double base = 0;
@@ -204,6 +215,10 @@ int main(int argc, char** argv) {
     std::printf("%-6s %6s %10.2f %13.2f %8.2fx %9.2f %10s %12s %8s\n", field(l, "world").c_str(),
                 field(l, "mb").c_str(), k, r, k / r, k / mb, field(l, "stage_ms").c_str(),
                 field(l, "unstage_ms").c_str(), field(l, "buckets").c_str());
+  }
+  for (const std::string& l : barrier) {
+    std::printf("barrier (the agreement check every collective starts with), %s ranks: %s us\n",
+                field(l, "world").c_str(), field(l, "us").c_str());
   }
   return 0;
 }
