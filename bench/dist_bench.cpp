@@ -207,13 +207,15 @@ int main(int argc, char** argv) {
                 field(l, "allreduce_ms").c_str(), field(l, "update_ms").c_str(), sps,
                 base > 0 ? sps / base : 0.0);
   }
-  std::printf("\n%-6s %6s %10s %13s %9s %9s %10s %12s %8s\n", "ranks", "MB", "kiln ms",
-              "raw gloo ms", "kiln/raw", "ms per MB", "stage ms", "unstage ms", "buckets");
+  std::printf("\n%-6s %6s %10s %13s %9s %9s %10s %9s %12s %8s\n", "ranks", "MB", "kiln ms",
+              "raw gloo ms", "kiln/raw", "ms per MB", "stage ms", "comm ms", "unstage ms",
+              "buckets");
   for (const std::string& l : reduce) {
     const double k = std::stod(field(l, "kiln_ms")), r = std::stod(field(l, "raw_gloo_ms"));
     const double mb = std::stod(field(l, "mb"));
-    std::printf("%-6s %6s %10.2f %13.2f %8.2fx %9.2f %10s %12s %8s\n", field(l, "world").c_str(),
-                field(l, "mb").c_str(), k, r, k / r, k / mb, field(l, "stage_ms").c_str(),
+    std::printf("%-6s %6s %10.2f %13.2f %8.2fx %9.2f %10s %9s %12s %8s\n",
+                field(l, "world").c_str(), field(l, "mb").c_str(), k, r, k / r, k / mb,
+                field(l, "stage_ms").c_str(), field(l, "comm_ms").c_str(),
                 field(l, "unstage_ms").c_str(), field(l, "buckets").c_str());
   }
   for (const std::string& l : barrier) {

@@ -46,8 +46,11 @@ struct Options {
   // waits for a peer before it fails with DistTimeoutError.
   std::chrono::milliseconds timeout{120'000};
   // Gradients are averaged in flat buckets of at most this many bytes (see
-  // all_reduce_mean); a bucket is the unit that overlaps with staging.
-  std::size_t bucket_bytes = std::size_t{2} << 20;
+  // all_reduce_mean); a bucket is the unit that overlaps with staging. Each
+  // bucket is one Gloo allreduce, which costs 1-3 ms beyond its bytes on a
+  // loopback VM, so smaller buckets pipeline more but pay that more often
+  // (docs/PERFORMANCE.md).
+  std::size_t bucket_bytes = std::size_t{4} << 20;
 };
 
 // Options from the environment: KILN_RANK, KILN_WORLD_SIZE, KILN_DIST_STORE
