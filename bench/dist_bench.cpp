@@ -1,7 +1,8 @@
 // Data parallel on one machine (kiln::dist, CPU backend): training-step
 // throughput with 1, 2 and 4 rank processes, and all-reduce time per MB:
 // kiln's all_reduce_mean (bucketed host staging + the communication thread)
-// next to one raw Gloo ring allreduce of the same bytes in the same run.
+// next to raw Gloo ring allreduces of the same bytes in the same run (one
+// allreduce, and one per bucket-sized chunk).
 //   build/bench/dist_bench [worlds (default 1,2,4)] [steps (default 30)]
 // The binary launches itself once per world size (dist::launch_local); rank 0
 // of each world prints "train ..." and "allreduce ..." lines, this process the
@@ -120,7 +121,7 @@ int rank_main(int steps) {
     const std::int64_t n = mb * 1048576 / 4;
     const std::vector<Array> tree{full({n}, 1.0 + group.rank())};
     std::vector<float> flat(static_cast<std::size_t>(n), 1.0f);
-    std::vector<double> kiln_s, raw_s, stage_s, comm_s, unstage_s;
+    std::vector<double> kiln_s, raw_s, raw_bucketed_s, stage_s, comm_s, unstage_s;
     const int reps = mb >= 16 ? 3 : 7;
     for (int r = 0; r < reps; ++r) {
       group.barrier();
@@ -131,23 +132,31 @@ int rank_main(int steps) {
       stage_s.push_back(s.stage_s);
       comm_s.push_back(s.reduce_s);
       unstage_s.push_back(s.unstage_s);
-      group.barrier();
-      t = Clock::now();
-      gloo::AllreduceOptions o(raw);
-      o.setOutput(flat.data(), flat.size());
-      o.setReduceFunction(
-          static_cast<void (*)(void*, const void*, const void*, std::size_t)>(&gloo::sum<float>));
-      o.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
-      o.setTag(tag++);
-      gloo::allreduce(o);
-      raw_s.push_back(since(t));
+      // Raw Gloo: the whole buffer in one allreduce, then in bucket-sized
+      // allreduces (what kiln's buckets cost in Gloo alone).
+      for (const bool bucketed : {false, true}) {
+        const std::size_t chunk = bucketed ? group.options().bucket_bytes / 4 : flat.size();
+        group.barrier();
+        t = Clock::now();
+        for (std::size_t at = 0; at < flat.size(); at += chunk) {
+          gloo::AllreduceOptions o(raw);
+          o.setOutput(flat.data() + at, std::min(chunk, flat.size() - at));
+          o.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, std::size_t)>(
+              &gloo::sum<float>));
+          o.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
+          o.setTag(tag++);
+          gloo::allreduce(o);
+        }
+        (bucketed ? raw_bucketed_s : raw_s).push_back(since(t));
+      }
     }
     if (report) {
       std::printf(
-          "allreduce world=%d mb=%d kiln_ms=%.2f raw_gloo_ms=%.2f stage_ms=%.2f "
-          "comm_ms=%.2f unstage_ms=%.2f buckets=%zu\n",
-          world, mb, median(kiln_s) * 1e3, median(raw_s) * 1e3, median(stage_s) * 1e3,
-          median(comm_s) * 1e3, median(unstage_s) * 1e3, group.last_stats().buckets);
+          "allreduce world=%d mb=%d kiln_ms=%.2f raw_gloo_ms=%.2f raw_bucketed_ms=%.2f "
+          "stage_ms=%.2f comm_ms=%.2f unstage_ms=%.2f buckets=%zu\n",
+          world, mb, median(kiln_s) * 1e3, median(raw_s) * 1e3, median(raw_bucketed_s) * 1e3,
+          median(stage_s) * 1e3, median(comm_s) * 1e3, median(unstage_s) * 1e3,
+          group.last_stats().buckets);
     }
   }
   group.barrier();
@@ -207,16 +216,17 @@ int main(int argc, char** argv) {
                 field(l, "allreduce_ms").c_str(), field(l, "update_ms").c_str(), sps,
                 base > 0 ? sps / base : 0.0);
   }
-  std::printf("\n%-6s %6s %10s %13s %9s %9s %10s %9s %12s %8s\n", "ranks", "MB", "kiln ms",
-              "raw gloo ms", "kiln/raw", "ms per MB", "stage ms", "comm ms", "unstage ms",
+  std::printf("\n%-6s %6s %9s %9s %12s %9s %10s %9s %9s %11s %8s\n", "ranks", "MB", "kiln ms",
+              "raw ms", "raw bkt ms", "kiln/raw", "ms per MB", "stage ms", "comm ms", "unstage ms",
               "buckets");
   for (const std::string& l : reduce) {
     const double k = std::stod(field(l, "kiln_ms")), r = std::stod(field(l, "raw_gloo_ms"));
     const double mb = std::stod(field(l, "mb"));
-    std::printf("%-6s %6s %10.2f %13.2f %8.2fx %9.2f %10s %9s %12s %8s\n",
-                field(l, "world").c_str(), field(l, "mb").c_str(), k, r, k / r, k / mb,
-                field(l, "stage_ms").c_str(), field(l, "comm_ms").c_str(),
-                field(l, "unstage_ms").c_str(), field(l, "buckets").c_str());
+    std::printf("%-6s %6s %9.2f %9.2f %12s %8.2fx %10.2f %9s %9s %11s %8s\n",
+                field(l, "world").c_str(), field(l, "mb").c_str(), k, r,
+                field(l, "raw_bucketed_ms").c_str(), k / r, k / mb, field(l, "stage_ms").c_str(),
+                field(l, "comm_ms").c_str(), field(l, "unstage_ms").c_str(),
+                field(l, "buckets").c_str());
   }
   for (const std::string& l : barrier) {
     std::printf("barrier (the agreement check every collective starts with), %s ranks: %s us\n",
