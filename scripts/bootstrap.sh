@@ -10,6 +10,8 @@ packages=(
   libxtensor-dev xtl-dev libxsimd-dev libxtensor-blas-dev libopenblas-dev
   # runtime (checkpoints: .npz through minizip on zlib)
   libabsl-dev libminizip-dev zlib1g-dev
+  # kiln::dist: collectives across processes (Gloo, TCP transport)
+  libgloo-dev
   # tests and benchmarks
   doctest-dev libbenchmark-dev python3-numpy
   # the training example: its dataset and flags

@@ -69,3 +69,21 @@ found=$(sed -n 's/^kiln_DIR:PATH=//p' "$tmp/cmake/CMakeCache.txt")
 [ "$found" = "$(dirname "$config")" ] ||
   { echo "FAIL: CMake used the kiln package in '$found', not $(dirname "$config")"; exit 1; }
 "$here/run_embed.sh" cmake "$tmp/cmake/embed" "$libdir"
+
+# kiln-dist (built when Gloo is there): its own library and kiln-dist.pc;
+# its installed headers do not include Gloo's.
+dist_pc=$(find "$tmp/root" -name kiln-dist.pc | head -n1)
+if [ -n "$dist_pc" ]; then
+  sed "s|^prefix=.*|prefix=$tmp/root$prefix|" "$dist_pc" >"$tmp/pc/kiln-dist.pc"
+  # shellcheck disable=SC2046
+  "$cxx" -std=c++20 ${extra[@]+"${extra[@]}"} "$src/tests/install/dist_consumer.cpp" \
+    -o "$tmp/dist_consumer" $(pkg-config --cflags --libs kiln-dist)
+  LD_LIBRARY_PATH="$libdir" "$tmp/dist_consumer" | grep -qx ok ||
+    { echo "FAIL: the kiln-dist consumer failed"; exit 1; }
+  # shellcheck disable=SC2046
+  deps=$("$cxx" -std=c++20 -M $(pkg-config --cflags kiln-dist) "$src/tests/install/dist_consumer.cpp")
+  if grep -q 'gloo/' <<<"$deps"; then
+    echo "FAIL: <kiln/dist/dist.hpp> pulls in Gloo's headers"; exit 1
+  fi
+  echo "installed kiln-dist builds, runs two ranks and keeps Gloo out of its headers"
+fi
