@@ -5,12 +5,21 @@
 //
 //   build/examples/train_fashion_mnist                 # MLP, default device
 //   build/examples/train_fashion_mnist --model cnn --epochs 3 --device vulkan
+//   build/examples/train_fashion_mnist --processes 2    # data parallel (kiln::dist)
+//
+// Data parallel: each rank (a process; --processes N starts N on this machine, or
+// a launcher sets KILN_RANK / KILN_WORLD_SIZE / KILN_DIST_*) trains on its share
+// of every global batch; the gradients are averaged with dist::Group between a
+// jitted gradient step and a jitted update, so every rank holds the same model.
+// Rank 0 prints, writes the checkpoint, the plot and the JSON.
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <kiln/dist/dist.hpp>
+#include <kiln/dist/launch.hpp>
 #include <kiln/kiln.hpp>
 #include <limits>
 #include <sstream>
@@ -42,6 +51,7 @@ struct Config {
   std::int64_t train_limit = 0;
   std::int64_t test_limit = 0;
   int stop_after = 0;
+  int processes = 1;
 };
 
 // The settings a run's results depend on: a static leaf of the checkpoint, so
@@ -105,13 +115,21 @@ void write_json(const std::string& path, const Config& cfg, const std::string& d
 }
 
 template <class M>
-int train(const Config& cfg, fmnist::Dataset& data) {
+int train(const Config& cfg, fmnist::Dataset& data, const dist::Group& group) {
+  const int rank = group.rank(), world = group.world_size();
+  static std::ostream null_stream(nullptr);  // ranks other than 0 print nothing
+  std::ostream& out = rank == 0 ? std::cout : null_stream;
   const std::int64_t n_train = data.train.size(), n_test = data.test.size();
   const std::int64_t steps_per_epoch = n_train / cfg.batch_size;
   if (steps_per_epoch == 0) {
     throw ValueError("[train] --batch-size " + std::to_string(cfg.batch_size) +
                      " is larger than the " + std::to_string(n_train) + " training examples");
   }
+  if (cfg.batch_size % world != 0) {
+    throw ValueError("[train] --batch-size " + std::to_string(cfg.batch_size) +
+                     " does not split evenly across " + std::to_string(world) + " processes");
+  }
+  const std::int64_t local_batch = cfg.batch_size / world;
   const std::int64_t total_steps = steps_per_epoch * cfg.epochs;
   const auto opt = optim::adam(optim::cosine_decay_schedule(cfg.learning_rate, total_steps));
   const std::string ckpt = cfg.no_checkpoint ? ""
@@ -121,11 +139,15 @@ int train(const Config& cfg, fmnist::Dataset& data) {
   std::ostringstream device_name;
   device_name << default_device();
   const std::string device = device_name.str();
-  std::cout << "kiln: training the " << M::kName << " on Fashion-MNIST (" << n_train
+  out << "kiln: training the " << M::kName << " on Fashion-MNIST (" << n_train
             << " train / " << n_test << " test images) on " << device << "\n  "
             << cfg.epochs << " epochs of " << steps_per_epoch << " steps, batch "
             << cfg.batch_size << ", Adam with cosine decay from " << cfg.learning_rate
             << ", seed " << cfg.seed << "\n";
+  if (world > 1) {
+    out << "  data parallel: " << world << " processes, " << local_batch
+        << " images each per step, gradients averaged with kiln::dist (Gloo)\n";
+  }
 
   const auto [init_key, shuffle_key] = run_keys(cfg.seed);
   TrainState<M> st;
@@ -145,9 +167,14 @@ int train(const Config& cfg, fmnist::Dataset& data) {
       throw ValueError("[resume] " + ckpt + " does not fit this run (resume with the flags " +
                        "it was written with, and the same --model):\n" + e.what());
     }
-    std::cout << "  resumed from " << ckpt << " after epoch " << st.epochs_done.template item<std::int32_t>()
+    out << "  resumed from " << ckpt << " after epoch " << st.epochs_done.template item<std::int32_t>()
               << "\n";
   }
+
+  // Every rank starts from rank 0's state (equal anyway for one seed; a launcher
+  // could start ranks with different seeds or checkpoints).
+  st.model = group.broadcast(st.model);
+  st.opt_state = group.broadcast(st.opt_state);
 
   auto step = filter_jit(
       [opt](const M& m, const optim::State& s, const Array& x, const Array& y) {
@@ -161,6 +188,32 @@ int train(const Config& cfg, fmnist::Dataset& data) {
         return sum(astype(argmax(m(x), 1) == y, i32));
       },
       {.name = "evaluate", .arg_names = {"model", "x", "y"}});
+  // Data parallel, the step in two: the gradient of this rank's share, the mean
+  // over ranks (dist), the update.
+  auto grad_step = filter_jit(
+      [](const M& m, const Array& x, const Array& y) {
+        return value_and_grad(loss_fn<M>)(m, x, y);
+      },
+      {.name = "grad_step", .arg_names = {"model", "x", "y"}});
+  auto update_step = filter_jit(
+      [opt](const M& m, const optim::State& s, const M& grads) {
+        auto [updates, next] = opt.update(grads, s, m);
+        return std::pair{optim::apply_updates(m, updates), next};
+      },
+      {.name = "update_step", .arg_names = {"model", "opt_state", "grads"}});
+  auto train_on = [&](const Array& x, const Array& y) {
+    Array loss;
+    if (world == 1) {
+      std::tie(st.model, st.opt_state, loss) =
+          step(std::move(st.model), std::move(st.opt_state), x, y);
+      return loss;
+    }
+    auto [local_loss, grads] = grad_step(st.model, x, y);
+    std::tie(loss, grads) = group.all_reduce_mean(std::pair{local_loss, grads});
+    std::tie(st.model, st.opt_state) =
+        update_step(std::move(st.model), std::move(st.opt_state), grads);
+    return loss;
+  };
 
   std::vector<float> history = st.history.template to_vector<float>();
   std::vector<EpochResult> results;
@@ -171,16 +224,15 @@ int train(const Config& cfg, fmnist::Dataset& data) {
         fmnist::permutation(random::fold_in(shuffle_key, static_cast<std::uint32_t>(epoch)), n_train);
     std::ostringstream label;
     label << "epoch " << epoch + 1 << "/" << cfg.epochs;
-    fmnist::Progress bar(std::cout, label.str(), steps_per_epoch);
+    fmnist::Progress bar(out, label.str(), steps_per_epoch);
     double loss_sum = 0;
     Array pending;  // the previous step's loss, read after the next step is queued
     for (std::int64_t s = 0; s < steps_per_epoch; ++s) {
       auto [x, y] = fmnist::gather(
-          data.train, std::span(order).subspan(static_cast<std::size_t>(s * cfg.batch_size),
-                                               static_cast<std::size_t>(cfg.batch_size)));
-      Array loss;
-      std::tie(st.model, st.opt_state, loss) =
-          step(std::move(st.model), std::move(st.opt_state), x, y);
+          data.train,
+          std::span(order).subspan(static_cast<std::size_t>(s * cfg.batch_size + rank * local_batch),
+                                   static_cast<std::size_t>(local_batch)));
+      Array loss = train_on(x, y);
       if (!pending.is_null()) {
         loss_sum += pending.item<float>();
         bar.update(s, loss_sum / static_cast<double>(s));
@@ -193,12 +245,16 @@ int train(const Config& cfg, fmnist::Dataset& data) {
 
     const std::int64_t eval_batch = std::min<std::int64_t>(1000, n_test);
     std::int64_t right = 0;
-    for (std::int64_t b = 0; b < n_test; b += eval_batch) {
+    for (std::int64_t b = rank * eval_batch; b < n_test; b += world * eval_batch) {
       auto [x, y] = fmnist::slice(data.test, b, std::min(n_test, b + eval_batch));
       right += correct(st.model, x, y).template item<std::int32_t>();
     }
+    if (world > 1) {  // each rank evaluated its share of the batches: sum the counts
+      const Array mean_right = group.all_reduce_mean(array<float>({float(right)}, {}));
+      right = std::llround(double(mean_right.item<float>()) * world);
+    }
     const double accuracy = static_cast<double>(right) / static_cast<double>(n_test);
-    std::cout << "  train loss " << std::fixed << std::setprecision(4) << train_loss
+    out << "  train loss " << std::fixed << std::setprecision(4) << train_loss
               << ", test accuracy " << std::setprecision(2) << 100 * accuracy << "%\n"
               << std::defaultfloat;
     results.push_back({epoch + 1, seconds, train_loss, accuracy, steps_per_epoch});
@@ -206,12 +262,18 @@ int train(const Config& cfg, fmnist::Dataset& data) {
     history[static_cast<std::size_t>(2 * epoch + 1)] = static_cast<float>(accuracy);
     st.history = array<float>(history, {cfg.epochs, 2});
     st.epochs_done = array<std::int32_t>({epoch + 1}, {});
-    if (!ckpt.empty()) save_checkpoint(ckpt, st);
+    if (!ckpt.empty() && rank == 0) save_checkpoint(ckpt, st);
   }
 
-  std::cout << "traces: train_step " << step.trace_count() << ", evaluate "
-            << correct.trace_count() << "\n";
-  if (!ckpt.empty()) std::cout << "checkpoint: " << ckpt << "\n";
+  const int traces = world == 1 ? step.trace_count() : grad_step.trace_count();
+  if (world == 1) {
+    out << "traces: train_step " << traces;
+  } else {
+    out << "traces: grad_step " << traces << ", update_step " << update_step.trace_count();
+  }
+  out << ", evaluate " << correct.trace_count() << "\n";
+  if (rank != 0) return 0;
+  if (!ckpt.empty()) out << "checkpoint: " << ckpt << "\n";
   const int done = st.epochs_done.template item<std::int32_t>();
   if (!cfg.no_plot && done > 0) {
     const std::string path =
@@ -223,9 +285,9 @@ int train(const Config& cfg, fmnist::Dataset& data) {
     }
     fmnist::write_plot_svg(path, std::string("kiln: ") + M::kName + " on Fashion-MNIST",
                            losses, accuracies);
-    std::cout << "plot: " << path << "\n";
+    out << "plot: " << path << "\n";
   }
-  if (!cfg.json.empty()) write_json(cfg.json, cfg, device, results, step.trace_count());
+  if (!cfg.json.empty()) write_json(cfg.json, cfg, device, results, traces);
   return 0;
 }
 
@@ -259,15 +321,30 @@ int main(int argc, char** argv) {
                  "Evaluate on the first N test images only (0: all)");
   app.add_option("--stop-after", cfg.stop_after,
                  "Stop after this many epochs of this run (continue later with --resume)");
+  app.add_option("--processes", cfg.processes,
+                 "Train data parallel in this many processes on this machine (kiln::dist)")
+      ->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
   if (cfg.epochs == 0) cfg.epochs = cfg.model == "cnn" ? 3 : 10;
 
   try {
+    if (cfg.processes > 1 && std::getenv("KILN_RANK") == nullptr) {
+      // Start the ranks: this program again, each with KILN_RANK etc. set.
+      std::vector<std::string> args(argv, argv + argc);
+      args[0] = std::filesystem::read_symlink("/proc/self/exe").string();
+      dist::LaunchOptions launch;
+      launch.capture_output = false;  // the ranks print straight to this terminal
+      const dist::LaunchResult r = dist::launch_local(cfg.processes, args, launch);
+      if (!r.ok()) std::cerr << r.summary();
+      return r.ok() ? 0 : 1;
+    }
     if (!cfg.device.empty()) set_default_device(parse_device(cfg.device));
+    const dist::Group group = dist::init();  // a world of one without KILN_WORLD_SIZE
     fmnist::Dataset data = fmnist::load(cfg.data);
     data.train.truncate(cfg.train_limit);
     data.test.truncate(cfg.test_limit);
-    return cfg.model == "cnn" ? train<fmnist::Cnn>(cfg, data) : train<fmnist::Mlp>(cfg, data);
+    return cfg.model == "cnn" ? train<fmnist::Cnn>(cfg, data, group)
+                              : train<fmnist::Mlp>(cfg, data, group);
   } catch (const kiln::Error& e) {
     std::cerr << "error: " << e.what() << "\n";
     return 1;
