@@ -18,6 +18,7 @@ peers alike; the table gives medians and the min-max spread):
      also with OPENBLAS_CORETYPE=Haswell for kiln and LibTorch when the CPU has AVX2
   c  one Fashion-MNIST epoch of the MLP example: kiln's example binary vs
      bench/peers/jax_fmnist_epoch.py (train time without compile; test accuracy)
+     and LibTorch (bench/torch_fmnist_epoch.cpp)
   d  cold compile of the step: a fresh process's first call, kiln with an empty
      KILN_CACHE_DIR (CPU; Vulkan with Mesa's shader cache on and off) vs jax.jit
   e  fused elementwise chain (fused_chain's "arith": 15 ops, one broadcast row),
@@ -67,6 +68,7 @@ out_path = args.out or os.path.join(args.build, "peers.md")
 bench_jit = os.path.join(args.build, "bench", "bench_jit")
 fused_chain = os.path.join(args.build, "bench", "fused_chain")
 example = os.path.join(args.build, "examples", "train_fashion_mnist")
+torch_epoch = os.path.join(args.build, "bench", "torch_fmnist_epoch")
 py = os.path.join(args.venv, "bin", "python")
 for path, why in ((bench_jit, "configure with -Dbench=true and build bench/bench_jit"),
                   (fused_chain, "build bench/fused_chain"),
@@ -78,8 +80,8 @@ for path, why in ((bench_jit, "configure with -Dbench=true and build bench/bench
 # (LibTorch's intra-op pool, XLA's thread pool, OpenBLAS's threads) are left alone
 # (the table's notes say what they were). OMP_NUM_THREADS, if set, is passed on.
 base_env = dict(os.environ)
-for var in ("KILN_DEVICE", "KILN_FUSION", "KILN_INPLACE", "OPENBLAS_CORETYPE",
-            "MESA_SHADER_CACHE_DISABLE", "JAX_PLATFORMS"):
+for var in ("KILN_DEVICE", "KILN_FUSION", "KILN_INPLACE", "KILN_CACHE_DIR", "OPENBLAS_CORETYPE",
+            "MESA_SHADER_CACHE_DISABLE", "MESA_SHADER_CACHE_DIR", "JAX_PLATFORMS"):
     base_env.pop(var, None)
 
 
@@ -171,6 +173,7 @@ elif vk_is_gpu:
         "(pip install 'jax[cuda12]' into it): the Vulkan rows are compared with JAX on the CPU")
 avx2 = "avx2" in open("/proc/cpuinfo").read() if os.path.exists("/proc/cpuinfo") else False
 haswell = not args.no_haswell and avx2
+HASWELL = {"OPENBLAS_CORETYPE": "Haswell"}
 info["cpus"] = os.cpu_count()
 
 
@@ -193,7 +196,7 @@ def case_a_b_cpu():
 
 def case_b_haswell():
     t, _, _ = gbench("BM_kiln_mlp_step/|BM_torch_mlp_step/",
-                     {"KILN_DEVICE": "cpu", "OPENBLAS_CORETYPE": "Haswell"})
+                     {"KILN_DEVICE": "cpu", **HASWELL})
     add("b.kiln.cpu.haswell", t["BM_kiln_mlp_step"])
     if "BM_torch_mlp_step" in t:
         add("b.torch.haswell", t["BM_torch_mlp_step"])
@@ -235,6 +238,11 @@ def case_d_kiln_cpu():
 
 
 def case_d_kiln_vk():
+    # lavapipe compiles each pipeline with LLVM and keeps the result in Mesa's own
+    # disk cache: measured with that cache empty (a fresh MESA_SHADER_CACHE_DIR),
+    # in its default place (warm after any earlier run), and switched off.
+    with tempfile.TemporaryDirectory(prefix="kiln-peers-mesa-") as mesa:
+        add("d.kiln.vk.mesacold", kiln_first_step("vulkan", {"MESA_SHADER_CACHE_DIR": mesa}))
     with tempfile.TemporaryDirectory(prefix="kiln-peers-cache-") as d:
         add("d.kiln.vk", kiln_first_step("vulkan", warm_dir=d))          # cold: d is empty
         add("d.kiln.vk.warm", kiln_first_step("vulkan", warm_dir=d))     # kiln's disk cache warm
@@ -268,19 +276,25 @@ def case_e_jax(platform):
         add(f"e.jax.{platform}.{n}", jax_script("jax_fused.py", platform, "--n", str(n))["gbs"][0])
 
 
-def case_c_kiln(device):
+def case_c_kiln(device, env=None, suffix=""):
     with tempfile.TemporaryDirectory(prefix="kiln-peers-fmnist-") as d:
         path = os.path.join(d, "out.json")
         run([example, "--model", "mlp", "--epochs", "1", "--batch-size", "128", "--device",
              device, "--seed", "0", "--no-plot", "--no-checkpoint", "--json", path],
-            timeout=1800)
+            env, timeout=1800)
         with open(path) as f:
             r = json.load(f)
     e = r["epochs"][0]
-    add(f"c.kiln.{device}", e["train_seconds"])
-    add(f"c.kiln.{device}.acc", e["test_accuracy"])
+    add(f"c.kiln.{device}{suffix}", e["train_seconds"])
+    add(f"c.kiln.{device}{suffix}.acc", e["test_accuracy"])
     info[f"c.kiln.{device}.steps"] = e["steps"]
     info[f"c.kiln.{device}.trace_count"] = r.get("trace_count")
+
+
+def case_c_torch(env=None, suffix=""):
+    e = json_lines(run([torch_epoch], env))[-1]["epochs"][0]
+    add(f"c.torch{suffix}", e["train_seconds"])
+    add(f"c.torch{suffix}.acc", e["test_accuracy"])
 
 
 def case_c_jax(platform):
@@ -310,21 +324,34 @@ if "b" in args.cases:
 if "c" in args.cases:
     if os.path.exists(example):
         plan.append(("kiln Fashion-MNIST epoch (cpu)", ["c.kiln.cpu"], lambda: case_c_kiln("cpu")))
+        if haswell:
+            plan.append(("kiln Fashion-MNIST epoch (cpu), OPENBLAS_CORETYPE=Haswell",
+                         ["c.kiln.cpu.haswell"],
+                         lambda: case_c_kiln("cpu", HASWELL, ".haswell")))
         if vk:
             plan.append(("kiln Fashion-MNIST epoch (vulkan)", ["c.kiln.vulkan"],
                          lambda: case_c_kiln("vulkan")))
     else:
-        errors["c.kiln.cpu"] = errors["c.kiln.vulkan"] = "kiln example not built"
+        for k in ("c.kiln.cpu", "c.kiln.vulkan", "c.kiln.cpu.haswell"):
+            errors[k] = "kiln example not built"
     if not os.path.isdir("/usr/share/datasets/fashion-mnist"):
         errors["c.jax.cpu"] = "no /usr/share/datasets/fashion-mnist (bench/setup.sh)"
     else:
         for p in jax_platforms:
             plan.append((f"JAX Fashion-MNIST epoch ({p})", [f"c.jax.{p}"],
                          lambda p=p: case_c_jax(p)))
+        if os.path.exists(torch_epoch):
+            plan.append(("LibTorch Fashion-MNIST epoch", ["c.torch"], case_c_torch))
+            if haswell:
+                plan.append(("LibTorch Fashion-MNIST epoch, OPENBLAS_CORETYPE=Haswell",
+                             ["c.torch.haswell"], lambda: case_c_torch(HASWELL, ".haswell")))
+        else:
+            errors["c.torch"] = "LibTorch not compiled in (bench/setup.sh, then reconfigure)"
 if "d" in args.cases:
     plan.append(("kiln CPU cold compile", ["d.kiln.cpu"], case_d_kiln_cpu))
     if vk:
-        plan.append(("kiln Vulkan cold compile", ["d.kiln.vk", "d.kiln.vk.warm", "d.kiln.vk.nomesa"],
+        plan.append(("kiln Vulkan cold compile", ["d.kiln.vk", "d.kiln.vk.mesacold", "d.kiln.vk.warm",
+                                                  "d.kiln.vk.nomesa"],
                      case_d_kiln_vk))
     for p in jax_platforms:
         plan.append((f"JAX cold compile ({p})", [f"d.jax.{p}"], lambda p=p: case_d_jax(p)))
@@ -364,6 +391,8 @@ def fmt(x, unit, bare=False):
                      "GB/s": (1.0, " GB/s"), "%": (100.0, "%")}[unit]
     v = x * scale
     text = f"{v:.3g}" if abs(v) < 100 else f"{v:,.0f}"
+    if unit == "%":
+        text = f"{v:.1f}"
     return text if bare else text + suffix
 
 
@@ -416,13 +445,22 @@ if "b" in args.cases:
 if "c" in args.cases:
     steps = info.get("c.kiln.cpu.steps") or info.get("c.jax.steps")
     title = f"(c) Fashion-MNIST MLP epoch, train time ({steps or 468} steps)"
-    jacc = med("c.jax.cpu.acc")
+    def acc(key, who):
+        return f"{who} {fmt(med(key), '%')}" if key in samples else ""
+
+    tc = info.get("c.kiln.cpu.trace_count")
     row(title, "kiln CPU", "c.kiln.cpu", "JAX+Optax jax.jit (CPU)", "c.jax.cpu", "s",
         note="; ".join(x for x in (
-            f"test accuracy kiln {fmt(med('c.kiln.cpu.acc'), '%')}" if "c.kiln.cpu.acc" in samples
-            else "", f"JAX {fmt(jacc, '%')}" if jacc is not None else "",
+            "test accuracy " + ", ".join(a for a in (acc("c.kiln.cpu.acc", "kiln"),
+                                                     acc("c.jax.cpu.acc", "JAX")) if a),
+            f"kiln trace_count {tc}" if tc is not None else "",
             f"JAX compile {fmt(med('c.jax.cpu.compile'), 's')} (not in train time)"
             if "c.jax.cpu.compile" in samples else "") if x))
+    row("(c)", "kiln CPU", "c.kiln.cpu", "LibTorch (eager)", "c.torch", "s",
+        note=acc("c.torch.acc", "test accuracy LibTorch"))
+    if haswell:
+        row("(c) OPENBLAS_CORETYPE=Haswell (kiln and LibTorch)", "kiln CPU", "c.kiln.cpu.haswell",
+            "LibTorch", "c.torch.haswell", "s")
     if vk:
         peer = ("c.jax.gpu", "JAX+Optax (GPU)") if "gpu" in jax_platforms else (
             "c.jax.cpu", "JAX+Optax (CPU)")
@@ -436,8 +474,10 @@ if "d" in args.cases:
     if vk:
         jpeer = ("d.jax.gpu", "jax.jit (GPU)") if "gpu" in jax_platforms else (
             "d.jax.cpu", "jax.jit (CPU)")
-        row("(d)", f"{vk_label}, Mesa cache on", "d.kiln.vk", jpeer[1], jpeer[0], "ms", d_target,
-            "Mesa's shader cache in its default place (warm after the first run)")
+        row("(d)", f"{vk_label}, Mesa cache empty", "d.kiln.vk.mesacold", jpeer[1], jpeer[0],
+            "ms", d_target, "fresh MESA_SHADER_CACHE_DIR: every pipeline compiled by LLVM")
+        row("(d)", f"{vk_label}, Mesa cache warm", "d.kiln.vk", jpeer[1], jpeer[0], "ms", d_target,
+            "Mesa's shader cache in its default place, warm from earlier runs")
         row("(d)", f"{vk_label}, MESA_SHADER_CACHE_DISABLE=true", "d.kiln.vk.nomesa", jpeer[1],
             jpeer[0], "ms", d_target)
         row("(d)", f"{vk_label}, kiln disk cache warm", "d.kiln.vk.warm", jpeer[1], jpeer[0],
