@@ -12,6 +12,8 @@ packages=(
   libabsl-dev libminizip-dev zlib1g-dev
   # tests and benchmarks
   doctest-dev libbenchmark-dev python3-numpy
+  # the training example: its dataset and flags
+  dataset-fashion-mnist libcli11-dev
   # Vulkan backend (next slice): loader, headers, lavapipe, validation, SPIR-V tools
   libvulkan-dev mesa-vulkan-drivers vulkan-validationlayers spirv-tools
   spirv-headers

@@ -1,0 +1,271 @@
+// Trains an MLP or a small CNN on Fashion-MNIST with a filter_jit'd Adam step
+// (cosine learning-rate decay), shuffled minibatches from kiln's PRNG, a progress
+// bar, per-epoch test accuracy, a checkpoint after every epoch (--resume goes on
+// from it and ends where an uninterrupted run ends) and an SVG plot of the curves.
+//
+//   build/examples/train_fashion_mnist                 # MLP, default device
+//   build/examples/train_fashion_mnist --model cnn --epochs 3 --device vulkan
+#include <CLI/CLI.hpp>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <kiln/kiln.hpp>
+#include <limits>
+#include <sstream>
+
+#include "fashion_mnist.hpp"
+#include "models.hpp"
+#include "plot.hpp"
+#include "progress.hpp"
+#include "shuffle.hpp"
+
+namespace {
+
+using namespace kiln;
+
+struct Config {
+  std::string model = "mlp";
+  int epochs = 0;  // 0: the model's default
+  std::int64_t batch_size = 128;
+  std::string device;
+  std::uint32_t seed = 0;
+  double learning_rate = 1e-3;
+  std::string data = fmnist::kDefaultDir;
+  std::string checkpoint;  // "": fashion_mnist_<model>.npz
+  bool resume = false;
+  bool no_checkpoint = false;
+  std::string plot;  // "": fashion_mnist_<model>.svg
+  bool no_plot = false;
+  std::string json;
+  std::int64_t train_limit = 0;
+  int stop_after = 0;
+};
+
+// The settings a run's results depend on: a static leaf of the checkpoint, so
+// resuming with other settings is refused, naming them.
+struct RunSettings {
+  std::int64_t epochs = 0, batch_size = 0, train_examples = 0;
+  std::uint32_t seed = 0;
+  friend bool operator==(const RunSettings&, const RunSettings&) = default;
+  template <class H>
+  friend H AbslHashValue(H h, const RunSettings& r) {
+    return H::combine(std::move(h), r.epochs, r.batch_size, r.train_examples, r.seed);
+  }
+  friend std::ostream& operator<<(std::ostream& os, const RunSettings& r) {
+    return os << "--epochs " << r.epochs << " --batch-size " << r.batch_size << " --seed "
+              << r.seed << " --train-limit " << r.train_examples;
+  }
+};
+
+// Everything a checkpoint holds: enough to continue exactly where a run stopped.
+template <class M>
+struct TrainState {
+  M model;
+  optim::State opt_state;
+  Array epochs_done;  // i32 ()
+  Array history;      // f32 (epochs, 2): training loss, test accuracy (NaN: not yet)
+  RunSettings run;
+  KILN_MODULE(TrainState, model, opt_state, epochs_done, history, run);
+};
+
+struct EpochResult {
+  int epoch;
+  double train_seconds, train_loss, test_accuracy;
+  std::int64_t steps;
+};
+
+template <class M>
+Array loss_fn(const M& model, const Array& x, const Array& y) {
+  return mean(nn::softmax_cross_entropy_with_integer_labels(model(x), y));
+}
+
+// The key for everything random in a run, split once: initialisation, shuffling.
+std::pair<Array, Array> run_keys(std::uint32_t seed) {
+  const Array keys = random::split(random::key(seed), 2);
+  return {reshape(slice_axis(keys, 0, 0, 1), {2}), reshape(slice_axis(keys, 0, 1, 2), {2})};
+}
+
+void write_json(const std::string& path, const Config& cfg, const std::string& device,
+                const std::vector<EpochResult>& epochs, int trace_count) {
+  std::ofstream f(path);
+  f << std::setprecision(9) << "{\"model\":\"" << cfg.model << "\",\"device\":\"" << device
+    << "\",\"batch_size\":" << cfg.batch_size << ",\"trace_count\":" << trace_count
+    << ",\"epochs\":[";
+  for (std::size_t i = 0; i < epochs.size(); ++i) {
+    const auto& e = epochs[i];
+    f << (i ? "," : "") << "{\"epoch\":" << e.epoch << ",\"train_seconds\":" << e.train_seconds
+      << ",\"steps\":" << e.steps << ",\"train_loss\":" << e.train_loss
+      << ",\"test_accuracy\":" << e.test_accuracy << "}";
+  }
+  f << "]}\n";
+  if (!f.flush()) throw ValueError("[json] cannot write " + path);
+}
+
+template <class M>
+int train(const Config& cfg, fmnist::Dataset& data) {
+  const std::int64_t n_train = data.train.size(), n_test = data.test.size();
+  const std::int64_t steps_per_epoch = n_train / cfg.batch_size;
+  if (steps_per_epoch == 0) {
+    throw ValueError("[train] --batch-size " + std::to_string(cfg.batch_size) +
+                     " is larger than the " + std::to_string(n_train) + " training examples");
+  }
+  const std::int64_t total_steps = steps_per_epoch * cfg.epochs;
+  const auto opt = optim::adam(optim::cosine_decay_schedule(cfg.learning_rate, total_steps));
+  const std::string ckpt = cfg.no_checkpoint ? ""
+                           : !cfg.checkpoint.empty()
+                               ? cfg.checkpoint
+                               : std::string("fashion_mnist_") + M::kName + ".npz";
+  std::ostringstream device_name;
+  device_name << default_device();
+  const std::string device = device_name.str();
+  std::cout << "kiln: training the " << M::kName << " on Fashion-MNIST (" << n_train
+            << " train / " << n_test << " test images) on " << device << "\n  "
+            << cfg.epochs << " epochs of " << steps_per_epoch << " steps, batch "
+            << cfg.batch_size << ", Adam with cosine decay from " << cfg.learning_rate
+            << ", seed " << cfg.seed << "\n";
+
+  const auto [init_key, shuffle_key] = run_keys(cfg.seed);
+  TrainState<M> st;
+  st.model = M::init(init_key);
+  st.opt_state = opt.init(optim::gradient_template(st.model));
+  st.epochs_done = array<std::int32_t>({0}, {});
+  st.history = full({cfg.epochs, 2}, std::numeric_limits<double>::quiet_NaN());
+  st.run = {cfg.epochs, cfg.batch_size, n_train, cfg.seed};
+  if (cfg.resume) {
+    if (ckpt.empty()) throw ValueError("[resume] --resume needs a checkpoint (not --no-checkpoint)");
+    if (!std::filesystem::exists(ckpt)) {
+      throw ValueError("[resume] no checkpoint at " + ckpt + " (run without --resume first)");
+    }
+    try {
+      st = load_checkpoint(ckpt, st);
+    } catch (const TreeError& e) {
+      throw ValueError("[resume] " + ckpt + " does not fit this run (resume with the flags " +
+                       "it was written with, and the same --model):\n" + e.what());
+    }
+    std::cout << "  resumed from " << ckpt << " after epoch " << st.epochs_done.template item<std::int32_t>()
+              << "\n";
+  }
+
+  auto step = filter_jit(
+      [opt](const M& m, const optim::State& s, const Array& x, const Array& y) {
+        auto [loss, grads] = value_and_grad(loss_fn<M>)(m, x, y);
+        auto [updates, next] = opt.update(grads, s, m);
+        return std::tuple{optim::apply_updates(m, updates), next, loss};
+      },
+      {.name = "train_step", .arg_names = {"model", "opt_state", "x", "y"}});
+  auto correct = filter_jit(
+      [](const M& m, const Array& x, const Array& y) {
+        return sum(astype(argmax(m(x), 1) == y, i32));
+      },
+      {.name = "evaluate", .arg_names = {"model", "x", "y"}});
+
+  std::vector<float> history = st.history.template to_vector<float>();
+  std::vector<EpochResult> results;
+  const int first = st.epochs_done.template item<std::int32_t>();
+  const int last = cfg.stop_after > 0 ? std::min(cfg.epochs, first + cfg.stop_after) : cfg.epochs;
+  for (int epoch = first; epoch < last; ++epoch) {
+    const std::vector<std::int32_t> order =
+        fmnist::permutation(random::fold_in(shuffle_key, static_cast<std::uint32_t>(epoch)), n_train);
+    std::ostringstream label;
+    label << "epoch " << epoch + 1 << "/" << cfg.epochs;
+    fmnist::Progress bar(std::cout, label.str(), steps_per_epoch);
+    double loss_sum = 0;
+    Array pending;  // the previous step's loss, read after the next step is queued
+    for (std::int64_t s = 0; s < steps_per_epoch; ++s) {
+      auto [x, y] = fmnist::gather(
+          data.train, std::span(order).subspan(static_cast<std::size_t>(s * cfg.batch_size),
+                                               static_cast<std::size_t>(cfg.batch_size)));
+      Array loss;
+      std::tie(st.model, st.opt_state, loss) =
+          step(std::move(st.model), std::move(st.opt_state), x, y);
+      if (!pending.is_null()) {
+        loss_sum += pending.item<float>();
+        bar.update(s, loss_sum / static_cast<double>(s));
+      }
+      pending = loss;
+    }
+    loss_sum += pending.item<float>();
+    const double train_loss = loss_sum / static_cast<double>(steps_per_epoch);
+    const double seconds = bar.finish(train_loss);
+
+    const std::int64_t eval_batch = std::min<std::int64_t>(1000, n_test);
+    std::int64_t right = 0;
+    for (std::int64_t b = 0; b < n_test; b += eval_batch) {
+      auto [x, y] = fmnist::slice(data.test, b, std::min(n_test, b + eval_batch));
+      right += correct(st.model, x, y).template item<std::int32_t>();
+    }
+    const double accuracy = static_cast<double>(right) / static_cast<double>(n_test);
+    std::cout << "  train loss " << std::fixed << std::setprecision(4) << train_loss
+              << ", test accuracy " << std::setprecision(2) << 100 * accuracy << "%\n"
+              << std::defaultfloat;
+    results.push_back({epoch + 1, seconds, train_loss, accuracy, steps_per_epoch});
+    history[static_cast<std::size_t>(2 * epoch)] = static_cast<float>(train_loss);
+    history[static_cast<std::size_t>(2 * epoch + 1)] = static_cast<float>(accuracy);
+    st.history = array<float>(history, {cfg.epochs, 2});
+    st.epochs_done = array<std::int32_t>({epoch + 1}, {});
+    if (!ckpt.empty()) save_checkpoint(ckpt, st);
+  }
+
+  std::cout << "traces: train_step " << step.trace_count() << ", evaluate "
+            << correct.trace_count() << "\n";
+  if (!ckpt.empty()) std::cout << "checkpoint: " << ckpt << "\n";
+  const int done = st.epochs_done.template item<std::int32_t>();
+  if (!cfg.no_plot && done > 0) {
+    const std::string path =
+        !cfg.plot.empty() ? cfg.plot : std::string("fashion_mnist_") + M::kName + ".svg";
+    std::vector<double> losses, accuracies;
+    for (int e = 0; e < done; ++e) {
+      losses.push_back(history[static_cast<std::size_t>(2 * e)]);
+      accuracies.push_back(history[static_cast<std::size_t>(2 * e + 1)]);
+    }
+    fmnist::write_plot_svg(path, std::string("kiln: ") + M::kName + " on Fashion-MNIST",
+                           losses, accuracies);
+    std::cout << "plot: " << path << "\n";
+  }
+  if (!cfg.json.empty()) write_json(cfg.json, cfg, device, results, step.trace_count());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Config cfg;
+  CLI::App app{"Train an MLP or a small CNN on Fashion-MNIST with kiln."};
+  app.add_option("--model", cfg.model, "mlp or cnn")->check(CLI::IsMember({"mlp", "cnn"}))
+      ->capture_default_str();
+  app.add_option("--epochs", cfg.epochs, "Epochs (default: mlp 10, cnn 3)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--batch-size", cfg.batch_size, "Minibatch size")->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--device", cfg.device, "cpu, vulkan or vulkan:N (default: KILN_DEVICE, "
+                                         "else a GPU if there is one, else cpu)");
+  app.add_option("--seed", cfg.seed, "PRNG seed")->capture_default_str();
+  app.add_option("--lr", cfg.learning_rate, "Initial learning rate")->capture_default_str();
+  app.add_option("--data", cfg.data, "Directory with the four *-ubyte.gz files")
+      ->capture_default_str();
+  app.add_option("--checkpoint", cfg.checkpoint,
+                 "Checkpoint written after each epoch (default fashion_mnist_<model>.npz)");
+  app.add_flag("--resume", cfg.resume, "Continue from the checkpoint");
+  app.add_flag("--no-checkpoint", cfg.no_checkpoint, "Write no checkpoint");
+  app.add_option("--plot", cfg.plot, "SVG plot of the curves (default fashion_mnist_<model>.svg)");
+  app.add_flag("--no-plot", cfg.no_plot, "Write no plot");
+  app.add_option("--json", cfg.json, "Write per-epoch results as JSON to this file");
+  app.add_option("--train-limit", cfg.train_limit,
+                 "Train on the first N training images only (0: all)");
+  app.add_option("--stop-after", cfg.stop_after,
+                 "Stop after this many epochs of this run (continue later with --resume)");
+  CLI11_PARSE(app, argc, argv);
+  if (cfg.epochs == 0) cfg.epochs = cfg.model == "cnn" ? 3 : 10;
+
+  try {
+    if (!cfg.device.empty()) set_default_device(parse_device(cfg.device));
+    fmnist::Dataset data = fmnist::load(cfg.data);
+    data.train.truncate(cfg.train_limit);
+    return cfg.model == "cnn" ? train<fmnist::Cnn>(cfg, data) : train<fmnist::Mlp>(cfg, data);
+  } catch (const kiln::Error& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 1;
+  }
+}
