@@ -31,7 +31,7 @@ is a GPU and the venv's jax has a GPU backend (jax[cuda12], not installed by
 setup.sh), JAX runs on that GPU as well and the Vulkan rows are compared with it.
 
 The markdown table goes to --out (default BUILD/peers.md), ready to paste into
-docs/PERFORMANCE.md.
+docs/PERFORMANCE.md; every sample behind it to the same name with .json.
 """
 import argparse
 import datetime
@@ -67,7 +67,10 @@ out_path = args.out or os.path.join(args.build, "peers.md")
 
 bench_jit = os.path.join(args.build, "bench", "bench_jit")
 fused_chain = os.path.join(args.build, "bench", "fused_chain")
-example = os.path.join(args.build, "examples", "train_fashion_mnist")
+# The training example: a binary in its own folder (examples/train_fashion_mnist/).
+example = os.path.join(args.build, "examples", "train_fashion_mnist", "train_fashion_mnist")
+if not os.path.isfile(example):
+    example = os.path.join(args.build, "examples", "train_fashion_mnist")
 torch_epoch = os.path.join(args.build, "bench", "torch_fmnist_epoch")
 py = os.path.join(args.venv, "bin", "python")
 for path, why in ((bench_jit, "configure with -Dbench=true and build bench/bench_jit"),
@@ -322,7 +325,7 @@ if "b" in args.cases:
     for p in jax_platforms:
         plan.append((f"JAX step ({p})", [f"b.jax.{p}"], lambda p=p: case_b_jax(p)))
 if "c" in args.cases:
-    if os.path.exists(example):
+    if os.path.isfile(example):
         plan.append(("kiln Fashion-MNIST epoch (cpu)", ["c.kiln.cpu"], lambda: case_c_kiln("cpu")))
         if haswell:
             plan.append(("kiln Fashion-MNIST epoch (cpu), OPENBLAS_CORETYPE=Haswell",
@@ -532,6 +535,10 @@ md = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
 md += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
 with open(out_path, "w") as f:
     f.write("\n".join(f"- {n}" for n in notes) + "\n\n" + "\n".join(md) + "\n")
-print(f"\nmarkdown table: {out_path}")
+raw_path = os.path.splitext(out_path)[0] + ".json"
+with open(raw_path, "w") as f:
+    json.dump({"notes": notes, "samples": samples, "errors": errors, "info": info}, f, indent=1,
+              default=str)
+print(f"\nmarkdown table: {out_path} (every sample: {raw_path})")
 if errors:
     print("missing: " + "; ".join(f"{k}: {v}" for k, v in sorted(errors.items())))

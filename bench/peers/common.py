@@ -18,13 +18,23 @@ def parse_args(add_arguments=None):
     if add_arguments:
         add_arguments(ap)
     args = ap.parse_args()
-    # "gpu" lets JAX pick CUDA or ROCm, whichever jaxlib plugin is installed.
-    os.environ["JAX_PLATFORMS"] = "cpu" if args.platform == "cpu" else "cuda,rocm"
+    if args.platform == "cpu":
+        os.environ["JAX_PLATFORMS"] = "cpu"
+    else:  # JAX's default: its GPU backend (CUDA or ROCm plugin) when one is installed
+        os.environ.pop("JAX_PLATFORMS", None)
+    global _platform
+    _platform = args.platform
     return args
 
 
+_platform = "cpu"
+
+
 def describe(jax):
+    """The device the script runs on; exits if --platform gpu found no GPU."""
     d = jax.devices()[0]
+    if _platform == "gpu" and d.platform == "cpu":
+        sys.exit("--platform gpu: this jax has no GPU backend (install jax[cuda12])")
     return {"jax": jax.__version__, "platform": d.platform,
             "device": getattr(d, "device_kind", str(d)), "cpus": os.cpu_count()}
 

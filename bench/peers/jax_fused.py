@@ -15,6 +15,8 @@ args = parse_args(lambda ap: (ap.add_argument("--n", type=int, default=1 << 24),
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
+DEVICE = describe(jax)
+
 
 @jax.jit
 def chain(x, b):
@@ -32,4 +34,4 @@ nbytes = (2 * (n // 1024) * 1024 + 1024) * 4
 times = [per_call_seconds(lambda: chain(x, b).block_until_ready(), lambda _: None)[0]
          for _ in range(args.repetitions)]
 emit({"case": "fused_chain", "n": n, "bytes": nbytes, "seconds": times,
-      "gbs": [nbytes / t / 1e9 for t in times], **describe(jax)})
+      "gbs": [nbytes / t / 1e9 for t in times], **DEVICE})
