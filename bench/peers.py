@@ -10,11 +10,13 @@ examples/train_fashion_mnist.
 
 Cases (each measured --repetitions times, interleaved: repetition i runs every
 case once before repetition i+1 starts, so load from other jobs hits kiln and its
-peers alike; the table gives medians and the min-max spread):
+peers alike; the table gives medians, the median of the per-repetition ratios,
+and the min-max ranges):
   a  jit cache-hit host overhead, 100-leaf model: kiln filter_jit (bench_jit
      BM_kiln_jit_hit/100) vs eqx.filter_jit and jax.jit (bench/peers/jax_hit.py)
   b  MLP 64-256-256-10, batch 128, Adam step: kiln CPU and Vulkan, LibTorch
-     (bench_jit, same process as kiln CPU), JAX + Optax (bench/peers/jax_mlp.py);
+     (bench_jit, same process as kiln CPU: each sample is the median of 3 runs of
+     each, in random interleaved order), JAX + Optax (bench/peers/jax_mlp.py);
      also with OPENBLAS_CORETYPE=Haswell for kiln and LibTorch when the CPU has AVX2
   c  one Fashion-MNIST epoch of the MLP example: kiln's example binary vs
      bench/peers/jax_fmnist_epoch.py (train time without compile; test accuracy)
@@ -58,11 +60,14 @@ ap.add_argument("--no-haswell", action="store_true",
                 help="skip the OPENBLAS_CORETYPE=Haswell rows")
 ap.add_argument("--no-vulkan", action="store_true", help="skip kiln's Vulkan rows")
 ap.add_argument("--verbose", "-v", action="store_true", help="print each command")
+ap.add_argument("--from-json", metavar="PATH",
+                help="measure nothing: print the table of an earlier run's .json again")
 args = ap.parse_args()
 if args.quick:
     args.repetitions = 1
 reps = args.repetitions
 min_time = 0.2 if args.quick else 0.5
+inner_reps = 1 if args.quick else 3  # bench_jit's kiln-vs-LibTorch runs, interleaved in-process
 out_path = args.out or os.path.join(args.build, "peers.md")
 
 bench_jit = os.path.join(args.build, "bench", "bench_jit")
@@ -73,7 +78,7 @@ if not os.path.isfile(example):
     example = os.path.join(args.build, "examples", "train_fashion_mnist")
 torch_epoch = os.path.join(args.build, "bench", "torch_fmnist_epoch")
 py = os.path.join(args.venv, "bin", "python")
-for path, why in ((bench_jit, "configure with -Dbench=true and build bench/bench_jit"),
+for path, why in () if args.from_json else ((bench_jit, "configure with -Dbench=true and build bench/bench_jit"),
                   (fused_chain, "build bench/fused_chain"),
                   (py, "run bench/setup.sh (it creates the JAX venv)")):
     if not os.path.exists(path):
@@ -106,14 +111,24 @@ def json_lines(text):
     return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
 
 
-def gbench(filter_, env=None):
-    """One bench_jit process, one repetition of each matching benchmark:
-    ({name: seconds per iteration}, {name: counters}, context)."""
-    out = json.loads(run([bench_jit, f"--benchmark_filter={filter_}", "--benchmark_format=json",
-                          f"--benchmark_min_time={min_time}"], env))
+def gbench(filter_, env=None, repetitions=1):
+    """One bench_jit process: ({name: seconds per iteration}, {name: its JSON}, context).
+    With repetitions > 1 the matching benchmarks' repetitions run in random
+    interleaved order and each gives its median (kiln next to LibTorch in one
+    process: load that comes and goes falls on both)."""
+    cmd = [bench_jit, f"--benchmark_filter={filter_}", "--benchmark_format=json",
+           f"--benchmark_min_time={min_time}"]
+    if repetitions > 1:
+        cmd += [f"--benchmark_repetitions={repetitions}", "--benchmark_enable_random_interleaving=true",
+                "--benchmark_report_aggregates_only=true"]
+    out = json.loads(run(cmd, env))
     times, counters = {}, {}
     for b in out["benchmarks"]:
-        if b.get("run_type") != "iteration" or b.get("error_occurred"):
+        if b.get("error_occurred"):
+            continue
+        if b.get("run_type") != ("aggregate" if repetitions > 1 else "iteration"):
+            continue
+        if repetitions > 1 and b.get("aggregate_name") != "median":
             continue
         name = b["run_name"].split("/iterations:")[0].replace("/real_time", "")
         times[name] = b["real_time"] * {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}[b["time_unit"]]
@@ -155,35 +170,45 @@ def probe_jax():
         return {"backend": "none", "error": str(e).splitlines()[-1]}
 
 
-jax_probe = probe_jax()
-info["jax"] = jax_probe
-jax_platforms = ["cpu"]
-vk = None
-if not args.no_vulkan:
-    try:
-        vk = json_lines(run([fused_chain, "1024", "1", "arith", "--json"],
-                            {"KILN_DEVICE": "vulkan"}))[0]
-    except Exception as e:  # noqa: BLE001
-        log(f"peers.py: no kiln Vulkan device ({str(e).strip().splitlines()[-1]}); "
-            "Vulkan rows skipped")
-vk_is_gpu = vk is not None and vk.get("device_type") in ("discrete-gpu", "integrated-gpu", "virtual-gpu")
-vk_label = "kiln Vulkan" + (f" ({vk['device_name'].split(' (')[0]})" if vk else "")
-if vk_is_gpu and jax_probe.get("backend") in ("gpu", "cuda", "rocm"):
-    jax_platforms.append("gpu")
-elif vk_is_gpu:
-    info["jax_gpu_missing"] = (
-        "the Vulkan device is a GPU but the venv's jax has no GPU backend "
-        "(pip install 'jax[cuda12]' into it): the Vulkan rows are compared with JAX on the CPU")
-avx2 = "avx2" in open("/proc/cpuinfo").read() if os.path.exists("/proc/cpuinfo") else False
-haswell = not args.no_haswell and avx2
 HASWELL = {"OPENBLAS_CORETYPE": "Haswell"}
-info["cpus"] = os.cpu_count()
+if args.from_json:
+    with open(args.from_json) as f:
+        saved = json.load(f)
+    samples.update(saved["samples"])
+    errors.update(saved["errors"])
+    info.update(saved["info"])
+    jax_probe, (vk, jax_platforms, haswell, reps, args.cases, started_text, load_before,
+                load_after) = info["jax"], info["run"]
+    vk_label = "kiln Vulkan" + (f" ({vk['device_name'].split(' (')[0]})" if vk else "")
+else:
+    jax_probe = probe_jax()
+    info["jax"] = jax_probe
+    jax_platforms = ["cpu"]
+    vk = None
+    if not args.no_vulkan:
+        try:
+            vk = json_lines(run([fused_chain, "1024", "1", "arith", "--json"],
+                                {"KILN_DEVICE": "vulkan"}))[0]
+        except Exception as e:  # noqa: BLE001
+            log(f"peers.py: no kiln Vulkan device ({str(e).strip().splitlines()[-1]}); "
+                "Vulkan rows skipped")
+    vk_is_gpu = vk is not None and vk.get("device_type") in ("discrete-gpu", "integrated-gpu", "virtual-gpu")
+    vk_label = "kiln Vulkan" + (f" ({vk['device_name'].split(' (')[0]})" if vk else "")
+    if vk_is_gpu and jax_probe.get("backend") in ("gpu", "cuda", "rocm"):
+        jax_platforms.append("gpu")
+    elif vk_is_gpu:
+        info["jax_gpu_missing"] = (
+            "the Vulkan device is a GPU but the venv's jax has no GPU backend "
+            "(pip install 'jax[cuda12]' into it): the Vulkan rows are compared with JAX on the CPU")
+    avx2 = "avx2" in open("/proc/cpuinfo").read() if os.path.exists("/proc/cpuinfo") else False
+    haswell = not args.no_haswell and avx2
+info.setdefault("cpus", os.cpu_count())
 
 
 # ---- measurers: each appends one sample per call ---------------------------------
 def case_a_b_cpu():
     t, c, ctx = gbench("BM_kiln_jit_hit/100$|BM_kiln_mlp_step/|BM_torch_mlp_step/",
-                       {"KILN_DEVICE": "cpu"})
+                       {"KILN_DEVICE": "cpu"}, inner_reps)
     info["torch_threads"] = ctx.get("torch_threads")
     info["openblas_threads"] = ctx.get("openblas_threads")
     if "a" in args.cases:
@@ -199,7 +224,7 @@ def case_a_b_cpu():
 
 def case_b_haswell():
     t, _, _ = gbench("BM_kiln_mlp_step/|BM_torch_mlp_step/",
-                     {"KILN_DEVICE": "cpu", **HASWELL})
+                     {"KILN_DEVICE": "cpu", **HASWELL}, inner_reps)
     add("b.kiln.cpu.haswell", t["BM_kiln_mlp_step"])
     if "BM_torch_mlp_step" in t:
         add("b.torch.haswell", t["BM_torch_mlp_step"])
@@ -365,13 +390,16 @@ if "e" in args.cases:
     for p in jax_platforms:
         plan.append((f"JAX fused chain ({p})", [f"e.jax.{p}"], lambda p=p: case_e_jax(p)))
 
-started = datetime.datetime.now()
-load_before = os.getloadavg()
-for rep in range(reps):
-    for label, keys, fn in plan:
-        log(f"[{rep + 1}/{reps}] {label}")
-        attempt(keys, fn)
-load_after = os.getloadavg()
+if not args.from_json:
+    started_text = f"{datetime.datetime.now():%Y-%m-%d %H:%M}"
+    load_before = os.getloadavg()[0]
+    for rep in range(reps):
+        for label, keys, fn in plan:
+            log(f"[{rep + 1}/{reps}] {label}")
+            attempt(keys, fn)
+    load_after = os.getloadavg()[0]
+    info["run"] = [vk, jax_platforms, haswell, reps, args.cases, started_text, load_before,
+                   load_after]
 
 
 # ---- the table --------------------------------------------------------------------
@@ -408,27 +436,40 @@ def cell(key, unit):
 rows = []
 
 
-def row(case, kiln_label, kiln_key, peer_label, peer_key, unit, target=None, note="",
-        higher_is_better=False):
-    """target: (text, predicate on the ratio kiln/peer)."""
+def fmt_ratio(r):
+    return f"{r:.3f}" if r < 0.1 else f"{r:.2f}"
+
+
+def row(case, kiln_label, kiln_key, peer_label, peer_key, unit, target=None, note=""):
+    """One table row; target: (text, predicate on the ratio kiln/peer).
+
+    The ratio is the median of the per-repetition ratios when both sides have a
+    sample from every repetition (repetition i of kiln with repetition i of the
+    peer, measured minutes apart at most: load common to both cancels), else the
+    ratio of the medians."""
+    ks, ps = samples.get(kiln_key), samples.get(peer_key)
+    ratios = [a / b for a, b in zip(ks, ps)] if ks and ps and len(ks) == len(ps) == reps else []
     k, p = med(kiln_key), med(peer_key)
-    r = k / p if k is not None and p is not None else None
+    r = statistics.median(ratios) if ratios else (k / p if k is not None and p is not None
+                                                  else None)
     met = "" if target is None else ("n/a" if r is None else ("yes" if target[1](r) else "**no**"))
-    spreads = "; ".join(s for s in (
+    spreads = ", ".join(s for s in (
         f"kiln {spread(kiln_key, unit)}" if spread(kiln_key, unit) else "",
-        f"peer {spread(peer_key, unit)}" if spread(peer_key, unit) else "") if s)
+        f"peer {spread(peer_key, unit)}" if spread(peer_key, unit) else "",
+        f"ratio {fmt_ratio(min(ratios))}-{fmt_ratio(max(ratios))}" if len(ratios) > 1 else "")
+        if s)
     rows.append([case, f"{kiln_label}: {cell(kiln_key, unit)}", f"{peer_label}: {cell(peer_key, unit)}",
-                 "n/a" if r is None else (f"{r:.3f}" if r < 0.1 else f"{r:.2f}"),
-                 "" if target is None else target[0], met,
-                 "; ".join(s for s in (note, f"spread {spreads}" if spreads else "") if s)])
+                 "n/a" if r is None else fmt_ratio(r), "" if target is None else target[0], met,
+                 "; ".join(s for s in (note, f"range {spreads}" if spreads else "") if s)])
+    return r
 
 
 if "a" in args.cases:
     a_target = ("<= 0.01 (100x below)", lambda r: r <= 0.01)
-    k, e = med("a.kiln"), med("a.eqx_filter_jit")
-    row("(a) jit cache hit, 100-leaf model, no work", "filter_jit", "a.kiln",
-        "eqx.filter_jit", "a.eqx_filter_jit", "us", a_target,
-        f"kiln {e / k:,.0f}x below Equinox" if k and e else "")
+    r = row("(a) jit cache hit, 100-leaf model, no work", "filter_jit", "a.kiln",
+            "eqx.filter_jit", "a.eqx_filter_jit", "us", a_target)
+    if r:
+        rows[-1][6] = f"kiln {1 / r:,.0f}x below Equinox; " + rows[-1][6]
     row("(a)", "filter_jit", "a.kiln", "jax.jit, same eqx.Module", "a.jax_jit", "us")
     row("(a)", "filter_jit", "a.kiln", "jax.jit, list of (w, b) tuples", "a.jax_jit_tuples", "us")
 if "b" in args.cases:
@@ -509,9 +550,9 @@ threads = info.get("torch_threads") or "?"
 openblas = info.get("openblas_threads") or "?"
 omp = os.environ.get("OMP_NUM_THREADS")
 notes = [
-    f"{started:%Y-%m-%d %H:%M}, {info['cpus']} CPUs "
+    f"{started_text}, {info['cpus']} CPUs "
     f"({platform.processor() or platform.machine()}), median of {reps} repetition(s), "
-    f"interleaved; load average {load_before[0]:.1f} before, {load_after[0]:.1f} after",
+    f"interleaved; load average {load_before:.1f} before, {load_after:.1f} after",
     f"threads (each library's default{', OMP_NUM_THREADS=' + omp if omp else ''}): "
     f"OpenBLAS {openblas} (kiln's and LibTorch's matmuls), kiln's other kernels 1, "
     f"LibTorch intra-op {threads}, XLA CPU its own pool over {info['cpus']} CPUs",
