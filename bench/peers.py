@@ -4,9 +4,9 @@
     bench/setup.sh && python3 bench/peers.py build
 
 bench/setup.sh installs the peers (LibTorch 1.13 from Debian, JAX + Equinox +
-Optax from PyPI into a venv, the Fashion-MNIST data package); the build directory
-needs -Dbench=true (bench_jit, fused_chain) and, for case (c), the example
-examples/train_fashion_mnist.
+Optax from PyPI into a venv); the build directory needs -Dbench=true (bench_jit,
+fused_chain, torch_fmnist_epoch) and, for case (c), the training example
+(examples/train_fashion_mnist; its data comes with scripts/bootstrap.sh).
 
 Cases (each measured --repetitions times, interleaved: repetition i runs every
 case once before repetition i+1 starts, so load from other jobs hits kiln and its
@@ -22,7 +22,8 @@ and the min-max ranges):
      bench/peers/jax_fmnist_epoch.py (train time without compile; test accuracy)
      and LibTorch (bench/torch_fmnist_epoch.cpp)
   d  cold compile of the step: a fresh process's first call, kiln with an empty
-     KILN_CACHE_DIR (CPU; Vulkan with Mesa's shader cache on and off) vs jax.jit
+     KILN_CACHE_DIR (CPU; Vulkan with Mesa's shader cache empty, warm and off) vs
+     jax.jit (bench/peers/jax_mlp.py --mode cold)
   e  fused elementwise chain (fused_chain's "arith": 15 ops, one broadcast row),
      1M and 16M f32: kiln (fused_chain --json) on CPU and Vulkan and jax.jit
      (bench/peers/jax_fused.py), in GB/s against host memcpy
@@ -40,7 +41,6 @@ import datetime
 import json
 import os
 import platform
-import shutil
 import statistics
 import subprocess
 import sys
@@ -78,9 +78,10 @@ if not os.path.isfile(example):
     example = os.path.join(args.build, "examples", "train_fashion_mnist")
 torch_epoch = os.path.join(args.build, "bench", "torch_fmnist_epoch")
 py = os.path.join(args.venv, "bin", "python")
-for path, why in () if args.from_json else ((bench_jit, "configure with -Dbench=true and build bench/bench_jit"),
-                  (fused_chain, "build bench/fused_chain"),
-                  (py, "run bench/setup.sh (it creates the JAX venv)")):
+required = ((bench_jit, "configure with -Dbench=true and build bench/bench_jit"),
+            (fused_chain, "build bench/fused_chain"),
+            (py, "run bench/setup.sh (it creates the JAX venv)"))
+for path, why in () if args.from_json else required:
     if not os.path.exists(path):
         sys.exit(f"peers.py: {path} not found: {why}")
 
@@ -88,8 +89,9 @@ for path, why in () if args.from_json else ((bench_jit, "configure with -Dbench=
 # (LibTorch's intra-op pool, XLA's thread pool, OpenBLAS's threads) are left alone
 # (the table's notes say what they were). OMP_NUM_THREADS, if set, is passed on.
 base_env = dict(os.environ)
-for var in ("KILN_DEVICE", "KILN_FUSION", "KILN_INPLACE", "KILN_CACHE_DIR", "OPENBLAS_CORETYPE",
-            "MESA_SHADER_CACHE_DISABLE", "MESA_SHADER_CACHE_DIR", "JAX_PLATFORMS"):
+for var in ("KILN_DEVICE", "KILN_FUSION", "KILN_INPLACE", "KILN_CACHE_DIR",
+            "OPENBLAS_CORETYPE", "MESA_SHADER_CACHE_DISABLE", "MESA_SHADER_CACHE_DIR",
+            "JAX_PLATFORMS"):
     base_env.pop(var, None)
 
 
@@ -119,7 +121,8 @@ def gbench(filter_, env=None, repetitions=1):
     cmd = [bench_jit, f"--benchmark_filter={filter_}", "--benchmark_format=json",
            f"--benchmark_min_time={min_time}"]
     if repetitions > 1:
-        cmd += [f"--benchmark_repetitions={repetitions}", "--benchmark_enable_random_interleaving=true",
+        cmd += [f"--benchmark_repetitions={repetitions}",
+                "--benchmark_enable_random_interleaving=true",
                 "--benchmark_report_aggregates_only=true"]
     out = json.loads(run(cmd, env))
     times, counters = {}, {}
@@ -131,7 +134,8 @@ def gbench(filter_, env=None, repetitions=1):
         if repetitions > 1 and b.get("aggregate_name") != "median":
             continue
         name = b["run_name"].split("/iterations:")[0].replace("/real_time", "")
-        times[name] = b["real_time"] * {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}[b["time_unit"]]
+        scale = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}[b["time_unit"]]
+        times[name] = b["real_time"] * scale
         counters[name] = b
     return times, counters, out.get("context", {})
 
@@ -192,7 +196,8 @@ else:
         except Exception as e:  # noqa: BLE001
             log(f"peers.py: no kiln Vulkan device ({str(e).strip().splitlines()[-1]}); "
                 "Vulkan rows skipped")
-    vk_is_gpu = vk is not None and vk.get("device_type") in ("discrete-gpu", "integrated-gpu", "virtual-gpu")
+    vk_is_gpu = vk is not None and vk.get("device_type") in (
+        "discrete-gpu", "integrated-gpu", "virtual-gpu")
     vk_label = "kiln Vulkan" + (f" ({vk['device_name'].split(' (')[0]})" if vk else "")
     if vk_is_gpu and jax_probe.get("backend") in ("gpu", "cuda", "rocm"):
         jax_platforms.append("gpu")
@@ -378,17 +383,19 @@ if "c" in args.cases:
 if "d" in args.cases:
     plan.append(("kiln CPU cold compile", ["d.kiln.cpu"], case_d_kiln_cpu))
     if vk:
-        plan.append(("kiln Vulkan cold compile", ["d.kiln.vk", "d.kiln.vk.mesacold", "d.kiln.vk.warm",
-                                                  "d.kiln.vk.nomesa"],
+        plan.append(("kiln Vulkan cold compile",
+                     ["d.kiln.vk", "d.kiln.vk.mesacold", "d.kiln.vk.warm", "d.kiln.vk.nomesa"],
                      case_d_kiln_vk))
     for p in jax_platforms:
         plan.append((f"JAX cold compile ({p})", [f"d.jax.{p}"], lambda p=p: case_d_jax(p)))
 if "e" in args.cases:
-    plan.append(("kiln fused chain (cpu)", ["e.kiln.cpu"], lambda: case_e_kiln("cpu")))
-    if vk:
-        plan.append(("kiln fused chain (vulkan)", ["e.kiln.vulkan"], lambda: case_e_kiln("vulkan")))
+    for device in ["cpu"] + (["vulkan"] if vk else []):
+        plan.append((f"kiln fused chain ({device})",
+                     [f"e.{who}.{device}.{n}" for who in ("kiln", "memcpy") for n in FUSED_SIZES],
+                     lambda device=device: case_e_kiln(device)))
     for p in jax_platforms:
-        plan.append((f"JAX fused chain ({p})", [f"e.jax.{p}"], lambda p=p: case_e_jax(p)))
+        plan.append((f"JAX fused chain ({p})", [f"e.jax.{p}.{n}" for n in FUSED_SIZES],
+                     lambda p=p: case_e_jax(p)))
 
 if not args.from_json:
     started_text = f"{datetime.datetime.now():%Y-%m-%d %H:%M}"
@@ -458,7 +465,8 @@ def row(case, kiln_label, kiln_key, peer_label, peer_key, unit, target=None, not
         f"peer {spread(peer_key, unit)}" if spread(peer_key, unit) else "",
         f"ratio {fmt_ratio(min(ratios))}-{fmt_ratio(max(ratios))}" if len(ratios) > 1 else "")
         if s)
-    rows.append([case, f"{kiln_label}: {cell(kiln_key, unit)}", f"{peer_label}: {cell(peer_key, unit)}",
+    rows.append([case, f"{kiln_label}: {cell(kiln_key, unit)}",
+                 f"{peer_label}: {cell(peer_key, unit)}",
                  "n/a" if r is None else fmt_ratio(r), "" if target is None else target[0], met,
                  "; ".join(s for s in (note, f"range {spreads}" if spreads else "") if s)])
     return r

@@ -11,7 +11,8 @@ fold_in(second half, e). The step is jax.jit'ed with parameters and optimizer
 state donated and compiled ahead of time (lower + compile, reported as
 compile_seconds), so an epoch's train_seconds excludes compilation; as the kiln
 example's, it runs from after the shuffle to the last step's results being ready
-and includes the host-side batch gather and normalisation. Test accuracy is measured after each epoch (not timed).
+and includes the host-side batch gather and normalisation. Test accuracy is
+measured after each epoch (not timed).
 Data: the IDX gzip files of Debian's dataset-fashion-mnist package.
 Prints the example's JSON shape.
 """
