@@ -5,7 +5,13 @@
 //  - the MLP training step of issue 5 (64-256-256-10, batch 128, softmax cross
 //    entropy, Adam): kiln filter_jit (fused and unfused) vs LibTorch 1.13 eager
 //    (forward, backward, Adam step), on the default device (KILN_DEVICE).
-// bench/run_jit.py runs this several times and prints medians and ratios.
+//  - the first call of that step in a fresh filter_jit (BM_kiln_mlp_first_step:
+//    trace, optimize, fuse, kernels, first run; one iteration, so run in a fresh
+//    process with an empty KILN_CACHE_DIR it is the cold compile time).
+// bench/run_jit.py runs this several times and prints medians and ratios;
+// bench/peers.py runs it next to JAX and Equinox. The JSON context names the
+// kiln device (kiln_device, kiln_device_name, kiln_device_type), OpenBLAS's
+// thread count (openblas_threads) and LibTorch's intra-op one (torch_threads).
 #include <benchmark/benchmark.h>
 
 #include <kiln/kiln.hpp>
@@ -15,6 +21,8 @@
 #ifdef KILN_BENCH_TORCH
 #include <torch/torch.h>
 #endif
+
+extern "C" int openblas_get_num_threads(void);  // kiln's (and LibTorch's) BLAS
 
 namespace {
 
@@ -115,6 +123,31 @@ void BM_kiln_mlp_cold_compile(benchmark::State& state) {
 }
 BENCHMARK(BM_kiln_mlp_cold_compile)->UseRealTime()->Unit(benchmark::kMillisecond)->Iterations(3);
 
+void BM_kiln_mlp_first_step(benchmark::State& state) {
+  // One fresh filter_jit's first call (trace, optimize, fuse, kernels or
+  // pipelines, first run, synchronize); the model, optimizer state and batch are
+  // made before the clock starts. In-process kernel caches are warm after the
+  // first repetition: for a cold figure run one repetition per process.
+  const auto opt = optim::adam(1e-3);
+  const Array x = batch_x(), y = batch_y();
+  nn::MLP model(kIn, kOut, kWidth, 2, random::key(0));
+  optim::State s = opt.init(optim::gradient_template(model));
+  synchronize(x.device());
+  for (auto _ : state) {
+    auto step = filter_jit(
+        [opt](const nn::MLP& m, const optim::State& st, const Array& xb, const Array& yb) {
+          auto [loss, g] = value_and_grad(loss_fn)(m, xb, yb);
+          auto [updates, s2] = opt.update(g, st, m);
+          return std::tuple{optim::apply_updates(m, updates), s2, loss};
+        },
+        {.name = "mlp_step"});
+    auto out = step(std::move(model), std::move(s), x, y);  // donated, as in the loop
+    synchronize(std::get<2>(out).device());
+    std::tie(model, s, std::ignore) = std::move(out);
+  }
+}
+BENCHMARK(BM_kiln_mlp_first_step)->UseRealTime()->Unit(benchmark::kMillisecond)->Iterations(1);
+
 #ifdef KILN_BENCH_TORCH
 void BM_torch_jit_equivalent_hit(benchmark::State& state) {
   // LibTorch has no jit cache to hit; its per-call floor for a module of N
@@ -148,4 +181,21 @@ BENCHMARK(BM_torch_mlp_step)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  const Device device = default_device();
+  benchmark::AddCustomContext("kiln_device", device.to_string());
+  for (const DeviceInfo& info : devices()) {
+    if (info.device != device) continue;
+    benchmark::AddCustomContext("kiln_device_name", info.name);
+    benchmark::AddCustomContext("kiln_device_type", info.type);
+  }
+  benchmark::AddCustomContext("openblas_threads", std::to_string(openblas_get_num_threads()));
+#ifdef KILN_BENCH_TORCH
+  benchmark::AddCustomContext("torch_threads", std::to_string(at::get_num_threads()));
+#endif
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -4,12 +4,21 @@
 // 2. a matmul with a bias + relu epilogue, a row softmax (reduction prologues),
 // 3. one SGD training step of a 2-layer MLP (forward, grad, update), traced once.
 // Prints launches per run and milliseconds per run with fusion on and off.
-//   build/bench/fused_chain [n] [iterations] [chain|arith|epilogue|softmax|mlp]
+//   build/bench/fused_chain [n] [iterations] [chain|arith|epilogue|softmax|mlp] [--json]
+//                           [--fused-only]
 // (KILN_DEVICE picks the device; the third argument runs one case only).
+// --json prints one JSON object per case instead (bench/peers.py reads it), with
+// the fused program's GB/s (bytes of its inputs read and outputs written once)
+// and, for the elementwise cases, host memcpy's GB/s over the same n floats (one
+// read and one write stream: the limit for a streaming kernel; lavapipe runs on
+// the host, so it is the limit there too).
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <string>
+#include <vector>
 #include <kiln/dsl/executable.hpp>
 #include <kiln/dsl/trace.hpp>
 #include <kiln/kiln.hpp>
@@ -36,15 +45,75 @@ double time_runs(const Executable& e, const std::vector<Array>& inputs, int iter
   return seconds_since(t0) * 1e3 / iters;
 }
 
-void compare(const char* what, const Program& p, const std::vector<Array>& inputs, int iters) {
-  const Executable fused(p, default_device(), what, FusionOptions{true, true});
-  const Executable plain(p, default_device(), what, FusionOptions{true, false});
-  const Executable unfused(p, default_device(), what, FusionOptions{false});
+bool json = false;
+Device target;  // where the programs run (KILN_DEVICE's default device)
+bool fused_only = false;  // --fused-only: skip the unfused and elementwise-only runs
+
+// GB/s of memcpy over n floats: the median copy of a >= 0.2 s loop (at least 5
+// copies; the first, which faults dst in, is not counted); 2 streams of n * 4 bytes.
+double memcpy_gbs(std::int64_t n) {
+  std::vector<float> src(static_cast<std::size_t>(n), 1.0f), dst(static_cast<std::size_t>(n));
+  std::memcpy(dst.data(), src.data(), dst.size() * sizeof(float));
+  std::vector<double> seconds;
+  const auto start = std::chrono::steady_clock::now();
+  while (seconds.size() < 5 || (seconds_since(start) < 0.2 && seconds.size() < 100000)) {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::memcpy(dst.data(), src.data(), dst.size() * sizeof(float));
+    seconds.push_back(seconds_since(t0));
+    if (dst[seconds.size() % dst.size()] != 1.0f) std::abort();  // the copy is used
+  }
+  std::nth_element(seconds.begin(), seconds.begin() + seconds.size() / 2, seconds.end());
+  return 2.0 * static_cast<double>(n) * sizeof(float) / seconds[seconds.size() / 2] / 1e9;
+}
+
+std::string escaped(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+void compare(const char* what, const Program& p, const std::vector<Array>& inputs, int iters,
+             std::int64_t stream_n = 0) {
+  const Executable fused(p, target, what, FusionOptions{true, true});
+  const Executable plain(p, target, what, FusionOptions{true, false});
+  const Executable unfused(p, target, what, FusionOptions{false});
   RunStats fs, ps, us;
-  const double tu = time_runs(unfused, inputs, iters, &us);
-  const double tp = time_runs(plain, inputs, iters, &ps);
+  const double tu = fused_only ? 0.0 : time_runs(unfused, inputs, iters, &us);
+  const double tp = fused_only ? 0.0 : time_runs(plain, inputs, iters, &ps);
   const double tf = time_runs(fused, inputs, iters, &fs);
-  std::cout << what << " on " << default_device().to_string() << ": unfused "
+  if (json) {
+    std::size_t bytes = 0;  // inputs read and outputs written once
+    for (const Array& a : inputs) bytes += a.nbytes();
+    for (const ValueId v : p.outputs) {
+      bytes += static_cast<std::size_t>(numel(p.avals[v].shape)) * size_of(p.avals[v].dtype);
+    }
+    const DeviceInfo* info = nullptr;
+    const std::vector<DeviceInfo> all = devices();
+    for (const DeviceInfo& d : all) {
+      if (d.device == target) info = &d;
+    }
+    std::cout << "{\"case\": \"" << what << "\", \"device\": \""
+              << target.to_string() << "\", \"device_name\": \""
+              << escaped(info ? info->name : "") << "\", \"device_type\": \""
+              << escaped(info ? info->type : "") << "\", \"iterations\": " << iters
+              << ", \"bytes\": " << bytes;
+    if (!fused_only) {
+      std::cout << ", \"unfused_ms\": " << tu << ", \"unfused_launches\": " << us.launches;
+    }
+    std::cout << ", \"fused_ms\": " << tf
+              << ", \"fused_launches\": " << fs.launches
+              << ", \"fused_gbs\": " << static_cast<double>(bytes) / (tf * 1e-3) / 1e9;
+    if (stream_n > 0) {
+      std::cout << ", \"n\": " << stream_n
+                << ", \"memcpy_gbs\": " << memcpy_gbs(stream_n);
+    }
+    std::cout << "}" << std::endl;
+    return;
+  }
+  std::cout << what << " on " << target.to_string() << ": unfused "
             << us.launches << " launches " << tu << " ms; elementwise fusion " << ps.launches
             << " launches " << tp << " ms; + matmul epilogues/reduction prologues "
             << fs.launches << " launches " << tf << " ms (x" << tu / tf << ")\n";
@@ -53,11 +122,25 @@ void compare(const char* what, const Program& p, const std::vector<Array>& input
 }  // namespace
 
 int main(int argc, char** argv) {
-  const std::int64_t n = argc > 1 ? std::atoll(argv[1]) : (1 << 20);
-  const int iters = argc > 2 ? std::atoi(argv[2]) : 20;
-  const std::string only = argc > 3 ? argv[3] : "";
+  std::vector<std::string> pos;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--json") {
+      json = true;
+    } else if (std::string(argv[i]) == "--fused-only") {
+      fused_only = true;
+    } else {
+      pos.emplace_back(argv[i]);
+    }
+  }
+  const std::int64_t n = pos.size() > 0 ? std::atoll(pos[0].c_str()) : (1 << 20);
+  const int iters = pos.size() > 1 ? std::atoi(pos[1].c_str()) : 20;
+  const std::string only = pos.size() > 2 ? pos[2] : "";
   const auto run = [&](const char* name) { return only.empty() || only == name; };
   const Device d = default_device();
+  // Inputs are drawn on the CPU and copied to d (drawing 16M normals on lavapipe
+  // takes longer than the benchmark); programs are traced and run on d.
+  target = d;
+  set_default_device(Device::cpu());
   const Array keys = random::split(random::key(0), 8);
   auto k = [&](int i) { return reshape(slice_axis(keys, 0, i, i + 1), {2}); };
 
@@ -77,7 +160,7 @@ int main(int argc, char** argv) {
     optimize(p);
     compare("chain", p,
             {to_device(random::normal(k(0), s), d), to_device(random::normal(k(1), {1024}), d)},
-            iters);
+            iters, n);
   }
   if (run("arith")) {  // 1b. the same without transcendentals (memory traffic dominates)
     const Shape s{n / 1024, 1024};
@@ -95,7 +178,7 @@ int main(int argc, char** argv) {
     optimize(p);
     compare("arith chain", p,
             {to_device(random::normal(k(0), s), d), to_device(random::normal(k(1), {1024}), d)},
-            iters);
+            iters, n);
   }
   if (run("epilogue")) {  // 1c. relu(x @ w + b): a matmul epilogue
     Program p;
@@ -125,7 +208,7 @@ int main(int argc, char** argv) {
       p = t.finish(std::span<const Array>(&out, 1));
     }
     optimize(p);
-    compare("softmax", p, {to_device(random::normal(k(0), s), d)}, iters);
+    compare("softmax", p, {to_device(random::normal(k(0), s), d)}, iters, n);
   }
   if (run("mlp")) {  // 2. an MLP training step (batch 256, 784 -> 256 -> 10, softmax cross-entropy, SGD)
     auto loss = [](const std::vector<Array>& w, const Array& x, const Array& y) {
