@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -58,8 +59,7 @@ std::string LaunchResult::summary() const {
   for (const RankResult& r : ranks) {
     s += str_cat("rank ", r.rank, ": ");
     if (r.signal != 0) {
-      s += str_cat("killed by signal ", r.signal,
-                   r.killed_at_deadline ? " at the launch deadline" : "");
+      s += str_cat("killed by signal ", r.signal, r.killed_by_launcher ? " from the launcher" : "");
     } else {
       s += str_cat("exit ", r.exit_code);
     }
@@ -151,16 +151,18 @@ LaunchResult launch_local(int world_size, const std::vector<std::string>& argv,
     result.ranks.push_back(std::move(rr));
   }
 
-  const auto deadline = start + options.deadline;
+  // Ranks still running at `kill_at` are killed: the deadline, or a grace
+  // period after the first rank that failed.
+  auto kill_at = start + options.deadline;
   std::size_t running = pids.size();
   std::vector<bool> done(pids.size(), false);
   while (running > 0) {
-    const bool late = Clock::now() >= deadline;
+    const bool late = Clock::now() >= kill_at;
     for (std::size_t i = 0; i < pids.size(); ++i) {
       if (done[i]) continue;
       if (late) {
         ::kill(pids[i], SIGKILL);
-        result.ranks[i].killed_at_deadline = true;
+        result.ranks[i].killed_by_launcher = true;
       }
       int status = 0;
       const pid_t w = ::waitpid(pids[i], &status, late ? 0 : WNOHANG);
@@ -169,11 +171,14 @@ LaunchResult launch_local(int world_size, const std::vector<std::string>& argv,
       rr.seconds = std::chrono::duration<double>(Clock::now() - start).count();
       if (WIFEXITED(status)) {
         rr.exit_code = WEXITSTATUS(status);
-        rr.killed_at_deadline = false;
+        rr.killed_by_launcher = false;
       }
       if (WIFSIGNALED(status)) rr.signal = WTERMSIG(status);
       done[i] = true;
       --running;
+      if (options.kill_after_failure && rr.exit_code != 0 && !rr.killed_by_launcher) {
+        kill_at = std::min(kill_at, Clock::now() + *options.kill_after_failure);
+      }
     }
     if (running > 0) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }

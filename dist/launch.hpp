@@ -21,6 +21,11 @@ struct LaunchOptions {
   std::vector<std::string> env;
   // Every rank still running after this long is killed (SIGKILL).
   std::chrono::milliseconds deadline{600'000};
+  // Once a rank has failed (a non-zero exit or a signal), the ranks still
+  // running this much later are killed (as torchrun does); unset: they run to
+  // the deadline. The others see the failure as a DistError and exit on their
+  // own unless they are stuck.
+  std::optional<std::chrono::milliseconds> kill_after_failure;
   // KILN_DIST_TIMEOUT for the ranks; unset: whatever the environment says.
   std::optional<std::chrono::milliseconds> timeout;
   // The ranks to start (default: all). Starting fewer than the world size is
@@ -36,10 +41,10 @@ struct LaunchOptions {
 
 struct RankResult {
   int rank = 0;
-  int exit_code = -1;  // when the process exited
-  int signal = 0;      // when a signal ended it (SIGKILL at the deadline too)
-  bool killed_at_deadline = false;
-  double seconds = 0;  // from the launch to its end
+  int exit_code = -1;               // when the process exited
+  int signal = 0;                   // when a signal ended it (the launcher's SIGKILL too)
+  bool killed_by_launcher = false;  // at the deadline or after another rank failed
+  double seconds = 0;               // from the launch to its end
   std::string output;
 };
 
