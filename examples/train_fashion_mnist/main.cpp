@@ -13,6 +13,7 @@
 // jitted gradient step and a jitted update, so every rank holds the same model.
 // Rank 0 prints, writes the checkpoint, the plot and the JSON.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -23,6 +24,7 @@
 #include <kiln/kiln.hpp>
 #include <limits>
 #include <sstream>
+#include <thread>
 
 #include "fashion_mnist.hpp"
 #include "models.hpp"
@@ -334,6 +336,11 @@ int main(int argc, char** argv) {
       args[0] = std::filesystem::read_symlink("/proc/self/exe").string();
       dist::LaunchOptions launch;
       launch.capture_output = false;  // the ranks print straight to this terminal
+      if (std::getenv("OPENBLAS_NUM_THREADS") == nullptr) {  // share the cores, not N x all
+        const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+        launch.env.push_back("OPENBLAS_NUM_THREADS=" +
+                             std::to_string(std::max(1u, cores / unsigned(cfg.processes))));
+      }
       const dist::LaunchResult r = dist::launch_local(cfg.processes, args, launch);
       if (!r.ok()) std::cerr << r.summary();
       return r.ok() ? 0 : 1;
