@@ -301,6 +301,14 @@ Context::~Context() {
 
 Context& Context::get(int index) {
   auto& reg = registry();
+  {
+    // Every synchronize and backend lookup lands here: a context that exists is
+    // returned without asking the loader again (vkEnumeratePhysicalDevices costs
+    // ~80 us through Mesa's device-select layer, as much as a submit and wait).
+    std::lock_guard lock(reg.mu);
+    const auto i = static_cast<std::size_t>(index);
+    if (index >= 0 && i < reg.contexts.size() && reg.contexts[i]) return *reg.contexts[i];
+  }
   const std::size_t n_phys = [] {
     std::uint32_t n = 0;
     KILN_VK(vkEnumeratePhysicalDevices(instance(), &n, nullptr));
