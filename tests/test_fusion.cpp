@@ -597,6 +597,24 @@ TEST_CASE("matmul epilogues: bias, activation, a residual; the product read outs
   CHECK(qs.size() == 1);
 }
 
+TEST_CASE("matmul epilogues on products big enough for the widest register tiles") {
+  // From 256^3 multiply-adds CPU-type devices take 8 x 16 register tiles; the
+  // epilogue stores element by element through the group. Ragged M and N, a
+  // bias row, a residual; the product itself is an output too.
+  const Program p = trace(
+      [](const std::vector<Array>& x) {
+        Array m = matmul(x[0], x[1]);
+        Array h = relu(m + x[2]) + x[3];
+        return std::vector<Array>{h, m};
+      },
+      {{f32, {2, 150, 264}}, {f32, {264, 232}}, {f32, {232}}, {f32, {2, 150, 232}}});
+  const auto steps = check_fused(
+      p, {random_array({2, 150, 264}, f32), random_array({264, 232}, f32),
+          random_array({232}, f32), random_array({2, 150, 232}, f32)});
+  REQUIRE(steps.size() == 1);
+  CHECK(steps[0].kernel->kind == FusedKernel::Kind::kMatmulEpilogue);
+}
+
 TEST_CASE("matmul epilogue not fused when the product is read before the group runs") {
   const Program p = trace(
       [](const std::vector<Array>& x) {

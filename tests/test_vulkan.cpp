@@ -272,6 +272,47 @@ TEST_CASE("matmul on Vulkan equals the CPU: tiles, edges, batches, broadcasting"
   }
 }
 
+// CPU-type devices (lavapipe) pick register tiles by size and alignment: 4 x 8
+// or, from 256^3 multiply-adds on, 8 x 16 outputs per invocation; A read 4 along
+// k when K % 4 == 0, else one by one; B read 8 along n (N % 8 == 0, u64 loads),
+// 4 (N % 4 == 0) or 1; C stored 4 at a time when N % 4 == 0. These shapes take
+// each variant across ragged tile edges, batches and broadcasting, both sizes.
+// (GPUs run them through the shared-memory kernel, equally checked.)
+TEST_CASE("matmul on Vulkan equals the CPU: register-tile variants and their edges") {
+  struct Case {
+    Shape a, b;
+    const char* what;
+  };
+  const std::vector<Case> cases = {
+      {{256, 256}, {256, 256}, "8x16 tiles, every load and store vectorised"},
+      {{300, 264}, {264, 216}, "8x16, M and N not multiples of the 16 x 128 block"},
+      {{258, 257}, {257, 264}, "8x16, K % 4 != 0: A element by element, K tail"},
+      {{264, 252}, {252, 260}, "8x16, N % 8 == 4: B as 4-vectors"},
+      {{260, 256}, {256, 259}, "N % 4 != 0: scalar B, scalar stores"},
+      {{4, 128, 256}, {256, 136}, "batched 8x16 with B broadcast over the batch"},
+      {{2, 1, 40, 24}, {3, 24, 40}, "4x8 tiles, both operands broadcast over batches"},
+      {{33, 12}, {12, 20}, "4x8 tiles, 4-vector A, 4-vector B, ragged edges"},
+      {{9, 1}, {1, 16}, "K == 1"},
+      {{300, 1}, {1, 264}, "K == 1, M and N ragged"},
+      {{1, 64}, {64, 8}, "one row"},
+      {{64, 64}, {64, 1}, "one column"},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.what);
+    // f64 takes the scalar-load path of the same tiles.
+    for (DType dt : {f32, f64}) {
+      CAPTURE(dt);
+      differential({host_random(c.a, dt), host_random(c.b, dt)},
+                   [](auto& x) { return matmul(x[0], x[1]); }, dt == f32 ? 1e-4 : 1e-12);
+    }
+  }
+  // Operands transposed before the product (materialised transposes on Vulkan).
+  differential({host_random({264, 256}, f32), host_random({264, 256}, f32)},
+               [](auto& x) { return matmul(transpose(x[0]), x[1]); }, 1e-4);
+  differential({host_random({256, 264}, f32), host_random({256, 264}, f32)},
+               [](auto& x) { return matmul(x[0], transpose(x[1])); }, 1e-4);
+}
+
 TEST_CASE("layout ops on Vulkan equal the CPU: transpose, broadcast, slice, concat") {
   const Array h = host_random({3, 4, 5}, f32);
   differential({h}, [](auto& x) { return transpose(x[0], {2, 0, 1}); });

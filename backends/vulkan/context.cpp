@@ -188,7 +188,8 @@ struct ContextFactory {
     caps.max_storage_buffer_range = lim.maxStorageBufferRange;
     caps.min_storage_buffer_offset_alignment = lim.minStorageBufferOffsetAlignment;
     caps.non_coherent_atom_size = lim.nonCoherentAtomSize;
-    if (c->props_.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU) {
+    const bool cpu = c->props_.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
+    if (cpu) {
       caps.map_group_cap = 64;
       caps.matmul_shared_tiles = false;
     }
@@ -234,11 +235,14 @@ struct ContextFactory {
       caps.storage_16bit = external->storage_buffer_16bit && !q.disable_f16;
       caps.float64 = external->shader_float64 && !q.disable_f64;
       caps.push_descriptor = false;  // the application did not enable it
+      caps.int64 = false;            // nor shaderInt64 (kiln cannot tell)
     } else {
       caps.storage_8bit = f12.storageBuffer8BitAccess;
       caps.storage_16bit = f11.storageBuffer16BitAccess && !q.disable_f16;
       caps.float64 = f2.features.shaderFloat64 && !q.disable_f64;
       caps.push_descriptor = has_push && !q.disable_push_descriptor;
+      caps.int64 = f2.features.shaderInt64;
+      caps.wide_loads = cpu && caps.int64;
       c->family_ = compute_family(phys, c->props_.deviceName);
       float priority = 1.0f;
       VkDeviceQueueCreateInfo qi{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};
@@ -255,6 +259,7 @@ struct ContextFactory {
       VkPhysicalDeviceFeatures2 e2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
       e2.pNext = &e11;
       e2.features.shaderFloat64 = caps.float64;
+      e2.features.shaderInt64 = caps.int64;
       const char* push_ext = VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME;
       VkDeviceCreateInfo di{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO};
       di.pNext = &e2;

@@ -27,6 +27,7 @@ struct Capabilities {
   bool storage_16bit = false;  // f16 arrays (arithmetic runs in f32)
   bool float64 = false;
   bool push_descriptor = false;
+  bool int64 = false;           // shaderInt64 (enabled when the device has it)
   std::uint32_t subgroup_size = 0;
   std::uint32_t max_shared_memory = 0;
   std::array<std::uint32_t, 3> max_group_count{};
@@ -45,6 +46,11 @@ struct Capabilities {
   // Matmul stages tiles in shared memory (GPUs); CPU implementations do better
   // with register tiles read straight from memory (no barriers).
   bool matmul_shared_tiles = true;
+  // CPU implementations run each storage-buffer load and store as a loop over
+  // the SIMD lanes (lavapipe), so a kernel pays per access, not per byte: with
+  // this set, matmul kernels read 8 contiguous 32-bit elements per access as
+  // four u64 (CPU-type devices with int64; GPUs keep 16-byte vectors).
+  bool wide_loads = false;
 };
 
 // Optional features kiln can do without. Each is set from the device, then by the

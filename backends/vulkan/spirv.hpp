@@ -43,6 +43,10 @@ class Builder {
   // `index` then counts vectors. Values come and go as 4 scalars.
   int buffer4(DType dtype, bool readonly);
   std::array<Val, 4> load4(int binding, const Val& index);
+  // A binding of 32-bit elements seen as 4-vectors of u64 (32-byte loads: 8
+  // elements at a time; needs shaderInt64); `index` counts 8-element groups.
+  int buffer8(DType dtype, bool readonly);
+  std::array<Val, 8> load8(int binding, const Val& index);
   void store4(int binding, const Val& index, const std::array<Val, 4>& v);
   Val load(int binding, const Val& index);                 // compute type
   void store(int binding, const Val& index, const Val& v);  // converts
@@ -109,7 +113,7 @@ class Builder {
   struct Shared { Ty ty; std::string var, elem_ptr; };
   std::vector<Shared> shared_;
   std::string push_var_, wg_id_, num_wg_, local_id_;
-  bool u8_ = false, f16_ = false, f64_ = false, glsl_ = false;
+  bool u8_ = false, f16_ = false, f64_ = false, glsl_ = false, u64_ = false;
 };
 
 // SPIR-V words for `text`, validated for Vulkan 1.2. Throws DeviceError with the
