@@ -465,6 +465,19 @@ TEST_CASE("fused kernels past 65535 * 256 elements (2-D grids, many chunks)") {
       {{f32, {4099, 4097}}, {f32, {4097}}, {f32, {4099, 1}}});
   check_fused(q, {random_array({4099, 4097}, f32), random_array({4097}, f32),
                   random_array({4099, 1}, f32)});
+  // Counts that take the vector paths (8 or 4 elements per item), several f32
+  // outputs stored as 4-vectors, a broadcast scalar input.
+  for (std::int64_t extra : {8, 4}) {
+    CAPTURE(extra);
+    const std::int64_t big = 65535LL * 256 + extra;
+    const Program r = trace(
+        [](const std::vector<Array>& x) {
+          Array a = x[0] * x[1] + 1.0f;
+          return std::vector<Array>{a * a - x[0], tanh(a) + x[2]};
+        },
+        {{f32, {big}}, {f32, {}}, {f32, {big}}});
+    check_fused(r, {random_array({big}, f32), random_array({}, f32), random_array({big}, f32)});
+  }
 }
 
 TEST_CASE("a kernel with more operands than one dispatch binds is still correct") {

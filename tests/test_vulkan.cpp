@@ -369,6 +369,28 @@ TEST_CASE("sizes above 65535 * 256 elements use a 2-D dispatch grid") {
   // transpose of a big matrix: the strided map path with a 2-D grid
   const Array m = host_random({4099, 4097}, f32);
   differential({m}, [](auto& x) { return transpose(x[0]); });
+  // Counts that take the vector paths: 8 elements per item (four u64 loads on
+  // CPU-type devices, 4-vectors elsewhere) and 4, with a broadcast scalar and
+  // integers; on CPU-type devices each workgroup walks one contiguous chunk.
+  for (std::int64_t extra : {8, 4}) {
+    CAPTURE(extra);
+    const std::int64_t big = 65535LL * 256 + extra;
+    const Array x = host_random({big}, f32), y = host_random({big}, f32);
+    differential({x, y, host_random({}, f32)}, [](auto& v) { return (v[0] - v[1]) * v[2]; });
+    differential({host_random({big}, i32), host_random({big}, i32)},
+                 [](auto& v) { return maximum(v[0], v[1]) + v[0] * v[1]; });
+  }
+}
+
+TEST_CASE("elementwise counts around the 4- and 8-element items and the chunks") {
+  // Contiguous chunks per workgroup on CPU-type devices: counts below, at and
+  // past one item per workgroup, and not multiples of 8 or 4.
+  for (std::int64_t n : {1, 3, 4, 8, 12, 64, 500, 512, 513, 4096, 4100, 65536, 65544, 1000003}) {
+    CAPTURE(n);
+    const Array x = host_random({n}, f32), y = host_random({n}, f32);
+    differential({x, y}, [](auto& v) { return v[0] * v[1] + v[0]; });
+    differential({x}, [](auto& v) { return exp(v[0]) - 1.0f; }, 1e-6);
+  }
 }
 
 TEST_CASE("f16 arrays live on Vulkan and compute in f32") {

@@ -192,6 +192,7 @@ struct ContextFactory {
     if (cpu) {
       caps.map_group_cap = 64;
       caps.matmul_shared_tiles = false;
+      caps.map_chunks = true;
     }
     if (env_flag("KILN_VK_MATMUL_SHARED")) caps.matmul_shared_tiles = true;
     // Tests on CPU devices raise the cap to reach the 2-D grids GPUs get.

@@ -48,9 +48,15 @@ struct Capabilities {
   bool matmul_shared_tiles = true;
   // CPU implementations run each storage-buffer load and store as a loop over
   // the SIMD lanes (lavapipe), so a kernel pays per access, not per byte: with
-  // this set, matmul kernels read 8 contiguous 32-bit elements per access as
-  // four u64 (CPU-type devices with int64; GPUs keep 16-byte vectors).
+  // this set, matmul and map kernels read 8 contiguous 32-bit elements per
+  // access as four u64 (CPU-type devices with int64; GPUs keep 16-byte vectors).
   bool wide_loads = false;
+  // Map kernels give each workgroup of one subgroup a contiguous chunk of the
+  // elements instead of a grid-stride loop (CPU-type devices): a CPU
+  // implementation runs a workgroup's SIMD slices one after the other, and a
+  // grid stride makes every slice jump by the whole grid at each step, which
+  // defeats the hardware prefetchers (a 16M-element add ran 2.5x slower).
+  bool map_chunks = false;
 };
 
 // Optional features kiln can do without. Each is set from the device, then by the

@@ -76,9 +76,9 @@ struct MapIndex {
   spv::Val linear;
   std::vector<spv::Val> dims;  // multi-index over domain (empty when collapsed)
   const std::vector<View>* views;
-  // Vectorised kernels: each input's 4 lanes, loaded up front, and the lane the
-  // body computes now (load() returns that lane).
-  const std::vector<std::array<spv::Val, 4>>* lanes = nullptr;
+  // Vectorised kernels: each input's 4 or 8 lanes, loaded up front, and the lane
+  // the body computes now (load() returns that lane).
+  const std::vector<std::vector<spv::Val>>* lanes = nullptr;
   std::size_t lane = 0;
   spv::Val dim(std::size_t d) const { return dims.at(d); }
   spv::Val offset(std::size_t input) const;  // element offset of input's view
