@@ -188,6 +188,8 @@ struct ContextFactory {
     caps.max_storage_buffer_range = lim.maxStorageBufferRange;
     caps.min_storage_buffer_offset_alignment = lim.minStorageBufferOffsetAlignment;
     caps.non_coherent_atom_size = lim.nonCoherentAtomSize;
+    caps.max_texel_buffer_elements = lim.maxTexelBufferElements;
+    caps.min_texel_buffer_offset_alignment = lim.minTexelBufferOffsetAlignment;
     const bool cpu = c->props_.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
     if (cpu) {
       caps.map_group_cap = 64;
@@ -226,6 +228,17 @@ struct ContextFactory {
     q.disable_push_descriptor =
         q.disable_push_descriptor || env_flag("KILN_VK_DISABLE_PUSH_DESCRIPTOR");
     q.force_staging = q.force_staging || env_flag("KILN_VK_FORCE_STAGING");
+    q.disable_texel_loads = q.disable_texel_loads || env_flag("KILN_VK_DISABLE_TEXEL_LOADS");
+    if (cpu && !q.disable_texel_loads) {
+      caps.texel_loads = true;
+      for (VkFormat f : {VK_FORMAT_R32G32B32A32_SFLOAT, VK_FORMAT_R32G32B32A32_SINT,
+                         VK_FORMAT_R32G32B32A32_UINT}) {
+        VkFormatProperties fp{};
+        vkGetPhysicalDeviceFormatProperties(phys, f, &fp);
+        caps.texel_loads = caps.texel_loads &&
+                           (fp.bufferFeatures & VK_FORMAT_FEATURE_UNIFORM_TEXEL_BUFFER_BIT) != 0;
+      }
+    }
 
     if (external != nullptr) {
       c->owns_device_ = false;

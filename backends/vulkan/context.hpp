@@ -57,6 +57,14 @@ struct Capabilities {
   // grid stride makes every slice jump by the whole grid at each step, which
   // defeats the hardware prefetchers (a 16M-element add ran 2.5x slower).
   bool map_chunks = false;
+  // Matmul and map kernels read unit-stride operands through uniform texel
+  // buffers (R32G32B32A32 views, 4 elements per texel) on CPU-type devices whose
+  // formats allow it: lavapipe fetches texels without the per-lane loop of a
+  // storage-buffer load (one 16-byte load per lane and a 4 x 8 transpose; 1.4x
+  // on its 1024^2 matmul). KILN_VK_DISABLE_TEXEL_LOADS=1 turns it off.
+  bool texel_loads = false;
+  std::uint64_t max_texel_buffer_elements = 0;
+  std::uint64_t min_texel_buffer_offset_alignment = 0;
 };
 
 // Optional features kiln can do without. Each is set from the device, then by the
@@ -68,6 +76,7 @@ struct Quirks {
   bool force_staging = false;           // KILN_VK_FORCE_STAGING=1: never map
                                         // device memory (tests the staging path)
   bool pipeline_cache_header_only = false;  // driver returns no pipeline data
+  bool disable_texel_loads = false;     // KILN_VK_DISABLE_TEXEL_LOADS=1
 };
 
 class Context {

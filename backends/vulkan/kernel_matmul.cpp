@@ -13,8 +13,11 @@
 // so what a kernel pays for is the number of load instructions, not bytes:
 // A is read as 4-vectors along k, B as 8 columns at a time (four u64, where
 // the device has shaderInt64) or 4-vectors, and each loaded value feeds C or R
-// multiply-adds. Loads use clamped rows and columns (always in bounds) and the
-// stores are guarded, so ragged edges cost nothing inside the K loop.
+// multiply-adds. Where Capabilities::texel_loads allows, A and B 4-vectors are
+// texels of uniform texel buffers instead, which lavapipe fetches without the
+// lane loop (one 16-byte load per lane, then a 4 x 8 transpose). Loads use
+// clamped rows and columns (always in bounds) and the stores are guarded, so
+// ragged edges cost nothing inside the K loop.
 //
 // Every shape takes one of these kernels. Integer matmul wraps; f16 accumulates
 // in f32.
@@ -55,6 +58,7 @@ namespace {
 struct RegisterPlan {
   std::uint32_t R = 4, C = 8, TX = 8, TY = 4;
   std::uint32_t a = 1, b = 1;
+  bool a_texel = false, b_texel = false;  // 4-element loads as texel fetches
   bool c4 = false;
 };
 
@@ -69,14 +73,34 @@ bool aligned(const View& v, std::int64_t q) {
   return true;
 }
 
+// Elements of an operand's array the kernel can reach: its last batch's offset
+// plus one matrix.
+std::int64_t reach(const View& v, const Shape& batch, std::int64_t matrix) {
+  std::int64_t last = v.offset;
+  for (std::size_t d = 0; d < batch.size(); ++d) last += (batch[d] - 1) * v.strides[d];
+  return last + matrix;
+}
+
 RegisterPlan register_plan(const Context& ctx, const MatmulSpec& s) {
   RegisterPlan p;
+  const auto& caps = ctx.caps();
   const bool vec = is32(s.dtype);
-  const bool wide = vec && ctx.caps().wide_loads;
-  if (vec && s.k % 4 == 0 && aligned(s.a_batch, 4)) p.a = 4;
-  if (wide && s.n % 8 == 0 && aligned(s.b_batch, 8)) {
+  const bool wide = vec && caps.wide_loads;
+  const auto texels_fit = [&](const View& v, std::int64_t matrix) {
+    return caps.texel_loads &&
+           static_cast<std::uint64_t>(reach(v, s.batch, matrix) / 4) <= caps.max_texel_buffer_elements;
+  };
+  if (vec && s.k % 4 == 0 && aligned(s.a_batch, 4)) {
+    p.a = 4;
+    p.a_texel = texels_fit(s.a_batch, s.m * s.k);
+  }
+  const bool b4 = vec && s.n % 4 == 0 && aligned(s.b_batch, 4);
+  if (b4 && texels_fit(s.b_batch, s.k * s.n)) {
+    p.b = 4;  // a texel fetch moves 4 elements for less than a u64 x 4 load's lane loop
+    p.b_texel = true;
+  } else if (wide && s.n % 8 == 0 && aligned(s.b_batch, 8)) {
     p.b = 8;
-  } else if (vec && s.n % 4 == 0 && aligned(s.b_batch, 4)) {
+  } else if (b4) {
     p.b = 4;
   }
   // Bigger tiles run faster but take longer for the driver to compile (on
@@ -110,7 +134,8 @@ Launch matmul_kernel(Context& ctx, const MatmulSpec& s) {
   const std::uint32_t threads = TX * TY;
   const std::string design =
       tiled ? std::string("smem")
-            : detail::str_cat("regs", R, "x", Cn, "/", TX, "x", TY, "/a", rp.a, "b", rp.b,
+            : detail::str_cat("regs", R, "x", Cn, "/", TX, "x", TY, "/a", rp.a,
+                              rp.a_texel ? "t" : "", "b", rp.b, rp.b_texel ? "t" : "",
                               rp.c4 ? "c4" : "");
   const std::string key = detail::str_cat(
       "matmul|", name(s.dtype), "|T=", T, "|", design, "|mnk=", s.m, ",", s.n, ",", s.k, "|b=",
@@ -130,13 +155,14 @@ Launch matmul_kernel(Context& ctx, const MatmulSpec& s) {
       s.fused == nullptr ? 3 : 2 + s.fused->inputs.size() + s.fused->outputs.size());
   const Pipeline& p = ctx.pipelines().get(full_key, [&] {
     Builder b(threads, 0);
-    const auto operand = [&](std::uint32_t width) {
-      return width == 8 ? b.buffer8(s.dtype, true)
+    const auto operand = [&](std::uint32_t width, bool texel) {
+      return texel        ? b.texel_buffer4(s.dtype)
+             : width == 8 ? b.buffer8(s.dtype, true)
              : width == 4 ? b.buffer4(s.dtype, true)
                           : b.buffer(s.dtype, true);
     };
-    const int A = operand(rp.a);
-    const int B = operand(rp.b);
+    const int A = operand(rp.a, rp.a_texel);
+    const int B = operand(rp.b, rp.b_texel);
     // The product, or with an epilogue its inputs and outputs.
     int C = -1, first_out = -1;
     if (s.fused == nullptr) {
@@ -281,7 +307,10 @@ Launch matmul_kernel(Context& ctx, const MatmulSpec& s) {
           });
         }
       }
-      return KernelSource{b.finish(), bindings, 0};
+      const VkFormat format = s.dtype == DType::kI32   ? VK_FORMAT_R32G32B32A32_SINT
+                              : s.dtype == DType::kU32 ? VK_FORMAT_R32G32B32A32_UINT
+                                                       : VK_FORMAT_R32G32B32A32_SFLOAT;
+      return KernelSource{b.finish(), bindings, 0, b.texel_bindings(), format};
     }
     // Reads buffer[base + r * ld + c] when r < rows and c < cols, else 0.
     const auto guarded = [&](int buf, const Val& base, const Val& r, const Val& c,
