@@ -478,6 +478,14 @@ TEST_CASE("fused kernels past 65535 * 256 elements (2-D grids, many chunks)") {
         {{f32, {big}}, {f32, {}}, {f32, {big}}});
     check_fused(r, {random_array({big}, f32), random_array({}, f32), random_array({big}, f32)});
   }
+  // Unit-stride inputs of two dtypes in one kernel (CPU-type devices then read
+  // them without texel views, which take one format per kernel).
+  const Program m = trace(
+      [](const std::vector<Array>& x) {
+        return std::vector<Array>{astype(x[0], f32) * x[1] + 1.0f, x[0] + x[0]};
+      },
+      {{i32, {4096}}, {f32, {4096}}});
+  check_fused(m, {random_array({4096}, i32), random_array({4096}, f32)});
 }
 
 TEST_CASE("a kernel with more operands than one dispatch binds is still correct") {

@@ -391,6 +391,14 @@ TEST_CASE("elementwise counts around the 4- and 8-element items and the chunks")
     differential({x, y}, [](auto& v) { return v[0] * v[1] + v[0]; });
     differential({x}, [](auto& v) { return exp(v[0]) - 1.0f; }, 1e-6);
   }
+  // Integer inputs (texel views of SINT / UINT format on CPU-type devices).
+  for (std::int64_t n : {4096, 4100, 65544}) {
+    CAPTURE(n);
+    differential({host_random({n}, i32), host_random({n}, i32)},
+                 [](auto& v) { return v[0] * v[1] - v[0]; });
+    differential({host_random({n}, u32), host_random({n}, u32)},
+                 [](auto& v) { return bitwise_xor(v[0], v[1]) + v[1]; });
+  }
 }
 
 TEST_CASE("f16 arrays live on Vulkan and compute in f32") {

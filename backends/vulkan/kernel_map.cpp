@@ -4,6 +4,7 @@
 // are merged first, so an elementwise op on equal shapes is a rank-1 kernel whose
 // only parameter is the element count.
 #include <algorithm>
+#include <optional>
 
 #include "kiln/backends/vulkan/context.hpp"
 #include "kiln/backends/vulkan/kernels.hpp"
@@ -15,6 +16,14 @@ namespace kiln::vk {
 using spv::Builder;
 using spv::Ty;
 using spv::Val;
+
+VkFormat texel_format(DType d) {
+  switch (d) {
+    case DType::kI32: return VK_FORMAT_R32G32B32A32_SINT;
+    case DType::kU32: return VK_FORMAT_R32G32B32A32_UINT;
+    default: return VK_FORMAT_R32G32B32A32_SFLOAT;
+  }
+}
 
 Shape contiguous_strides(const Shape& shape) {
   Shape s(shape.size(), 1);
@@ -141,17 +150,30 @@ Launch map_kernel(Context& ctx, MapSpec spec) {
   // loads into gathers, and GPUs like wide accesses too. Where
   // Capabilities::wide_loads says each access is a loop over the SIMD lanes,
   // unit-stride inputs are read 8 elements at a time (four u64; stores stay
-  // 4-vectors, which such drivers handle better than 64-bit ones).
+  // 4-vectors, which such drivers handle better than 64-bit ones), or with
+  // Capabilities::texel_loads as two texels of a uniform texel buffer (fetched
+  // without that loop; one view format per kernel, so only when the unit-stride
+  // inputs share a dtype).
   const auto is32 = [](DType d) { return d == DType::kF32 || d == DType::kI32 || d == DType::kU32; };
   bool vec4 = generic_size && n % 4 == 0;
   for (DType d : spec.outs) vec4 = vec4 && is32(d);
   for (DType d : spec.inputs) vec4 = vec4 && is32(d);
-  const bool vec8 = vec4 && n % 8 == 0 && ctx.caps().wide_loads;
+  const auto& caps = ctx.caps();
+  bool texel = vec4 && n > 0 && n % 8 == 0 && caps.texel_loads &&
+               static_cast<std::uint64_t>(n / 4) <= caps.max_texel_buffer_elements;
+  std::optional<DType> texel_dtype;
+  for (std::size_t k = 0; k < spec.inputs.size(); ++k) {
+    if (spec.views[k].strides[0] != 1) continue;
+    if (!texel_dtype) texel_dtype = spec.inputs[k];
+    texel = texel && spec.inputs[k] == *texel_dtype;
+  }
+  texel = texel && texel_dtype.has_value();
+  const bool vec8 = vec4 && n % 8 == 0 && (caps.wide_loads || texel);
   const std::uint32_t W = vec8 ? 8 : vec4 ? 4 : 1;  // elements per item
   std::vector<std::string_view> out_names;
   for (DType d : spec.outs) out_names.push_back(name(d));
   std::string key = detail::str_cat("map|", spec.key, "|", detail::join(out_names, ","),
-                                    vec8 ? "|v8|" : vec4 ? "|v4|" : "|");
+                                    texel ? "|t8|" : vec8 ? "|v8|" : vec4 ? "|v4|" : "|");
   for (std::size_t k = 0; k < spec.inputs.size(); ++k) {
     key += detail::str_cat(name(spec.inputs[k]), "@",
                            generic_size ? std::string(spec.views[k].strides[0] ? "1" : "0")
@@ -188,6 +210,8 @@ Launch map_kernel(Context& ctx, MapSpec spec) {
       for (std::size_t k = 0; k < spec.inputs.size(); ++k) {
         if (spec.views[k].strides[0] != 1) {
           b.buffer(spec.inputs[k], true);
+        } else if (texel) {
+          b.texel_buffer4(spec.inputs[k]);
         } else if (vec8) {
           b.buffer8(spec.inputs[k], true);
         } else {
@@ -202,6 +226,12 @@ Launch map_kernel(Context& ctx, MapSpec spec) {
           const int in = static_cast<int>(k);
           if (spec.views[k].strides[0] != 1) {
             lanes.emplace_back(W, b.load(in, b.u32(0)));
+          } else if (texel) {  // texels 2i and 2i + 1
+            const Val t0 = b.op("OpShiftLeftLogical", Ty::kU32, {i, b.u32(1)});
+            const auto v = b.load4(in, t0);
+            const auto w = b.load4(in, b.op("OpIAdd", Ty::kU32, {t0, b.u32(1)}));
+            lanes.emplace_back(v.begin(), v.end());
+            lanes.back().insert(lanes.back().end(), w.begin(), w.end());
           } else if (vec8) {
             const auto v = b.load8(in, i);
             lanes.emplace_back(v.begin(), v.end());
@@ -225,7 +255,8 @@ Launch map_kernel(Context& ctx, MapSpec spec) {
           }
         }
       });
-      return KernelSource{b.finish(), bindings, 2};
+      return KernelSource{b.finish(), bindings, 2, b.texel_bindings(),
+                          texel ? texel_format(*texel_dtype) : VK_FORMAT_UNDEFINED};
     }
     for (DType d : spec.inputs) b.buffer(d, true);
     std::vector<int> outs;

@@ -307,10 +307,7 @@ Launch matmul_kernel(Context& ctx, const MatmulSpec& s) {
           });
         }
       }
-      const VkFormat format = s.dtype == DType::kI32   ? VK_FORMAT_R32G32B32A32_SINT
-                              : s.dtype == DType::kU32 ? VK_FORMAT_R32G32B32A32_UINT
-                                                       : VK_FORMAT_R32G32B32A32_SFLOAT;
-      return KernelSource{b.finish(), bindings, 0, b.texel_bindings(), format};
+      return KernelSource{b.finish(), bindings, 0, b.texel_bindings(), texel_format(s.dtype)};
     }
     // Reads buffer[base + r * ld + c] when r < rows and c < cols, else 0.
     const auto guarded = [&](int buf, const Val& base, const Val& r, const Val& c,

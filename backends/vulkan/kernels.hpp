@@ -51,6 +51,9 @@ std::array<std::uint32_t, 3> grid_for(const Context& ctx, std::uint64_t groups,
                                       const char* what);
 std::uint32_t local_size(const Context& ctx);
 
+// The view format of a uniform texel buffer over a 32-bit array (4 per texel).
+VkFormat texel_format(DType d);
+
 // sum_d index_d(x) * strides[d], x decomposed row-major over dims.
 spv::Val offset_of(spv::Builder& b, spv::Val x, const Shape& dims, const Shape& strides);
 

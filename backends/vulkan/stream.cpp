@@ -108,7 +108,7 @@ VkDescriptorSet Stream::allocate_set(Batch& b, const Pipeline& p) {
     if (b.pool == b.pools.size()) {
       const VkDescriptorPoolSize sizes[] = {
           {VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, kSetsPerPool * kMaxBindings},
-          {VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER, kSetsPerPool * 2}};  // matmul's A, B
+          {VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER, kSetsPerPool * kMaxBindings}};
       VkDescriptorPoolCreateInfo pi{VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO};
       pi.maxSets = kSetsPerPool;
       pi.poolSizeCount = ctx_.caps().texel_loads ? 2 : 1;
