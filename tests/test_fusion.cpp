@@ -465,6 +465,27 @@ TEST_CASE("fused kernels past 65535 * 256 elements (2-D grids, many chunks)") {
       {{f32, {4099, 4097}}, {f32, {4097}}, {f32, {4099, 1}}});
   check_fused(q, {random_array({4099, 4097}, f32), random_array({4097}, f32),
                   random_array({4099, 1}, f32)});
+  // Counts that take the vector paths (8 or 4 elements per item), several f32
+  // outputs stored as 4-vectors, a broadcast scalar input.
+  for (std::int64_t extra : {8, 4}) {
+    CAPTURE(extra);
+    const std::int64_t big = 65535LL * 256 + extra;
+    const Program r = trace(
+        [](const std::vector<Array>& x) {
+          Array a = x[0] * x[1] + 1.0f;
+          return std::vector<Array>{a * a - x[0], tanh(a) + x[2]};
+        },
+        {{f32, {big}}, {f32, {}}, {f32, {big}}});
+    check_fused(r, {random_array({big}, f32), random_array({}, f32), random_array({big}, f32)});
+  }
+  // Unit-stride inputs of two dtypes in one kernel (CPU-type devices then read
+  // them without texel views, which take one format per kernel).
+  const Program m = trace(
+      [](const std::vector<Array>& x) {
+        return std::vector<Array>{astype(x[0], f32) * x[1] + 1.0f, x[0] + x[0]};
+      },
+      {{i32, {4096}}, {f32, {4096}}});
+  check_fused(m, {random_array({4096}, i32), random_array({4096}, f32)});
 }
 
 TEST_CASE("a kernel with more operands than one dispatch binds is still correct") {
@@ -595,6 +616,24 @@ TEST_CASE("matmul epilogues: bias, activation, a residual; the product read outs
   const auto qs = check_fused(q, {random_array({3, 5, 9}, f32), random_array({3, 9, 6}, f32),
                                   random_array({5, 1}, f32)});
   CHECK(qs.size() == 1);
+}
+
+TEST_CASE("matmul epilogues on products big enough for the widest register tiles") {
+  // From 256^3 multiply-adds CPU-type devices take 8 x 16 register tiles; the
+  // epilogue stores element by element through the group. Ragged M and N, a
+  // bias row, a residual; the product itself is an output too.
+  const Program p = trace(
+      [](const std::vector<Array>& x) {
+        Array m = matmul(x[0], x[1]);
+        Array h = relu(m + x[2]) + x[3];
+        return std::vector<Array>{h, m};
+      },
+      {{f32, {2, 150, 264}}, {f32, {264, 232}}, {f32, {232}}, {f32, {2, 150, 232}}});
+  const auto steps = check_fused(
+      p, {random_array({2, 150, 264}, f32), random_array({264, 232}, f32),
+          random_array({232}, f32), random_array({2, 150, 232}, f32)});
+  REQUIRE(steps.size() == 1);
+  CHECK(steps[0].kernel->kind == FusedKernel::Kind::kMatmulEpilogue);
 }
 
 TEST_CASE("matmul epilogue not fused when the product is read before the group runs") {

@@ -272,6 +272,47 @@ TEST_CASE("matmul on Vulkan equals the CPU: tiles, edges, batches, broadcasting"
   }
 }
 
+// CPU-type devices (lavapipe) pick register tiles by size and alignment: 4 x 8
+// or, from 256^3 multiply-adds on, 8 x 16 outputs per invocation; A read 4 along
+// k when K % 4 == 0, else one by one; B read 8 along n (N % 8 == 0, u64 loads),
+// 4 (N % 4 == 0) or 1; C stored 4 at a time when N % 4 == 0. These shapes take
+// each variant across ragged tile edges, batches and broadcasting, both sizes.
+// (GPUs run them through the shared-memory kernel, equally checked.)
+TEST_CASE("matmul on Vulkan equals the CPU: register-tile variants and their edges") {
+  struct Case {
+    Shape a, b;
+    const char* what;
+  };
+  const std::vector<Case> cases = {
+      {{256, 256}, {256, 256}, "8x16 tiles, every load and store vectorised"},
+      {{300, 264}, {264, 216}, "8x16, M and N not multiples of the 16 x 128 block"},
+      {{258, 257}, {257, 264}, "8x16, K % 4 != 0: A element by element, K tail"},
+      {{264, 252}, {252, 260}, "8x16, N % 8 == 4: B as 4-vectors"},
+      {{260, 256}, {256, 259}, "N % 4 != 0: scalar B, scalar stores"},
+      {{4, 128, 256}, {256, 136}, "batched 8x16 with B broadcast over the batch"},
+      {{2, 1, 40, 24}, {3, 24, 40}, "4x8 tiles, both operands broadcast over batches"},
+      {{33, 12}, {12, 20}, "4x8 tiles, 4-vector A, 4-vector B, ragged edges"},
+      {{9, 1}, {1, 16}, "K == 1"},
+      {{300, 1}, {1, 264}, "K == 1, M and N ragged"},
+      {{1, 64}, {64, 8}, "one row"},
+      {{64, 64}, {64, 1}, "one column"},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.what);
+    // f64 takes the scalar-load path of the same tiles.
+    for (DType dt : {f32, f64}) {
+      CAPTURE(dt);
+      differential({host_random(c.a, dt), host_random(c.b, dt)},
+                   [](auto& x) { return matmul(x[0], x[1]); }, dt == f32 ? 1e-4 : 1e-12);
+    }
+  }
+  // Operands transposed before the product (materialised transposes on Vulkan).
+  differential({host_random({264, 256}, f32), host_random({264, 256}, f32)},
+               [](auto& x) { return matmul(transpose(x[0]), x[1]); }, 1e-4);
+  differential({host_random({256, 264}, f32), host_random({256, 264}, f32)},
+               [](auto& x) { return matmul(x[0], transpose(x[1])); }, 1e-4);
+}
+
 TEST_CASE("layout ops on Vulkan equal the CPU: transpose, broadcast, slice, concat") {
   const Array h = host_random({3, 4, 5}, f32);
   differential({h}, [](auto& x) { return transpose(x[0], {2, 0, 1}); });
@@ -328,6 +369,36 @@ TEST_CASE("sizes above 65535 * 256 elements use a 2-D dispatch grid") {
   // transpose of a big matrix: the strided map path with a 2-D grid
   const Array m = host_random({4099, 4097}, f32);
   differential({m}, [](auto& x) { return transpose(x[0]); });
+  // Counts that take the vector paths: 8 elements per item (four u64 loads on
+  // CPU-type devices, 4-vectors elsewhere) and 4, with a broadcast scalar and
+  // integers; on CPU-type devices each workgroup walks one contiguous chunk.
+  for (std::int64_t extra : {8, 4}) {
+    CAPTURE(extra);
+    const std::int64_t big = 65535LL * 256 + extra;
+    const Array x = host_random({big}, f32), y = host_random({big}, f32);
+    differential({x, y, host_random({}, f32)}, [](auto& v) { return (v[0] - v[1]) * v[2]; });
+    differential({host_random({big}, i32), host_random({big}, i32)},
+                 [](auto& v) { return maximum(v[0], v[1]) + v[0] * v[1]; });
+  }
+}
+
+TEST_CASE("elementwise counts around the 4- and 8-element items and the chunks") {
+  // Contiguous chunks per workgroup on CPU-type devices: counts below, at and
+  // past one item per workgroup, and not multiples of 8 or 4.
+  for (std::int64_t n : {1, 3, 4, 8, 12, 64, 500, 512, 513, 4096, 4100, 65536, 65544, 1000003}) {
+    CAPTURE(n);
+    const Array x = host_random({n}, f32), y = host_random({n}, f32);
+    differential({x, y}, [](auto& v) { return v[0] * v[1] + v[0]; });
+    differential({x}, [](auto& v) { return exp(v[0]) - 1.0f; }, 1e-6);
+  }
+  // Integer inputs (texel views of SINT / UINT format on CPU-type devices).
+  for (std::int64_t n : {4096, 4100, 65544}) {
+    CAPTURE(n);
+    differential({host_random({n}, i32), host_random({n}, i32)},
+                 [](auto& v) { return v[0] * v[1] - v[0]; });
+    differential({host_random({n}, u32), host_random({n}, u32)},
+                 [](auto& v) { return bitwise_xor(v[0], v[1]) + v[1]; });
+  }
 }
 
 TEST_CASE("f16 arrays live on Vulkan and compute in f32") {

@@ -193,9 +193,13 @@ struct ContextFactory {
     caps.max_storage_buffer_range = lim.maxStorageBufferRange;
     caps.min_storage_buffer_offset_alignment = lim.minStorageBufferOffsetAlignment;
     caps.non_coherent_atom_size = lim.nonCoherentAtomSize;
-    if (c->props_.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU) {
+    caps.max_texel_buffer_elements = lim.maxTexelBufferElements;
+    caps.min_texel_buffer_offset_alignment = lim.minTexelBufferOffsetAlignment;
+    const bool cpu = c->props_.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
+    if (cpu) {
       caps.map_group_cap = 64;
       caps.matmul_shared_tiles = false;
+      caps.map_chunks = true;
     }
     if (env_flag("KILN_VK_MATMUL_SHARED")) caps.matmul_shared_tiles = true;
     // Tests on CPU devices raise the cap to reach the 2-D grids GPUs get.
@@ -229,6 +233,17 @@ struct ContextFactory {
     q.disable_push_descriptor =
         q.disable_push_descriptor || env_flag("KILN_VK_DISABLE_PUSH_DESCRIPTOR");
     q.force_staging = q.force_staging || env_flag("KILN_VK_FORCE_STAGING");
+    q.disable_texel_loads = q.disable_texel_loads || env_flag("KILN_VK_DISABLE_TEXEL_LOADS");
+    if (cpu && !q.disable_texel_loads) {
+      caps.texel_loads = true;
+      for (VkFormat f : {VK_FORMAT_R32G32B32A32_SFLOAT, VK_FORMAT_R32G32B32A32_SINT,
+                         VK_FORMAT_R32G32B32A32_UINT}) {
+        VkFormatProperties fp{};
+        vkGetPhysicalDeviceFormatProperties(phys, f, &fp);
+        caps.texel_loads = caps.texel_loads &&
+                           (fp.bufferFeatures & VK_FORMAT_FEATURE_UNIFORM_TEXEL_BUFFER_BIT) != 0;
+      }
+    }
 
     if (external != nullptr) {
       c->owns_device_ = false;
@@ -239,11 +254,14 @@ struct ContextFactory {
       caps.storage_16bit = external->storage_buffer_16bit && !q.disable_f16;
       caps.float64 = external->shader_float64 && !q.disable_f64;
       caps.push_descriptor = false;  // the application did not enable it
+      caps.int64 = false;            // nor shaderInt64 (kiln cannot tell)
     } else {
       caps.storage_8bit = f12.storageBuffer8BitAccess;
       caps.storage_16bit = f11.storageBuffer16BitAccess && !q.disable_f16;
       caps.float64 = f2.features.shaderFloat64 && !q.disable_f64;
       caps.push_descriptor = has_push && !q.disable_push_descriptor;
+      caps.int64 = f2.features.shaderInt64;
+      caps.wide_loads = cpu && caps.int64;
       c->family_ = compute_family(phys, c->props_.deviceName);
       float priority = 1.0f;
       VkDeviceQueueCreateInfo qi{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};
@@ -260,6 +278,7 @@ struct ContextFactory {
       VkPhysicalDeviceFeatures2 e2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
       e2.pNext = &e11;
       e2.features.shaderFloat64 = caps.float64;
+      e2.features.shaderInt64 = caps.int64;
       const char* push_ext = VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME;
       VkDeviceCreateInfo di{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO};
       di.pNext = &e2;
@@ -308,6 +327,14 @@ Context::~Context() {
 
 Context& Context::get(int index) {
   auto& reg = registry();
+  {
+    // Every synchronize and backend lookup lands here: a context that exists is
+    // returned without asking the loader again (vkEnumeratePhysicalDevices costs
+    // ~80 us through Mesa's device-select layer, as much as a submit and wait).
+    std::lock_guard lock(reg.mu);
+    const auto i = static_cast<std::size_t>(index);
+    if (index >= 0 && i < reg.contexts.size() && reg.contexts[i]) return *reg.contexts[i];
+  }
   const std::size_t n_phys = [] {
     std::uint32_t n = 0;
     KILN_VK(vkEnumeratePhysicalDevices(instance(), &n, nullptr));

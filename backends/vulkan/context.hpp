@@ -28,6 +28,7 @@ struct Capabilities {
   bool storage_16bit = false;  // f16 arrays (arithmetic runs in f32)
   bool float64 = false;
   bool push_descriptor = false;
+  bool int64 = false;           // shaderInt64 (enabled when the device has it)
   std::uint32_t subgroup_size = 0;
   std::uint32_t max_shared_memory = 0;
   std::array<std::uint32_t, 3> max_group_count{};
@@ -46,6 +47,25 @@ struct Capabilities {
   // Matmul stages tiles in shared memory (GPUs); CPU implementations do better
   // with register tiles read straight from memory (no barriers).
   bool matmul_shared_tiles = true;
+  // CPU implementations run each storage-buffer load and store as a loop over
+  // the SIMD lanes (lavapipe), so a kernel pays per access, not per byte: with
+  // this set, matmul and map kernels read 8 contiguous 32-bit elements per
+  // access as four u64 (CPU-type devices with int64; GPUs keep 16-byte vectors).
+  bool wide_loads = false;
+  // Map kernels give each workgroup of one subgroup a contiguous chunk of the
+  // elements instead of a grid-stride loop (CPU-type devices): a CPU
+  // implementation runs a workgroup's SIMD slices one after the other, and a
+  // grid stride makes every slice jump by the whole grid at each step, which
+  // defeats the hardware prefetchers (a 16M-element add ran 2.5x slower).
+  bool map_chunks = false;
+  // Matmul and map kernels read unit-stride operands through uniform texel
+  // buffers (R32G32B32A32 views, 4 elements per texel) on CPU-type devices whose
+  // formats allow it: lavapipe fetches texels without the per-lane loop of a
+  // storage-buffer load (one 16-byte load per lane and a 4 x 8 transpose; 1.4x
+  // on its 1024^2 matmul). KILN_VK_DISABLE_TEXEL_LOADS=1 turns it off.
+  bool texel_loads = false;
+  std::uint64_t max_texel_buffer_elements = 0;
+  std::uint64_t min_texel_buffer_offset_alignment = 0;
 };
 
 // Optional features kiln can do without. Each is set from the device, then by the
@@ -57,6 +77,7 @@ struct Quirks {
   bool force_staging = false;           // KILN_VK_FORCE_STAGING=1: never map
                                         // device memory (tests the staging path)
   bool pipeline_cache_header_only = false;  // driver returns no pipeline data
+  bool disable_texel_loads = false;     // KILN_VK_DISABLE_TEXEL_LOADS=1
 };
 
 class Context {

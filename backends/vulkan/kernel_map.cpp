@@ -4,6 +4,7 @@
 // are merged first, so an elementwise op on equal shapes is a rank-1 kernel whose
 // only parameter is the element count.
 #include <algorithm>
+#include <optional>
 
 #include "kiln/backends/vulkan/context.hpp"
 #include "kiln/backends/vulkan/kernels.hpp"
@@ -15,6 +16,14 @@ namespace kiln::vk {
 using spv::Builder;
 using spv::Ty;
 using spv::Val;
+
+VkFormat texel_format(DType d) {
+  switch (d) {
+    case DType::kI32: return VK_FORMAT_R32G32B32A32_SINT;
+    case DType::kU32: return VK_FORMAT_R32G32B32A32_UINT;
+    default: return VK_FORMAT_R32G32B32A32_SFLOAT;
+  }
+}
 
 Shape contiguous_strides(const Shape& shape) {
   Shape s(shape.size(), 1);
@@ -138,15 +147,33 @@ Launch map_kernel(Context& ctx, MapSpec spec) {
   }
   // Contiguous 32-bit kernels move 16 bytes per load and store (4 elements per
   // invocation) when the count allows; CPU implementations turn per-lane scalar
-  // loads into gathers, and GPUs like wide accesses too.
+  // loads into gathers, and GPUs like wide accesses too. Where
+  // Capabilities::wide_loads says each access is a loop over the SIMD lanes,
+  // unit-stride inputs are read 8 elements at a time (four u64; stores stay
+  // 4-vectors, which such drivers handle better than 64-bit ones), or with
+  // Capabilities::texel_loads as two texels of a uniform texel buffer (fetched
+  // without that loop; one view format per kernel, so only when the unit-stride
+  // inputs share a dtype).
   const auto is32 = [](DType d) { return d == DType::kF32 || d == DType::kI32 || d == DType::kU32; };
   bool vec4 = generic_size && n % 4 == 0;
   for (DType d : spec.outs) vec4 = vec4 && is32(d);
   for (DType d : spec.inputs) vec4 = vec4 && is32(d);
+  const auto& caps = ctx.caps();
+  bool texel = vec4 && n > 0 && n % 8 == 0 && caps.texel_loads &&
+               static_cast<std::uint64_t>(n / 4) <= caps.max_texel_buffer_elements;
+  std::optional<DType> texel_dtype;
+  for (std::size_t k = 0; k < spec.inputs.size(); ++k) {
+    if (spec.views[k].strides[0] != 1) continue;
+    if (!texel_dtype) texel_dtype = spec.inputs[k];
+    texel = texel && spec.inputs[k] == *texel_dtype;
+  }
+  texel = texel && texel_dtype.has_value();
+  const bool vec8 = vec4 && n % 8 == 0 && (caps.wide_loads || texel);
+  const std::uint32_t W = vec8 ? 8 : vec4 ? 4 : 1;  // elements per item
   std::vector<std::string_view> out_names;
   for (DType d : spec.outs) out_names.push_back(name(d));
   std::string key = detail::str_cat("map|", spec.key, "|", detail::join(out_names, ","),
-                                    vec4 ? "|v4|" : "|");
+                                    texel ? "|t8|" : vec8 ? "|v8|" : vec4 ? "|v4|" : "|");
   for (std::size_t k = 0; k < spec.inputs.size(); ++k) {
     key += detail::str_cat(name(spec.inputs[k]), "@",
                            generic_size ? std::string(spec.views[k].strides[0] ? "1" : "0")
@@ -157,46 +184,84 @@ Launch map_kernel(Context& ctx, MapSpec spec) {
     key += detail::str_cat("dom=", detail::join(spec.domain, ","), ";out=",
                            view_key(spec.out_view), spec.collapse ? "" : ";nc");
   }
-  const std::uint32_t local = local_size(ctx);
+  // The items (W elements each) an invocation visits, push 0 being their count:
+  // a grid-stride loop (push 1 = invocations launched), or with
+  // Capabilities::map_chunks one contiguous chunk per workgroup of one subgroup
+  // (push 1 = the chunk's length), so each SIMD slice streams through memory.
+  const bool chunks = ctx.caps().map_chunks;
+  const std::uint32_t local =
+      chunks ? std::clamp<std::uint32_t>(ctx.caps().subgroup_size, 1, local_size(ctx))
+             : local_size(ctx);
+  const auto for_items = [&](Builder& b, const std::function<void(const Val&)>& body) {
+    if (!chunks) {
+      b.loop(b.global_index(), b.push(0), b.push(1), body);
+      return;
+    }
+    Val first = b.op("OpIMul", Ty::kU32, {b.workgroup(), b.push(1)});
+    Val end = b.glsl("UMin", Ty::kU32, {b.op("OpIAdd", Ty::kU32, {first, b.push(1)}), b.push(0)});
+    b.loop(b.op("OpIAdd", Ty::kU32, {first, b.invocation()}), end, b.u32(local), body);
+  };
   const auto bindings = static_cast<std::uint32_t>(spec.inputs.size() + spec.outs.size());
   const Pipeline& p = ctx.pipelines().get(key, [&] {
     Builder b(local, 2);
     if (vec4) {
-      // Unit-stride inputs and the outputs as 4-vectors; broadcast scalars as scalars.
+      // Unit-stride inputs as vectors; broadcast scalars as scalars; outputs as
+      // 4-vectors (two per item of 8).
       for (std::size_t k = 0; k < spec.inputs.size(); ++k) {
-        if (spec.views[k].strides[0] == 1) {
-          b.buffer4(spec.inputs[k], true);
-        } else {
+        if (spec.views[k].strides[0] != 1) {
           b.buffer(spec.inputs[k], true);
+        } else if (texel) {
+          b.texel_buffer4(spec.inputs[k]);
+        } else if (vec8) {
+          b.buffer8(spec.inputs[k], true);
+        } else {
+          b.buffer4(spec.inputs[k], true);
         }
       }
       std::vector<int> outs;
       for (DType d : spec.outs) outs.push_back(b.buffer4(d, false));
-      b.loop(b.global_index(), b.push(0), b.push(1), [&](const Val& i) {
-        std::vector<std::array<Val, 4>> lanes;
+      for_items(b, [&](const Val& i) {
+        std::vector<std::vector<Val>> lanes;
         for (std::size_t k = 0; k < spec.inputs.size(); ++k) {
-          if (spec.views[k].strides[0] == 1) {
-            lanes.push_back(b.load4(static_cast<int>(k), i));
+          const int in = static_cast<int>(k);
+          if (spec.views[k].strides[0] != 1) {
+            lanes.emplace_back(W, b.load(in, b.u32(0)));
+          } else if (texel) {  // texels 2i and 2i + 1
+            const Val t0 = b.op("OpShiftLeftLogical", Ty::kU32, {i, b.u32(1)});
+            const auto v = b.load4(in, t0);
+            const auto w = b.load4(in, b.op("OpIAdd", Ty::kU32, {t0, b.u32(1)}));
+            lanes.emplace_back(v.begin(), v.end());
+            lanes.back().insert(lanes.back().end(), w.begin(), w.end());
+          } else if (vec8) {
+            const auto v = b.load8(in, i);
+            lanes.emplace_back(v.begin(), v.end());
           } else {
-            const Val x = b.load(static_cast<int>(k), b.u32(0));
-            lanes.push_back({x, x, x, x});
+            const auto v = b.load4(in, i);
+            lanes.emplace_back(v.begin(), v.end());
           }
         }
-        std::vector<std::array<Val, 4>> results(outs.size());
-        for (std::size_t c = 0; c < 4; ++c) {
+        std::vector<std::vector<Val>> results(outs.size(), std::vector<Val>(W));
+        for (std::size_t c = 0; c < W; ++c) {
           MapIndex mi{&b, &spec.domain, i, {}, &spec.views, &lanes, c};
           const std::vector<Val> r = spec.multi_body(b, mi);
           for (std::size_t o = 0; o < outs.size(); ++o) results[o][c] = r[o];
         }
-        for (std::size_t o = 0; o < outs.size(); ++o) b.store4(outs[o], i, results[o]);
+        const Val first4 = vec8 ? b.op("OpShiftLeftLogical", Ty::kU32, {i, b.u32(1)}) : i;
+        for (std::size_t o = 0; o < outs.size(); ++o) {
+          const auto& r = results[o];
+          b.store4(outs[o], first4, {r[0], r[1], r[2], r[3]});
+          if (vec8) {
+            b.store4(outs[o], b.op("OpIAdd", Ty::kU32, {first4, b.u32(1)}), {r[4], r[5], r[6], r[7]});
+          }
+        }
       });
-      return KernelSource{b.finish(), bindings, 2};
+      return KernelSource{b.finish(), bindings, 2, b.texel_bindings(),
+                          texel ? texel_format(*texel_dtype) : VK_FORMAT_UNDEFINED};
     }
     for (DType d : spec.inputs) b.buffer(d, true);
     std::vector<int> outs;
     for (DType d : spec.outs) outs.push_back(b.buffer(d, false));
-    // Grid-stride loop: push 0 = element count, push 1 = invocations launched.
-    b.loop(b.global_index(), b.push(0), b.push(1), [&](const Val& i) {
+    for_items(b, [&](const Val& i) {
       MapIndex mi{&b, &spec.domain, i, {}, &spec.views};
       if (!rank1) {
         mi.dims.resize(spec.domain.size());
@@ -218,11 +283,16 @@ Launch map_kernel(Context& ctx, MapSpec spec) {
   });
   Launch l;
   l.pipeline = &p;
-  const std::int64_t items = vec4 ? n / 4 : n;
+  const std::int64_t items = n / W;
   const std::uint64_t needed = (static_cast<std::uint64_t>(items) + local - 1) / local;
   l.groups = grid_for(ctx, std::min<std::uint64_t>(needed, ctx.caps().map_group_cap),
                       spec.key.c_str());
-  l.push = {static_cast<std::uint32_t>(items), l.groups[0] * l.groups[1] * local};
+  const std::uint64_t launched = std::uint64_t{l.groups[0]} * l.groups[1];
+  // A chunk is a whole number of workgroup-wide steps.
+  const std::uint64_t per_group = (static_cast<std::uint64_t>(items) + launched - 1) / launched;
+  const std::uint64_t chunk = (per_group + local - 1) / local * local;
+  l.push = {static_cast<std::uint32_t>(items),
+            static_cast<std::uint32_t>(chunks ? chunk : launched * local)};
   return l;
 }
 

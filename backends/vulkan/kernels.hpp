@@ -51,6 +51,9 @@ std::array<std::uint32_t, 3> grid_for(const Context& ctx, std::uint64_t groups,
                                       const char* what);
 std::uint32_t local_size(const Context& ctx);
 
+// The view format of a uniform texel buffer over a 32-bit array (4 per texel).
+VkFormat texel_format(DType d);
+
 // sum_d index_d(x) * strides[d], x decomposed row-major over dims.
 spv::Val offset_of(spv::Builder& b, spv::Val x, const Shape& dims, const Shape& strides);
 
@@ -76,9 +79,9 @@ struct MapIndex {
   spv::Val linear;
   std::vector<spv::Val> dims;  // multi-index over domain (empty when collapsed)
   const std::vector<View>* views;
-  // Vectorised kernels: each input's 4 lanes, loaded up front, and the lane the
-  // body computes now (load() returns that lane).
-  const std::vector<std::array<spv::Val, 4>>* lanes = nullptr;
+  // Vectorised kernels: each input's 4 or 8 lanes, loaded up front, and the lane
+  // the body computes now (load() returns that lane).
+  const std::vector<std::vector<spv::Val>>* lanes = nullptr;
   std::size_t lane = 0;
   spv::Val dim(std::size_t d) const { return dims.at(d); }
   spv::Val offset(std::size_t input) const;  // element offset of input's view

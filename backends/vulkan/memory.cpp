@@ -62,6 +62,10 @@ Allocator::Allocator(Context& ctx) : ctx_(ctx) {
   heap_size_ = mem.memoryHeaps[mem.memoryTypes[device_type_].heapIndex].size;
   alignment_ = std::max<VkDeviceSize>({caps.min_storage_buffer_offset_alignment,
                                        caps.non_coherent_atom_size, 64});
+  // Texel-buffer views start at an array's offset (alignments are powers of two).
+  if (caps.texel_loads) {
+    alignment_ = std::max<VkDeviceSize>(alignment_, caps.min_texel_buffer_offset_alignment);
+  }
   if (caps.max_allocation_size > 0) {
     block_size_ = std::min<VkDeviceSize>(block_size_, caps.max_allocation_size);
   }
@@ -98,6 +102,7 @@ int Allocator::new_block(bool staging, VkDeviceSize size, bool dedicated,
   bi.size = size;
   bi.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
              VK_BUFFER_USAGE_TRANSFER_DST_BIT;
+  if (!staging && ctx_.caps().texel_loads) bi.usage |= VK_BUFFER_USAGE_UNIFORM_TEXEL_BUFFER_BIT;
   bi.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
   KILN_VK(vkCreateBuffer(dev, &bi, nullptr, &b.buffer));
   VkMemoryRequirements req;

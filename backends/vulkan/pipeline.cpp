@@ -131,13 +131,15 @@ std::vector<std::uint32_t> PipelineCache::spirv_for(const std::string& text) {
   return words;
 }
 
-VkDescriptorSetLayout PipelineCache::set_layout(std::uint32_t bindings) {
-  auto it = set_layouts_.find(bindings);
+VkDescriptorSetLayout PipelineCache::set_layout(std::uint32_t bindings, std::uint32_t texel) {
+  const std::uint64_t key = bindings | std::uint64_t{texel} << 32;
+  auto it = set_layouts_.find(key);
   if (it != set_layouts_.end()) return it->second;
   std::vector<VkDescriptorSetLayoutBinding> b(bindings);
   for (std::uint32_t i = 0; i < bindings; ++i) {
     b[i].binding = i;
-    b[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+    b[i].descriptorType = ((texel >> i) & 1u) != 0 ? VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER
+                                                   : VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
     b[i].descriptorCount = 1;
     b[i].stageFlags = VK_SHADER_STAGE_COMPUTE_BIT;
   }
@@ -149,7 +151,7 @@ VkDescriptorSetLayout PipelineCache::set_layout(std::uint32_t bindings) {
   ci.pBindings = b.data();
   VkDescriptorSetLayout layout;
   KILN_VK(vkCreateDescriptorSetLayout(ctx_.handle(), &ci, nullptr, &layout));
-  set_layouts_.emplace(bindings, layout);
+  set_layouts_.emplace(key, layout);
   return layout;
 }
 
@@ -168,8 +170,10 @@ const Pipeline& PipelineCache::compile(const std::string& key, const KernelSourc
   auto p = std::make_unique<Pipeline>();
   p->bindings = src.bindings;
   p->push_words = src.push_words;
+  p->texel = src.texel;
+  p->texel_format = src.texel_format;
   p->text = src.text;
-  p->set_layout = set_layout(src.bindings);
+  p->set_layout = set_layout(src.bindings, src.texel);
   VkPushConstantRange range{VK_SHADER_STAGE_COMPUTE_BIT, 0, 4 * src.push_words};
   VkPipelineLayoutCreateInfo li{VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO};
   li.setLayoutCount = 1;

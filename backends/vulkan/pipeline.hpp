@@ -27,6 +27,10 @@ struct KernelSource {
   std::string text;         // SPIR-V assembly
   std::uint32_t bindings = 0;
   std::uint32_t push_words = 0;
+  // Bit i: binding i is a uniform texel buffer, bound as a view of the array in
+  // `texel_format` (spv::Builder::texel_buffer4); the others are storage buffers.
+  std::uint32_t texel = 0;
+  VkFormat texel_format = VK_FORMAT_UNDEFINED;
 };
 
 struct Pipeline {
@@ -35,6 +39,8 @@ struct Pipeline {
   VkDescriptorSetLayout set_layout = VK_NULL_HANDLE;
   std::uint32_t bindings = 0;
   std::uint32_t push_words = 0;
+  std::uint32_t texel = 0;  // KernelSource::texel
+  VkFormat texel_format = VK_FORMAT_UNDEFINED;
   std::string text;
 };
 
@@ -59,7 +65,7 @@ class PipelineCache {
 
  private:
   const Pipeline& compile(const std::string& key, const KernelSource& src);
-  VkDescriptorSetLayout set_layout(std::uint32_t bindings);
+  VkDescriptorSetLayout set_layout(std::uint32_t bindings, std::uint32_t texel);
   std::vector<std::uint32_t> spirv_for(const std::string& text);
 
   Context& ctx_;
@@ -69,7 +75,7 @@ class PipelineCache {
   bool dirty_ = false;               // pipelines compiled since the last save
   absl::flat_hash_map<std::string, const Pipeline*> by_key_;
   absl::flat_hash_map<std::string, std::unique_ptr<Pipeline>> by_text_;
-  absl::flat_hash_map<std::uint32_t, VkDescriptorSetLayout> set_layouts_;
+  absl::flat_hash_map<std::uint64_t, VkDescriptorSetLayout> set_layouts_;
   PipelineStats stats_;
 };
 

@@ -160,6 +160,81 @@ int Builder::buffer4(DType dtype, bool readonly) {
   return declare_buffer(dtype, readonly, elem, 16, true);
 }
 
+int Builder::buffer8(DType dtype, bool readonly) {
+  if (!u64_) {
+    u64_ = true;
+    caps_.push_back("OpCapability Int64");
+    globals_.push_back("%u64 = OpTypeInt 64 0");
+    globals_.push_back("%v4u64 = OpTypeVector %u64 4");
+  }
+  const std::string scalar = type_id(compute_type(dtype));
+  const std::string pair = detail::str_cat("%v2", scalar.substr(1));
+  if (std::find(declared_.begin(), declared_.end(), pair) == declared_.end()) {
+    declared_.push_back(pair);
+    globals_.push_back(detail::str_cat(pair, " = OpTypeVector ", scalar, " 2"));
+  }
+  return declare_buffer(dtype, readonly, "%v4u64", 32, true);
+}
+
+int Builder::texel_buffer4(DType dtype) {
+  const Ty t = compute_type(dtype);
+  const std::string scalar = type_id(t);
+  const std::string vec = detail::str_cat("%v4", scalar.substr(1));
+  if (std::find(declared_.begin(), declared_.end(), vec) == declared_.end()) {
+    declared_.push_back(vec);
+    globals_.push_back(detail::str_cat(vec, " = OpTypeVector ", scalar, " 4"));
+  }
+  const std::string img = detail::str_cat("%img_", scalar.substr(1));
+  if (std::find(declared_.begin(), declared_.end(), img) == declared_.end()) {
+    if (std::find(caps_.begin(), caps_.end(), "OpCapability SampledBuffer") == caps_.end()) {
+      caps_.push_back("OpCapability SampledBuffer");
+    }
+    declared_.push_back(img);
+    globals_.push_back(detail::str_cat(img, " = OpTypeImage ", scalar, " Buffer 0 0 0 1 Unknown"));
+  }
+  const int index = static_cast<int>(bindings_.size());
+  const std::string var = detail::str_cat("%buf", index);
+  globals_.push_back(detail::str_cat(var, " = OpVariable ", ptr_type("UniformConstant", img),
+                                     " UniformConstant"));
+  decorations_.push_back(detail::str_cat("OpDecorate ", var, " DescriptorSet 0"));
+  decorations_.push_back(detail::str_cat("OpDecorate ", var, " Binding ", index));
+  interface_.push_back(var);
+  bindings_.push_back({dtype, var, "", img, true, true});
+  return index;
+}
+
+std::uint32_t Builder::texel_bindings() const {
+  std::uint32_t mask = 0;
+  for (std::size_t i = 0; i < bindings_.size(); ++i) {
+    if (bindings_[i].texel) mask |= 1u << i;
+  }
+  return mask;
+}
+
+std::array<Val, 8> Builder::load8(int binding, const Val& index) {
+  const Binding& b = bindings_[static_cast<std::size_t>(binding)];
+  const std::string ptr = fresh();
+  emit(detail::str_cat(ptr, " = OpAccessChain ", b.elem_ptr, " ", b.var, " ",
+                       u32(0).id, " ", index.id));
+  const std::string vec = fresh();
+  emit(detail::str_cat(vec, " = OpLoad %v4u64 ", ptr));
+  const Ty t = compute_type(b.dtype);
+  const std::string scalar = type_id(t);
+  const std::string pair_ty = detail::str_cat("%v2", scalar.substr(1));
+  std::array<Val, 8> out;
+  for (int c = 0; c < 4; ++c) {
+    const std::string wide = fresh(), pair = fresh();
+    emit(detail::str_cat(wide, " = OpCompositeExtract %u64 ", vec, " ", c));
+    emit(detail::str_cat(pair, " = OpBitcast ", pair_ty, " ", wide));  // low word first
+    for (int h = 0; h < 2; ++h) {
+      Val& v = out[static_cast<std::size_t>(2 * c + h)];
+      v = {fresh(), t};
+      emit(detail::str_cat(v.id, " = OpCompositeExtract ", scalar, " ", pair, " ", h));
+    }
+  }
+  return out;
+}
+
 int Builder::declare_buffer(DType dtype, bool readonly, const std::string& elem,
                             std::size_t stride, bool vec4) {
   const int index = static_cast<int>(bindings_.size());
@@ -187,13 +262,20 @@ int Builder::declare_buffer(DType dtype, bool readonly, const std::string& elem,
 
 std::array<Val, 4> Builder::load4(int binding, const Val& index) {
   const Binding& b = bindings_[static_cast<std::size_t>(binding)];
-  const std::string ptr = fresh();
-  emit(detail::str_cat(ptr, " = OpAccessChain ", b.elem_ptr, " ", b.var, " ",
-                       u32(0).id, " ", index.id));
-  const std::string vec = fresh();
-  emit(detail::str_cat(vec, " = OpLoad ", b.storage_type, " ", ptr));
-  std::array<Val, 4> out;
   const Ty t = compute_type(b.dtype);
+  const std::string vec = fresh();
+  if (b.texel) {
+    const std::string image = fresh();
+    emit(detail::str_cat(image, " = OpLoad ", b.storage_type, " ", b.var));
+    emit(detail::str_cat(vec, " = OpImageFetch %v4", type_id(t).substr(1), " ", image, " ",
+                         index.id));
+  } else {
+    const std::string ptr = fresh();
+    emit(detail::str_cat(ptr, " = OpAccessChain ", b.elem_ptr, " ", b.var, " ",
+                         u32(0).id, " ", index.id));
+    emit(detail::str_cat(vec, " = OpLoad ", b.storage_type, " ", ptr));
+  }
+  std::array<Val, 4> out;
   for (int c = 0; c < 4; ++c) {
     out[static_cast<std::size_t>(c)] = {fresh(), t};
     emit(detail::str_cat(out[static_cast<std::size_t>(c)].id, " = OpCompositeExtract ",

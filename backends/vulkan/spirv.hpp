@@ -43,6 +43,15 @@ class Builder {
   // `index` then counts vectors. Values come and go as 4 scalars.
   int buffer4(DType dtype, bool readonly);
   std::array<Val, 4> load4(int binding, const Val& index);
+  // A binding of 32-bit elements seen as 4-vectors of u64 (32-byte loads: 8
+  // elements at a time; needs shaderInt64); `index` counts 8-element groups.
+  int buffer8(DType dtype, bool readonly);
+  std::array<Val, 8> load8(int binding, const Val& index);
+  // A read-only binding of 32-bit elements seen as a uniform texel buffer of
+  // 4-component texels (the caller binds an R32G32B32A32 view of the array:
+  // KernelSource::texel); load4 fetches texel `index`.
+  int texel_buffer4(DType dtype);
+  std::uint32_t texel_bindings() const;  // bit i: binding i is a texel buffer
   void store4(int binding, const Val& index, const std::array<Val, 4>& v);
   Val load(int binding, const Val& index);                 // compute type
   void store(int binding, const Val& index, const Val& v);  // converts
@@ -102,14 +111,19 @@ class Builder {
   int next_ = 0;
   std::vector<std::string> caps_, decorations_, globals_, vars_, body_, interface_;
   std::vector<std::string> declared_;  // ids of declared types/constants
-  struct Binding { DType dtype; std::string var, elem_ptr, storage_type; bool vec4 = false; };
+  struct Binding {
+    DType dtype;
+    std::string var, elem_ptr, storage_type;  // storage_type: the image type of a texel buffer
+    bool vec4 = false;
+    bool texel = false;
+  };
   int declare_buffer(DType dtype, bool readonly, const std::string& elem, std::size_t stride,
                      bool vec4);
   std::vector<Binding> bindings_;
   struct Shared { Ty ty; std::string var, elem_ptr; };
   std::vector<Shared> shared_;
   std::string push_var_, wg_id_, num_wg_, local_id_;
-  bool u8_ = false, f16_ = false, f64_ = false, glsl_ = false;
+  bool u8_ = false, f16_ = false, f64_ = false, glsl_ = false, u64_ = false;
 };
 
 // SPIR-V words for `text`, validated for Vulkan 1.2. Throws DeviceError with the

@@ -120,11 +120,13 @@ VkDescriptorSet Stream::allocate_set(Batch& b, const Pipeline& p) {
   if (b.pools.empty() || b.sets_in_pool == kSetsPerPool) {
     if (!b.pools.empty()) ++b.pool;
     if (b.pool == b.pools.size()) {
-      VkDescriptorPoolSize size{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, kSetsPerPool * kMaxBindings};
+      const VkDescriptorPoolSize sizes[] = {
+          {VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, kSetsPerPool * kMaxBindings},
+          {VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER, kSetsPerPool * kMaxBindings}};
       VkDescriptorPoolCreateInfo pi{VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO};
       pi.maxSets = kSetsPerPool;
-      pi.poolSizeCount = 1;
-      pi.pPoolSizes = &size;
+      pi.poolSizeCount = ctx_.caps().texel_loads ? 2 : 1;
+      pi.pPoolSizes = sizes;
       VkDescriptorPool pool = VK_NULL_HANDLE;
       KILN_VK(vkCreateDescriptorPool(ctx_.handle(), &pi, nullptr, &pool));
       b.pools.push_back(pool);
@@ -186,14 +188,29 @@ void Stream::dispatch(const Pipeline& p, std::span<const VulkanBuffer* const> bu
         VK_ACCESS_SHADER_WRITE_BIT);
   vkCmdBindPipeline(b.cmd, VK_PIPELINE_BIND_POINT_COMPUTE, p.pipeline);
   std::array<VkDescriptorBufferInfo, kMaxBindings> infos{};
+  std::array<VkBufferView, kMaxBindings> views{};
   std::array<VkWriteDescriptorSet, kMaxBindings> writes{};
   for (std::size_t i = 0; i < bindings.size(); ++i) {
-    infos[i] = {bindings[i].buffer, bindings[i].offset, bindings[i].range};
     writes[i].sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET;
     writes[i].dstBinding = static_cast<std::uint32_t>(i);
     writes[i].descriptorCount = 1;
-    writes[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
-    writes[i].pBufferInfo = &infos[i];
+    if (((p.texel >> i) & 1u) != 0) {
+      // A view of the whole texels of the array (16-byte R32G32B32A32 texels),
+      // destroyed when the batch retires.
+      VkBufferViewCreateInfo vi{VK_STRUCTURE_TYPE_BUFFER_VIEW_CREATE_INFO};
+      vi.buffer = bindings[i].buffer;
+      vi.format = p.texel_format;
+      vi.offset = bindings[i].offset;
+      vi.range = bindings[i].range / 16 * 16;
+      KILN_VK(vkCreateBufferView(ctx_.handle(), &vi, nullptr, &views[i]));
+      b.views.push_back(views[i]);
+      writes[i].descriptorType = VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER;
+      writes[i].pTexelBufferView = &views[i];
+    } else {
+      infos[i] = {bindings[i].buffer, bindings[i].offset, bindings[i].range};
+      writes[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+      writes[i].pBufferInfo = &infos[i];
+    }
   }
   const auto n = static_cast<std::uint32_t>(bindings.size());
   if (push_descriptor_) {
@@ -372,6 +389,8 @@ void Stream::retire(Batch& b) {
   b.sets_in_pool = 0;
   for (const auto& s : b.staging) ctx_.allocator().free(s);
   b.staging.clear();
+  for (VkBufferView v : b.views) vkDestroyBufferView(ctx_.handle(), v, nullptr);
+  b.views.clear();
   b.dispatches = 0;
   // Batches retire in the order they were submitted (one queue, FIFO).
   retired_serial_ = b.serial;

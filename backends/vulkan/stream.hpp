@@ -131,6 +131,7 @@ class Stream {
     std::size_t pool = 0;
     std::uint32_t sets_in_pool = 0;
     std::vector<Allocation> staging;
+    std::vector<VkBufferView> views;  // texel-buffer views its dispatches bind
     std::uint32_t dispatches = 0;
     std::uint64_t serial = 0;  // 1, 2, ... in the order batches are begun (= submitted)
   };
