@@ -382,6 +382,36 @@ TEST_CASE("sizes above 65535 * 256 elements use a 2-D dispatch grid") {
   }
 }
 
+// llvmpipe ends any kernel loop after 65535 iterations per invocation
+// (Quirks::max_loop_iterations): reductions whose invocations walk more elements
+// than that unroll, map kernels launch more workgroups, and a matmul whose K loop
+// would pass it is refused. Elsewhere (no limit) the same calls just work.
+TEST_CASE("kernel loops stay under the driver's iteration limit") {
+  const auto& q = vk::Context::get(0).quirks();
+  const std::int64_t n = 70001;  // one invocation per output walks all of them
+  std::vector<float> v(static_cast<std::size_t>(n), 0.0f);
+  v.back() = 5.0f;
+  v[3] = -5.0f;
+  const Array h = Array::from_data<float>(v, {n});
+  const Array g = to_device(h, kGpu);
+  CHECK(argmax(g).item<std::int32_t>() == n - 1);
+  CHECK(argmin(g).item<std::int32_t>() == 3);
+  // A full sum over 2^25 + 3 elements: 131073 per invocation of one workgroup.
+  const std::int64_t big = (1 << 25) + 3;
+  const Array ones = full({big}, 1.0, i32, kGpu);
+  CHECK(sum(ones).item<std::int32_t>() == big);
+  const Array rows = host_random({3, 200003}, f32);
+  check_same(sum(to_device(rows, kGpu), {1}), sum(rows, {1}), 1e-4);
+  const Array a = full({1, 300000}, 1.0f, f32, kGpu);
+  const Array b = full({300000, 1}, 1.0f, f32, kGpu);
+  if (q.max_loop_iterations > 0) {
+    CHECK_THROWS_WITH_AS(matmul(a, b), doctest::Contains("stops loops after 65535"),
+                         DeviceError);
+  } else {
+    CHECK(matmul(a, b).item<float>() == 300000.0f);
+  }
+}
+
 TEST_CASE("elementwise counts around the 4- and 8-element items and the chunks") {
   // Contiguous chunks per workgroup on CPU-type devices: counts below, at and
   // past one item per workgroup, and not multiples of 8 or 4.
@@ -435,10 +465,65 @@ TEST_CASE("running out of device memory is an OutOfMemoryError that names the he
   held.clear();
   // Memory comes back: a new array of the same size fits again.
   CHECK(sum(zeros({per}, f32, kGpu)).item<float>() == 0.0f);
-  // One array larger than a storage buffer can address is refused up front.
+}
+
+TEST_CASE("without bufferDeviceAddress an array past maxStorageBufferRange is refused") {
+  // Run with KILN_VK_DISABLE_BUFFER_ADDRESS=1 (meson test vulkan-no-addresses).
+  auto& ctx = vk::Context::get(0);
+  if (ctx.caps().buffer_device_address) return;
   const auto range = static_cast<std::int64_t>(ctx.caps().max_storage_buffer_range);
   CHECK_THROWS_WITH_AS(zeros({range / 4 + 1}, f32, kGpu),
                        doctest::Contains("maxStorageBufferRange"), OutOfMemoryError);
+  CHECK_THROWS_WITH_AS(zeros({range / 4 + 1}, f32, kGpu),
+                       doctest::Contains("no bufferDeviceAddress"), OutOfMemoryError);
+  CHECK(sum(zeros({range / 4}, f32, kGpu)).item<float>() == 0.0f);  // the largest that fits
+}
+
+// Past maxStorageBufferRange (128 MiB on lavapipe) kernels reach an array through
+// its device address: every kernel family, with the array as input and output,
+// and reads past the first range's worth of elements (slices at offsets beyond
+// it, gathers near its end).
+TEST_CASE("arrays larger than maxStorageBufferRange work through device addresses") {
+  auto& ctx = vk::Context::get(0);
+  if (!ctx.caps().buffer_device_address) return;  // vulkan-no-addresses covers that
+  const auto range = static_cast<std::int64_t>(ctx.caps().max_storage_buffer_range);
+  const std::int64_t cols = 256;
+  const std::int64_t rows = range / 4 / cols + 19;  // f32 [rows, cols] > range
+  REQUIRE(rows * cols * 4 > range);
+  const Array hx = host_random({rows, cols}, f32);
+  const Array x = to_device(hx, kGpu);
+  // map kernels (4/8-wide), a fused chain, broadcasting a row.
+  const Array hb = host_random({cols}, f32);
+  check_same(x * 2.0f + 1.0f, hx * 2.0f + 1.0f);
+  check_same(relu(x - to_device(hb, kGpu)), relu(hx - hb));
+  // reductions: over everything (a per-workgroup pass over > range bytes), per row.
+  check_same(sum(x, {1}), sum(hx, {1}), 1e-5);
+  check_same(max(x, {0}), max(hx, {0}));
+  const double total = as_doubles(sum(x))[0];
+  CHECK(total == doctest::Approx(as_doubles(sum(hx))[0]).epsilon(1e-3));
+  // slices starting past the first range, concatenate, transpose.
+  const std::int64_t last = rows - 7;
+  check_same(slice(x, {last, 3}, {rows, cols}), slice(hx, {last, 3}, {rows, cols}));
+  check_same(concatenate({x, slice(x, {0, 0}, {5, cols})}, 0),
+             concatenate({hx, slice(hx, {0, 0}, {5, cols})}, 0));
+  check_same(transpose(slice(x, {last - 100, 0}, {rows, cols})),
+             transpose(slice(hx, {last - 100, 0}, {rows, cols})));
+  // gathers from the large array near its end.
+  const std::vector<std::int32_t> picks = {static_cast<std::int32_t>(rows - 1), 0,
+                                           static_cast<std::int32_t>(rows / 2), -1};
+  const Array hidx = Array::from_data<std::int32_t>(picks, {4});
+  check_same(take(x, to_device(hidx, kGpu), 0), take(hx, hidx, 0));
+  // matmul with the large array as A, and as the (addressed) output of another.
+  const Array hw = host_random({cols, 8}, f32);
+  check_same(matmul(x, to_device(hw, kGpu)), matmul(hx, hw), 1e-4);
+  const Array hv = host_random({rows, 2}, f32);
+  const Array hu = host_random({2, cols}, f32);
+  check_same(matmul(to_device(hv, kGpu), to_device(hu, kGpu)), matmul(hv, hu), 1e-5);
+  // A jitted step over it: one fused program.
+  const auto step = filter_jit([](const Array& a, const Array& b) {
+    return sum((a - b) * (a - b), {1});
+  });
+  check_same(step(x, to_device(hb, kGpu)), sum((hx - hb) * (hx - hb), {1}), 1e-5);
 }
 
 TEST_CASE("equal kernels share one pipeline whatever op produced them") {

@@ -111,6 +111,7 @@ void apply_driver_quirks(VkDriverId driver, Quirks& q) {
   if (driver == VK_DRIVER_ID_MESA_LLVMPIPE) {
     // lavapipe compiles at first dispatch; its VkPipelineCache data is a header.
     q.pipeline_cache_header_only = true;
+    q.max_loop_iterations = 65535;
   }
 }
 
@@ -191,6 +192,11 @@ struct ContextFactory {
     caps.max_bindings = std::min({kMaxBindings, lim.maxPerStageDescriptorStorageBuffers,
                                   lim.maxPerStageResources});
     caps.max_storage_buffer_range = lim.maxStorageBufferRange;
+    if (const char* r = std::getenv("KILN_VK_MAX_STORAGE_BUFFER_RANGE"); r != nullptr && *r != '\0') {
+      const std::uint64_t lowered = std::max<std::uint64_t>(std::strtoull(r, nullptr, 10), 256);
+      caps.max_storage_buffer_range = std::min(caps.max_storage_buffer_range, lowered);
+    }
+    caps.max_push_constants_size = lim.maxPushConstantsSize;
     caps.min_storage_buffer_offset_alignment = lim.minStorageBufferOffsetAlignment;
     caps.non_coherent_atom_size = lim.nonCoherentAtomSize;
     caps.max_texel_buffer_elements = lim.maxTexelBufferElements;
@@ -234,6 +240,8 @@ struct ContextFactory {
         q.disable_push_descriptor || env_flag("KILN_VK_DISABLE_PUSH_DESCRIPTOR");
     q.force_staging = q.force_staging || env_flag("KILN_VK_FORCE_STAGING");
     q.disable_texel_loads = q.disable_texel_loads || env_flag("KILN_VK_DISABLE_TEXEL_LOADS");
+    q.disable_buffer_address =
+        q.disable_buffer_address || env_flag("KILN_VK_DISABLE_BUFFER_ADDRESS");
     if (cpu && !q.disable_texel_loads) {
       caps.texel_loads = true;
       for (VkFormat f : {VK_FORMAT_R32G32B32A32_SFLOAT, VK_FORMAT_R32G32B32A32_SINT,
@@ -255,6 +263,7 @@ struct ContextFactory {
       caps.float64 = external->shader_float64 && !q.disable_f64;
       caps.push_descriptor = false;  // the application did not enable it
       caps.int64 = false;            // nor shaderInt64 (kiln cannot tell)
+      caps.buffer_device_address = external->buffer_device_address && !q.disable_buffer_address;
     } else {
       caps.storage_8bit = f12.storageBuffer8BitAccess;
       caps.storage_16bit = f11.storageBuffer16BitAccess && !q.disable_f16;
@@ -262,6 +271,9 @@ struct ContextFactory {
       caps.push_descriptor = has_push && !q.disable_push_descriptor;
       caps.int64 = f2.features.shaderInt64;
       caps.wide_loads = cpu && caps.int64;
+      caps.buffer_device_address = f12.bufferDeviceAddress && !q.disable_buffer_address;
+      caps.address_int8 = caps.buffer_device_address && caps.storage_8bit && f12.shaderInt8;
+      caps.address_float16 = caps.buffer_device_address && caps.storage_16bit && f12.shaderFloat16;
       c->family_ = compute_family(phys, c->props_.deviceName);
       float priority = 1.0f;
       VkDeviceQueueCreateInfo qi{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};
@@ -275,6 +287,9 @@ struct ContextFactory {
       e11.pNext = &e12;
       e11.storageBuffer16BitAccess = caps.storage_16bit;
       e12.storageBuffer8BitAccess = caps.storage_8bit;
+      e12.bufferDeviceAddress = caps.buffer_device_address;
+      e12.shaderInt8 = caps.address_int8;
+      e12.shaderFloat16 = caps.address_float16;
       VkPhysicalDeviceFeatures2 e2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
       e2.pNext = &e11;
       e2.features.shaderFloat64 = caps.float64;

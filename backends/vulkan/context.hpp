@@ -36,7 +36,22 @@ struct Capabilities {
   // Storage buffers one kernel may bind: the device's per-stage limits, at most
   // Stream's kMaxBindings (fused kernels with more operands run unfused).
   std::uint32_t max_bindings = 4;
+  // What one storage-buffer descriptor can address. KILN_VK_MAX_STORAGE_BUFFER_RANGE=N
+  // lowers it (never raises it), so tests reach the device-address path with
+  // small arrays.
   std::uint64_t max_storage_buffer_range = 0;
+  // bufferDeviceAddress (Vulkan 1.2, required in 1.3): kernels read and write
+  // arrays larger than max_storage_buffer_range through their device addresses
+  // (spv::Builder address bindings), up to max_allocation_size. Without it such
+  // arrays are refused with an OutOfMemoryError. KILN_VK_DISABLE_BUFFER_ADDRESS=1
+  // turns it off.
+  bool buffer_device_address = false;
+  // shaderInt8 / shaderFloat16, enabled with it: SPIR-V only lets a pointer to
+  // bytes or halves be made from an address when the module declares Int8 /
+  // Float16, so large bool / f16 arrays need these.
+  bool address_int8 = false;
+  bool address_float16 = false;
+  std::uint32_t max_push_constants_size = 128;
   std::uint64_t min_storage_buffer_offset_alignment = 0;
   std::uint64_t max_allocation_size = 0;
   std::uint64_t non_coherent_atom_size = 0;
@@ -78,6 +93,13 @@ struct Quirks {
                                         // device memory (tests the staging path)
   bool pipeline_cache_header_only = false;  // driver returns no pipeline data
   bool disable_texel_loads = false;     // KILN_VK_DISABLE_TEXEL_LOADS=1
+  bool disable_buffer_address = false;  // KILN_VK_DISABLE_BUFFER_ADDRESS=1
+  // The driver ends a kernel's loops after this many iterations per invocation,
+  // counted over all its loops (0: no limit). llvmpipe: 65535 (gallivm's
+  // LP_MAX_TGSI_LOOP_ITERATIONS). Kernels keep each invocation's iterations
+  // under it: map kernels launch more workgroups, reductions unroll their loops,
+  // and a matmul whose K loop cannot is refused.
+  std::uint32_t max_loop_iterations = 0;
 };
 
 class Context {

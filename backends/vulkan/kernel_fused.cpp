@@ -80,7 +80,7 @@ bool reads(const Program& body, std::size_t first, ValueId v) {
   return false;
 }
 
-Launch elementwise_kernel(Context& ctx, const FusedKernel& kernel) {
+Launch elementwise_kernel(Context& ctx, const FusedKernel& kernel, std::uint32_t addressed) {
   const Program& body = kernel.body;
   MapSpec spec;
   spec.domain = kernel.shape;
@@ -96,11 +96,11 @@ Launch elementwise_kernel(Context& ctx, const FusedKernel& kernel) {
     emit_equations(b, body, 0, body.equations.size(), value);
     return outputs_of(body, value);
   };
-  return map_kernel(ctx, std::move(spec));
+  return map_kernel(ctx, std::move(spec), addressed);
 }
 
 // matmul, then the group on each product as it is stored.
-Launch epilogue_kernel(Context& ctx, const FusedKernel& kernel) {
+Launch epilogue_kernel(Context& ctx, const FusedKernel& kernel, std::uint32_t addressed) {
   const Program& body = kernel.body;
   const Equation& mm = body.equations.front();
   const std::vector<std::size_t> order = fused_inputs(kernel);
@@ -122,11 +122,11 @@ Launch epilogue_kernel(Context& ctx, const FusedKernel& kernel) {
     emit_equations(b, body, 1, body.equations.size(), value);
     return outputs_of(body, value);
   };
-  return matmul_kernel(ctx, spec);
+  return matmul_kernel(ctx, spec, addressed);
 }
 
 // The group on each element as the reduction reads it.
-Launch prologue_kernel(Context& ctx, const FusedKernel& kernel) {
+Launch prologue_kernel(Context& ctx, const FusedKernel& kernel, std::uint32_t addressed) {
   const Program& body = kernel.body;
   const Equation& red = body.equations.back();
   const ValueId reduced = red.inputs[0];
@@ -164,7 +164,7 @@ Launch prologue_kernel(Context& ctx, const FusedKernel& kernel) {
     }
     return results;
   };
-  return reduce_kernel(ctx, spec);
+  return reduce_kernel(ctx, spec, addressed);
 }
 
 }  // namespace
@@ -190,16 +190,16 @@ std::vector<std::size_t> fused_inputs(const FusedKernel& kernel) {
   return order;
 }
 
-Launch fused_kernel(Context& ctx, const FusedKernel& kernel) {
+Launch fused_kernel(Context& ctx, const FusedKernel& kernel, std::uint32_t addressed) {
   switch (kernel.kind) {
     case FusedKernel::Kind::kMatmulEpilogue:
-      return epilogue_kernel(ctx, kernel);
+      return epilogue_kernel(ctx, kernel, addressed);
     case FusedKernel::Kind::kReducePrologue:
-      return prologue_kernel(ctx, kernel);
+      return prologue_kernel(ctx, kernel, addressed);
     case FusedKernel::Kind::kElementwise:
       break;
   }
-  return elementwise_kernel(ctx, kernel);
+  return elementwise_kernel(ctx, kernel, addressed);
 }
 
 }  // namespace kiln::vk

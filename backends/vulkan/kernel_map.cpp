@@ -124,7 +124,7 @@ std::string view_key(const View& v) {
 
 }  // namespace
 
-Launch map_kernel(Context& ctx, MapSpec spec) {
+Launch map_kernel(Context& ctx, MapSpec spec, std::uint32_t addressed) {
   const std::int64_t n = numel(spec.domain);
   if (spec.outs.empty()) {  // one output: the single-body form
     spec.outs = {spec.out};
@@ -180,6 +180,7 @@ Launch map_kernel(Context& ctx, MapSpec spec) {
                                         : view_key(spec.views[k]),
                            ";");
   }
+  if (addressed != 0) key += detail::str_cat("addr=", addressed, ";");
   if (!generic_size) {
     key += detail::str_cat("dom=", detail::join(spec.domain, ","), ";out=",
                            view_key(spec.out_view), spec.collapse ? "" : ";nc");
@@ -203,7 +204,7 @@ Launch map_kernel(Context& ctx, MapSpec spec) {
   };
   const auto bindings = static_cast<std::uint32_t>(spec.inputs.size() + spec.outs.size());
   const Pipeline& p = ctx.pipelines().get(key, [&] {
-    Builder b(local, 2);
+    Builder b(local, 2, addressed);
     if (vec4) {
       // Unit-stride inputs as vectors; broadcast scalars as scalars; outputs as
       // 4-vectors (two per item of 8).
@@ -256,7 +257,7 @@ Launch map_kernel(Context& ctx, MapSpec spec) {
         }
       });
       return KernelSource{b.finish(), bindings, 2, b.texel_bindings(),
-                          texel ? texel_format(*texel_dtype) : VK_FORMAT_UNDEFINED};
+                          texel ? texel_format(*texel_dtype) : VK_FORMAT_UNDEFINED, addressed};
     }
     for (DType d : spec.inputs) b.buffer(d, true);
     std::vector<int> outs;
@@ -279,14 +280,18 @@ Launch map_kernel(Context& ctx, MapSpec spec) {
       const Val at = mo.offset(0);
       for (std::size_t o = 0; o < outs.size(); ++o) b.store(outs[o], at, v[o]);
     });
-    return KernelSource{b.finish(), bindings, 2};
+    return KernelSource{b.finish(), bindings, 2, 0, VK_FORMAT_UNDEFINED, addressed};
   });
   Launch l;
   l.pipeline = &p;
   const std::int64_t items = n / W;
   const std::uint64_t needed = (static_cast<std::uint64_t>(items) + local - 1) / local;
-  l.groups = grid_for(ctx, std::min<std::uint64_t>(needed, ctx.caps().map_group_cap),
-                      spec.key.c_str());
+  // Enough workgroups that no invocation loops more often than the driver allows.
+  std::uint64_t cap = ctx.caps().map_group_cap;
+  if (const std::uint64_t limit = ctx.quirks().max_loop_iterations; limit > 0) {
+    cap = std::max(cap, (static_cast<std::uint64_t>(items) + local * limit - 1) / (local * limit));
+  }
+  l.groups = grid_for(ctx, std::min(needed, cap), spec.key.c_str());
   const std::uint64_t launched = std::uint64_t{l.groups[0]} * l.groups[1];
   // A chunk is a whole number of workgroup-wide steps.
   const std::uint64_t per_group = (static_cast<std::uint64_t>(items) + launched - 1) / launched;

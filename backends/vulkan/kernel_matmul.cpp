@@ -120,7 +120,7 @@ RegisterPlan register_plan(const Context& ctx, const MatmulSpec& s) {
 
 }  // namespace
 
-Launch matmul_kernel(Context& ctx, const MatmulSpec& s) {
+Launch matmul_kernel(Context& ctx, const MatmulSpec& s, std::uint32_t addressed) {
   const std::uint32_t T = ctx.caps().max_invocations >= 256 ? 16 : 8;
   const std::uint32_t BK = 16;
   const Ty t = spv::compute_type(s.dtype);
@@ -133,6 +133,15 @@ Launch matmul_kernel(Context& ctx, const MatmulSpec& s) {
   const std::uint32_t TX = tiled ? T : rp.TX, TY = tiled ? T : rp.TY;
   const std::uint32_t BM = TY * R, BN = TX * Cn;
   const std::uint32_t threads = TX * TY;
+  // The K loop's iterations per invocation (Quirks::max_loop_iterations).
+  const std::uint64_t trips = tiled ? (static_cast<std::uint64_t>(s.k) + BK - 1) / BK
+                                    : static_cast<std::uint64_t>(s.k) / 4 + 3;
+  if (const std::uint64_t limit = ctx.quirks().max_loop_iterations; limit > 0 && trips > limit) {
+    throw DeviceError(detail::str_cat(
+        "[matmul] an inner dimension of ", s.k, " takes ", trips, " loop iterations per "
+        "invocation; the driver of ", ctx.device().to_string(), " (", ctx.name(),
+        ") stops loops after ", limit, ": split the product along that dimension"));
+  }
   const std::string design =
       tiled ? std::string("smem")
             : detail::str_cat("regs", R, "x", Cn, "/", TX, "x", TY, "/a", rp.a,
@@ -144,6 +153,7 @@ Launch matmul_kernel(Context& ctx, const MatmulSpec& s) {
       detail::join(s.a_batch.strides, ","), "|b=", s.b_batch.offset, ":",
       detail::join(s.b_batch.strides, ","));
   std::string full_key = key;
+  if (addressed != 0) full_key += detail::str_cat("|addr=", addressed);
   if (s.fused != nullptr) {
     full_key += detail::str_cat("|epi=", s.fused->key, "|");
     for (std::size_t k = 0; k < s.fused->inputs.size(); ++k) {
@@ -155,7 +165,7 @@ Launch matmul_kernel(Context& ctx, const MatmulSpec& s) {
   const auto bindings = static_cast<std::uint32_t>(
       s.fused == nullptr ? 3 : 2 + s.fused->inputs.size() + s.fused->outputs.size());
   const Pipeline& p = ctx.pipelines().get(full_key, [&] {
-    Builder b(threads, 0);
+    Builder b(threads, 0, addressed);
     const auto operand = [&](std::uint32_t width, bool texel) {
       return texel        ? b.texel_buffer4(s.dtype)
              : width == 8 ? b.buffer8(s.dtype, true)
@@ -308,7 +318,8 @@ Launch matmul_kernel(Context& ctx, const MatmulSpec& s) {
           });
         }
       }
-      return KernelSource{b.finish(), bindings, 0, b.texel_bindings(), texel_format(s.dtype)};
+      return KernelSource{b.finish(), bindings, 0, b.texel_bindings(), texel_format(s.dtype),
+                          addressed};
     }
     // Reads buffer[base + r * ld + c] when r < rows and c < cols, else 0.
     const auto guarded = [&](int buf, const Val& base, const Val& r, const Val& c,
@@ -358,7 +369,7 @@ Launch matmul_kernel(Context& ctx, const MatmulSpec& s) {
         b.if_then(ok, [&] { store_at(r, c, add(cbase, add(mul(r, N), c)), b.get(acc[i * R + j])); });
       }
     }
-    return KernelSource{b.finish(), bindings, 0};
+    return KernelSource{b.finish(), bindings, 0, 0, VK_FORMAT_UNDEFINED, addressed};
   });
   const std::int64_t batches = numel(s.batch);
   const auto& max = ctx.caps().max_group_count;

@@ -118,7 +118,7 @@ ReduceSpec reduce_spec(Prim p, const Params& params, const Shape& shape, DType i
   return s;
 }
 
-Launch reduce_kernel(Context& ctx, const ReduceSpec& s) {
+Launch reduce_kernel(Context& ctx, const ReduceSpec& s, std::uint32_t addressed) {
   Shape kept = s.kept, red = s.reduced;
   // View 0 is the input's (with a prologue: where its other results go), then
   // the prologue's inputs.
@@ -139,10 +139,20 @@ Launch reduce_kernel(Context& ctx, const ReduceSpec& s) {
   const std::uint32_t local = local_size(ctx);
   const bool per_group = !arg && r_count >= 512 && outs < 4096;
   const Ty acc_t = spv::compute_type(s.in);
+  // Each invocation loops over its share of the reduced elements; where the
+  // driver caps loop iterations, several elements per iteration keep it under.
+  std::uint32_t unroll = 1;
+  if (const std::uint64_t limit = ctx.quirks().max_loop_iterations; limit > 0) {
+    const std::uint64_t trips =
+        per_group ? (static_cast<std::uint64_t>(r_count) + local - 1) / local
+                  : static_cast<std::uint64_t>(r_count);
+    while (trips > limit * unroll) unroll *= 2;
+  }
   std::string key = detail::str_cat(
       "reduce|", name(s.op), "|", name(s.in), ">", name(s.out), "|k=",
       detail::join(kept, ","), "/", detail::join(ks, ","), "|r=", detail::join(red, ","),
-      "/", detail::join(rs, ","), "|o=", s.view.offset, per_group ? "|wg" : "");
+      "/", detail::join(rs, ","), "|o=", s.view.offset, per_group ? "|wg" : "", "|u", unroll);
+  if (addressed != 0) key += detail::str_cat("|addr=", addressed);
   if (s.fused != nullptr) {
     key += detail::str_cat("|pro=", s.fused->key, "|");
     for (std::size_t k = 0; k < s.fused->inputs.size(); ++k) {
@@ -153,7 +163,7 @@ Launch reduce_kernel(Context& ctx, const ReduceSpec& s) {
     for (DType d : s.fused->outputs) key += detail::str_cat(">", name(d));
   }
   const Pipeline& p = ctx.pipelines().get(key, [&] {
-    Builder b(local, 1);
+    Builder b(local, 1, addressed);
     const std::size_t n_in = s.fused != nullptr ? s.fused->inputs.size() : 1;
     if (s.fused != nullptr) {
       for (DType d : s.fused->inputs) b.buffer(d, true);
@@ -205,7 +215,7 @@ Launch reduce_kernel(Context& ctx, const ReduceSpec& s) {
       b.set(acc, b.constant(acc_t, identity(s.op, acc_t)));
       b.loop(lid, n_red, b.u32(local), [&](const Val& r) {
         b.set(acc, combine(b, s.op, b.get(acc), elem(base, r), s.in));
-      });
+      }, unroll);
       b.store_shared(sh, lid, b.get(acc));
       b.barrier();
       for (std::uint32_t half = local / 2; half > 0; half /= 2) {
@@ -226,7 +236,7 @@ Launch reduce_kernel(Context& ctx, const ReduceSpec& s) {
           b.set(acc, b.constant(acc_t, identity(s.op, acc_t)));
           b.loop(b.u32(0), n_red, b.u32(1), [&](const Val& r) {
             b.set(acc, combine(b, s.op, b.get(acc), elem(base, r), s.in));
-          });
+          }, unroll);
           b.store(out, o, b.get(acc));
           return;
         }
@@ -251,11 +261,12 @@ Launch reduce_kernel(Context& ctx, const ReduceSpec& s) {
           }
           b.set(best, b.select(better, v, cur));
           b.set(where, b.select(better, r, b.get(where)));
-        });
+        }, unroll);
         b.store(out, o, b.bitcast(b.get(where), Ty::kI32));
       });
     }
-    return KernelSource{b.finish(), static_cast<std::uint32_t>(out + 1), 1};
+    return KernelSource{b.finish(), static_cast<std::uint32_t>(out + 1), 1, 0,
+                        VK_FORMAT_UNDEFINED, addressed};
   });
   Launch l;
   l.pipeline = &p;

@@ -41,6 +41,12 @@ View broadcast_view(const Shape& shape, const Shape& domain);
 spv::Val emit_elementwise(spv::Builder& b, Prim p, const Params& params,
                           std::span<const spv::Val> args, DType in, DType out);
 
+// Every generator below takes `addressed`: bit i says binding i is an array
+// larger than one storage-buffer descriptor can address
+// (Capabilities::max_storage_buffer_range), which the kernel then reads and
+// writes through its device address (spv::Builder). Part of the kernel's key.
+// The backend computes it from the arrays it binds (vulkan_backend.cpp).
+
 // A dispatch: kernel + group counts + push constants.
 struct Launch {
   const Pipeline* pipeline = nullptr;
@@ -88,7 +94,7 @@ struct MapIndex {
   spv::Val load(std::size_t input) const;
   spv::Val load_at(std::size_t input, const spv::Val& offset) const;
 };
-Launch map_kernel(Context& ctx, MapSpec spec);
+Launch map_kernel(Context& ctx, MapSpec spec, std::uint32_t addressed);
 
 // ---- fused elementwise groups (dsl/fusion.hpp): one map kernel over the
 // group's shape whose body is every equation's scalar code (emit_elementwise)
@@ -97,7 +103,7 @@ Launch map_kernel(Context& ctx, MapSpec spec);
 // Matmul epilogues and reduction prologues go through matmul_kernel and
 // reduce_kernel with a FusedPart. Bindings: fused_inputs(kernel) (positions in
 // body.inputs, in binding order), then the body's outputs in order.
-Launch fused_kernel(Context& ctx, const FusedKernel& kernel);
+Launch fused_kernel(Context& ctx, const FusedKernel& kernel, std::uint32_t addressed);
 std::vector<std::size_t> fused_inputs(const FusedKernel& kernel);
 
 // A fused elementwise part of a reduction or matmul kernel (kernel_fused.cpp):
@@ -128,7 +134,7 @@ struct ReduceSpec {
 };
 // The spec of reducing an array of `shape` over params' axes (or axis).
 ReduceSpec reduce_spec(Prim p, const Params& params, const Shape& shape, DType in, DType out);
-Launch reduce_kernel(Context& ctx, const ReduceSpec& spec);
+Launch reduce_kernel(Context& ctx, const ReduceSpec& spec, std::uint32_t addressed);
 
 // ---- batched matmul: out[b, m, n] = sum_k a[view_a(b), m, k] * b[view_b(b), k, n]
 struct MatmulSpec {
@@ -145,6 +151,6 @@ struct MatmulSpec {
 };
 // The spec of matmul(a, b) -> out (shapes as the op's rule left them).
 MatmulSpec matmul_spec(const Shape& a, const Shape& b, const Aval& out);
-Launch matmul_kernel(Context& ctx, const MatmulSpec& spec);
+Launch matmul_kernel(Context& ctx, const MatmulSpec& spec, std::uint32_t addressed);
 
 }  // namespace kiln::vk

@@ -103,6 +103,10 @@ int Allocator::new_block(bool staging, VkDeviceSize size, bool dedicated,
   bi.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
              VK_BUFFER_USAGE_TRANSFER_DST_BIT;
   if (!staging && ctx_.caps().texel_loads) bi.usage |= VK_BUFFER_USAGE_UNIFORM_TEXEL_BUFFER_BIT;
+  // Every device block can be addressed: which arrays a kernel reads through
+  // their addresses depends on the kernel's view ranges, not on the block.
+  const bool addressed = !staging && caps.buffer_device_address;
+  if (addressed) bi.usage |= VK_BUFFER_USAGE_SHADER_DEVICE_ADDRESS_BIT;
   bi.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
   KILN_VK(vkCreateBuffer(dev, &bi, nullptr, &b.buffer));
   VkMemoryRequirements req;
@@ -115,6 +119,9 @@ int Allocator::new_block(bool staging, VkDeviceSize size, bool dedicated,
   VkMemoryAllocateInfo ai{VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO};
   ai.allocationSize = req.size;
   ai.memoryTypeIndex = type;
+  VkMemoryAllocateFlagsInfo flags{VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_FLAGS_INFO};
+  flags.flags = VK_MEMORY_ALLOCATE_DEVICE_ADDRESS_BIT;
+  if (addressed) ai.pNext = &flags;
   const VkResult r = vkAllocateMemory(dev, &ai, nullptr, &b.memory);
   if (r != VK_SUCCESS) {
     vkDestroyBuffer(dev, b.buffer, nullptr);
@@ -127,6 +134,11 @@ int Allocator::new_block(bool staging, VkDeviceSize size, bool dedicated,
     KILN_VK(r);
   }
   KILN_VK(vkBindBufferMemory(dev, b.buffer, b.memory, 0));
+  if (addressed) {
+    VkBufferDeviceAddressInfo info{VK_STRUCTURE_TYPE_BUFFER_DEVICE_ADDRESS_INFO};
+    info.buffer = b.buffer;
+    b.address = vkGetBufferDeviceAddress(dev, &info);
+  }
   if (staging || direct_) {
     void* p = nullptr;
     KILN_VK(vkMapMemory(dev, b.memory, 0, VK_WHOLE_SIZE, 0, &p));
@@ -221,6 +233,7 @@ Allocation Allocator::allocate_in(bool staging, std::size_t nbytes,
   a.offset = offset;
   a.size = size;
   a.mapped = b.mapped ? b.mapped + offset : nullptr;
+  a.address = b.address != 0 ? b.address + offset : 0;
   a.block = found;
   a.staging = staging;
   a.dedicated = b.dedicated;
@@ -236,12 +249,14 @@ void Allocator::release_kept() {
 }
 
 Allocation Allocator::allocate(std::size_t nbytes, const std::string& what) {
-  const auto range = ctx_.caps().max_storage_buffer_range;
-  if (range > 0 && nbytes > range) {
+  const auto& caps = ctx_.caps();
+  const auto range = caps.max_storage_buffer_range;
+  if (range > 0 && nbytes > range && !caps.buffer_device_address) {
     throw OutOfMemoryError(detail::str_cat(
         "[vulkan] ", what, " is ", mib(nbytes), ", more than one storage buffer can "
         "address on ", ctx_.device().to_string(), " (maxStorageBufferRange = ",
-        mib(range), "); split the array or use the cpu device"));
+        mib(range), ") and the device has no bufferDeviceAddress to reach past it; "
+        "split the array or use the cpu device"));
   }
   return allocate_in(false, nbytes, what);
 }

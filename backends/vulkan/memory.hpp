@@ -24,6 +24,7 @@ struct Allocation {
   VkDeviceSize offset = 0;
   VkDeviceSize size = 0;   // bytes reserved (>= requested, aligned)
   std::byte* mapped = nullptr;  // host address of `offset`, or null
+  VkDeviceAddress address = 0;  // device address of `offset` (bufferDeviceAddress), or 0
   int block = -1;
   bool staging = false;
   bool dedicated = false;  // the whole of a block of its own
@@ -55,6 +56,7 @@ class Allocator {
     VkBuffer buffer = VK_NULL_HANDLE;
     VkDeviceSize size = 0;
     std::byte* mapped = nullptr;
+    VkDeviceAddress address = 0;
     bool staging = false;
     bool dedicated = false;
     std::map<VkDeviceSize, VkDeviceSize> free;  // offset -> size, coalesced

@@ -1,6 +1,7 @@
 // Kernel text -> SPIR-V (SPIRV-Tools) -> VkPipeline, cached by key and by text.
 #include "kiln/backends/vulkan/pipeline.hpp"
 
+#include <bit>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -11,6 +12,8 @@
 #include "kiln/backends/vulkan/check.hpp"
 #include "kiln/backends/vulkan/context.hpp"
 #include "kiln/backends/vulkan/spirv.hpp"
+#include "kiln/runtime/error.hpp"
+#include "kiln/runtime/strings.hpp"
 
 namespace kiln::vk {
 namespace {
@@ -174,11 +177,23 @@ const Pipeline& PipelineCache::compile(const std::string& key, const KernelSourc
   p->texel_format = src.texel_format;
   p->text = src.text;
   p->set_layout = set_layout(src.bindings, src.texel);
-  VkPushConstantRange range{VK_SHADER_STAGE_COMPUTE_BIT, 0, 4 * src.push_words};
+  p->addressed = src.addressed;
+  const std::uint32_t push_words =
+      src.addressed == 0 ? src.push_words
+                         : spv::address_word(src.push_words) + 2 * static_cast<std::uint32_t>(
+                                                                      std::popcount(src.addressed));
+  if (4 * push_words > ctx_.caps().max_push_constants_size) {
+    throw DeviceError(detail::str_cat(
+        "[vulkan] kernel ", key, " reads ", std::popcount(src.addressed),
+        " arrays larger than maxStorageBufferRange through their device addresses; the "
+        "push constants of ", ctx_.device().to_string(), " (",
+        ctx_.caps().max_push_constants_size, " bytes) hold fewer"));
+  }
+  VkPushConstantRange range{VK_SHADER_STAGE_COMPUTE_BIT, 0, 4 * push_words};
   VkPipelineLayoutCreateInfo li{VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO};
   li.setLayoutCount = 1;
   li.pSetLayouts = &p->set_layout;
-  li.pushConstantRangeCount = src.push_words > 0 ? 1 : 0;
+  li.pushConstantRangeCount = push_words > 0 ? 1 : 0;
   li.pPushConstantRanges = &range;
   KILN_VK(vkCreatePipelineLayout(ctx_.handle(), &li, nullptr, &p->layout));
   VkShaderModuleCreateInfo si{VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO};

@@ -31,6 +31,9 @@ struct KernelSource {
   // `texel_format` (spv::Builder::texel_buffer4); the others are storage buffers.
   std::uint32_t texel = 0;
   VkFormat texel_format = VK_FORMAT_UNDEFINED;
+  // Bit i: binding i is addressed (spv::Builder's `addressed`); the stream pushes
+  // its device address after the push words.
+  std::uint32_t addressed = 0;
 };
 
 struct Pipeline {
@@ -41,6 +44,7 @@ struct Pipeline {
   std::uint32_t push_words = 0;
   std::uint32_t texel = 0;  // KernelSource::texel
   VkFormat texel_format = VK_FORMAT_UNDEFINED;
+  std::uint32_t addressed = 0;  // KernelSource::addressed
   std::string text;
 };
 

@@ -64,8 +64,8 @@ Ty compute_type(DType d) {
 bool is_float(Ty t) { return t == Ty::kF32 || t == Ty::kF64; }
 bool is_signed(Ty t) { return t == Ty::kI32; }
 
-Builder::Builder(std::uint32_t local_size, int push_words)
-    : local_size_(local_size), push_words_(push_words) {
+Builder::Builder(std::uint32_t local_size, int push_words, std::uint32_t addressed)
+    : local_size_(local_size), push_words_(push_words), addressed_(addressed) {
   caps_.push_back("OpCapability Shader");
   type_id(Ty::kU32);
   globals_.push_back("%void = OpTypeVoid");
@@ -79,21 +79,6 @@ Builder::Builder(std::uint32_t local_size, int push_words)
     globals_.push_back(detail::str_cat(*var, " = OpVariable %p_in_v3u32 Input"));
     decorations_.push_back(detail::str_cat("OpDecorate ", *var, " BuiltIn ", builtin));
     interface_.push_back(*var);
-  }
-  if (push_words_ > 0) {
-    std::string members;
-    for (int i = 0; i < push_words_; ++i) {
-      members += " %u32";
-      decorations_.push_back(
-          detail::str_cat("OpMemberDecorate %Push ", i, " Offset ", 4 * i));
-    }
-    decorations_.push_back("OpDecorate %Push Block");
-    globals_.push_back(detail::str_cat("%Push = OpTypeStruct", members));
-    globals_.push_back("%p_push = OpTypePointer PushConstant %Push");
-    globals_.push_back("%p_push_u32 = OpTypePointer PushConstant %u32");
-    globals_.push_back("%push = OpVariable %p_push PushConstant");
-    interface_.push_back("%push");
-    push_var_ = "%push";
   }
 }
 
@@ -177,6 +162,9 @@ int Builder::buffer8(DType dtype, bool readonly) {
 }
 
 int Builder::texel_buffer4(DType dtype) {
+  // A texel view is a descriptor too, limited like one: an addressed binding
+  // reads its 4-vectors through its address instead (load4 alike).
+  if (addressed(static_cast<int>(bindings_.size()))) return buffer4(dtype, true);
   const Ty t = compute_type(dtype);
   const std::string scalar = type_id(t);
   const std::string vec = detail::str_cat("%v4", scalar.substr(1));
@@ -203,6 +191,12 @@ int Builder::texel_buffer4(DType dtype) {
   return index;
 }
 
+// Accesses through a physical pointer name their alignment (the element's or
+// vector's size; arrays start 64-byte aligned).
+std::string Builder::aligned(const Binding& b) {
+  return b.align == 0 ? std::string() : detail::str_cat(" Aligned ", b.align);
+}
+
 std::uint32_t Builder::texel_bindings() const {
   std::uint32_t mask = 0;
   for (std::size_t i = 0; i < bindings_.size(); ++i) {
@@ -217,7 +211,7 @@ std::array<Val, 8> Builder::load8(int binding, const Val& index) {
   emit(detail::str_cat(ptr, " = OpAccessChain ", b.elem_ptr, " ", b.var, " ",
                        u32(0).id, " ", index.id));
   const std::string vec = fresh();
-  emit(detail::str_cat(vec, " = OpLoad %v4u64 ", ptr));
+  emit(detail::str_cat(vec, " = OpLoad %v4u64 ", ptr, aligned(b)));
   const Ty t = compute_type(b.dtype);
   const std::string scalar = type_id(t);
   const std::string pair_ty = detail::str_cat("%v2", scalar.substr(1));
@@ -248,6 +242,39 @@ int Builder::declare_buffer(DType dtype, bool readonly, const std::string& elem,
     decorations_.push_back(detail::str_cat("OpDecorate ", st, " Block"));
     decorations_.push_back(detail::str_cat("OpMemberDecorate ", st, " 0 Offset 0"));
   }
+  if (addressed(index)) {
+    // Read and written through the pointer whose two words are push constant
+    // member address_member(k) (a u32 pair: a pointer there would make the
+    // validator ask for 8-bit push constants when it points to bytes), loaded
+    // once in the entry block so that it dominates every access.
+    if (!psb_) {
+      psb_ = true;
+      caps_.push_back("OpCapability PhysicalStorageBufferAddresses");
+    }
+    // A pointer to bytes or halves made from an address needs the full types
+    // (Capabilities::address_int8 / address_float16).
+    for (auto [type, cap] : {std::pair{"%u8", "OpCapability Int8"},
+                             std::pair{"%f16", "OpCapability Float16"}}) {
+      if (elem == type && std::find(caps_.begin(), caps_.end(), cap) == caps_.end()) {
+        caps_.push_back(cap);
+      }
+    }
+    const std::string pst = ptr_type("PhysicalStorageBuffer", st);
+    const int member = address_member(static_cast<int>(address_types_.size()));
+    address_types_.push_back(pst);
+    if (std::find(declared_.begin(), declared_.end(), "%v2u32") == declared_.end()) {
+      declared_.push_back("%v2u32");
+      globals_.push_back("%v2u32 = OpTypeVector %u32 2");
+    }
+    const std::string at = fresh(), words = fresh(), ptr = detail::str_cat("%addr", index);
+    prologue_.push_back(detail::str_cat(at, " = OpAccessChain ", ptr_type("PushConstant", "%v2u32"),
+                                        " %push ", constant(Ty::kI32, member).id));
+    prologue_.push_back(detail::str_cat(words, " = OpLoad %v2u32 ", at));
+    prologue_.push_back(detail::str_cat(ptr, " = OpBitcast ", pst, " ", words));
+    bindings_.push_back({dtype, ptr, ptr_type("PhysicalStorageBuffer", elem), elem, vec4,
+                         false, static_cast<std::uint32_t>(stride)});
+    return index;
+  }
   const std::string pst = ptr_type("StorageBuffer", st);
   const std::string pelem = ptr_type("StorageBuffer", elem);
   const std::string var = detail::str_cat("%buf", index);
@@ -258,6 +285,10 @@ int Builder::declare_buffer(DType dtype, bool readonly, const std::string& elem,
   interface_.push_back(var);
   bindings_.push_back({dtype, var, pelem, elem, vec4});
   return index;
+}
+
+int Builder::address_member(int k) const {
+  return static_cast<int>(address_word(static_cast<std::uint32_t>(push_words_))) + k;
 }
 
 std::array<Val, 4> Builder::load4(int binding, const Val& index) {
@@ -273,7 +304,7 @@ std::array<Val, 4> Builder::load4(int binding, const Val& index) {
     const std::string ptr = fresh();
     emit(detail::str_cat(ptr, " = OpAccessChain ", b.elem_ptr, " ", b.var, " ",
                          u32(0).id, " ", index.id));
-    emit(detail::str_cat(vec, " = OpLoad ", b.storage_type, " ", ptr));
+    emit(detail::str_cat(vec, " = OpLoad ", b.storage_type, " ", ptr, aligned(b)));
   }
   std::array<Val, 4> out;
   for (int c = 0; c < 4; ++c) {
@@ -296,7 +327,7 @@ void Builder::store4(int binding, const Val& index, const std::array<Val, 4>& v)
   const std::string ptr = fresh();
   emit(detail::str_cat(ptr, " = OpAccessChain ", b.elem_ptr, " ", b.var, " ",
                        u32(0).id, " ", index.id));
-  emit(detail::str_cat("OpStore ", ptr, " ", vec));
+  emit(detail::str_cat("OpStore ", ptr, " ", vec, aligned(b)));
 }
 
 Val Builder::load(int binding, const Val& index) {
@@ -305,7 +336,7 @@ Val Builder::load(int binding, const Val& index) {
   emit(detail::str_cat(ptr, " = OpAccessChain ", b.elem_ptr, " ", b.var, " ",
                        u32(0).id, " ", index.id));
   const std::string raw = fresh();
-  emit(detail::str_cat(raw, " = OpLoad ", b.storage_type, " ", ptr));
+  emit(detail::str_cat(raw, " = OpLoad ", b.storage_type, " ", ptr, aligned(b)));
   if (b.dtype == DType::kBool) {
     Val wide = {fresh(), Ty::kU32};
     emit(detail::str_cat(wide.id, " = OpUConvert %u32 ", raw));
@@ -334,7 +365,7 @@ void Builder::store(int binding, const Val& index, const Val& v) {
   const std::string ptr = fresh();
   emit(detail::str_cat(ptr, " = OpAccessChain ", b.elem_ptr, " ", b.var, " ",
                        u32(0).id, " ", index.id));
-  emit(detail::str_cat("OpStore ", ptr, " ", value));
+  emit(detail::str_cat("OpStore ", ptr, " ", value, aligned(b)));
 }
 
 Val Builder::push(int word) {
@@ -568,7 +599,7 @@ void Builder::if_then(const Val& cond, const std::function<void()>& then) {
 }
 
 void Builder::loop(const Val& start, const Val& end, const Val& step,
-                   const std::function<void(const Val&)>& body) {
+                   const std::function<void(const Val&)>& body, std::uint32_t unroll) {
   Var i = variable(Ty::kU32);
   set(i, start);
   const std::string header = fresh(), check = fresh(), blk = fresh(), cont = fresh(),
@@ -583,18 +614,49 @@ void Builder::loop(const Val& start, const Val& end, const Val& step,
   emit(detail::str_cat("OpBranchConditional ", c.id, " ", blk, " ", merge));
   emit(detail::str_cat(blk, " = OpLabel"));
   body(iv);
+  Val next = op("OpIAdd", Ty::kU32, {iv, step});
+  for (std::uint32_t u = 1; u < unroll; ++u) {
+    const Val at = next;
+    if_then(op("OpULessThan", Ty::kBool, {at, end}), [&] { body(at); });
+    next = op("OpIAdd", Ty::kU32, {at, step});
+  }
   emit(detail::str_cat("OpBranch ", cont));
   emit(detail::str_cat(cont, " = OpLabel"));
-  set(i, op("OpIAdd", Ty::kU32, {iv, step}));
+  set(i, next);
   emit(detail::str_cat("OpBranch ", header));
   emit(detail::str_cat(merge, " = OpLabel"));
 }
 
+void Builder::declare_push() {
+  const int words = address_types_.empty() ? push_words_ : address_member(0);
+  if (words + static_cast<int>(address_types_.size()) == 0) return;
+  std::string members;
+  for (int i = 0; i < words; ++i) {
+    members += " %u32";
+    decorations_.push_back(detail::str_cat("OpMemberDecorate %Push ", i, " Offset ", 4 * i));
+  }
+  for (std::size_t k = 0; k < address_types_.size(); ++k) {
+    members += " %v2u32";
+    decorations_.push_back(detail::str_cat("OpMemberDecorate %Push ", words + static_cast<int>(k),
+                                           " Offset ", 4 * words + 8 * static_cast<int>(k)));
+  }
+  decorations_.push_back("OpDecorate %Push Block");
+  globals_.push_back(detail::str_cat("%Push = OpTypeStruct", members));
+  globals_.push_back("%p_push = OpTypePointer PushConstant %Push");
+  if (push_words_ > 0) globals_.push_back("%p_push_u32 = OpTypePointer PushConstant %u32");
+  globals_.push_back("%push = OpVariable %p_push PushConstant");
+  interface_.push_back("%push");
+}
+
+std::uint32_t address_word(std::uint32_t push_words) { return (push_words + 1) / 2 * 2; }
+
 std::string Builder::finish() {
+  declare_push();
   std::string s;
   for (const auto& c : caps_) s += c + "\n";
   if (glsl_) s += "%glsl = OpExtInstImport \"GLSL.std.450\"\n";
-  s += "OpMemoryModel Logical GLSL450\n";
+  s += psb_ ? "OpMemoryModel PhysicalStorageBuffer64 GLSL450\n"
+            : "OpMemoryModel Logical GLSL450\n";
   s += "OpEntryPoint GLCompute %main \"main\"";
   for (const auto& v : interface_) s += " " + v;
   s += "\n";
@@ -603,6 +665,7 @@ std::string Builder::finish() {
   for (const auto& g : globals_) s += g + "\n";
   s += "%main = OpFunction %void None %fn\n%entry = OpLabel\n";
   for (const auto& v : vars_) s += v + "\n";
+  for (const auto& p : prologue_) s += p + "\n";
   for (const auto& b : body_) s += b + "\n";
   s += "OpReturn\nOpFunctionEnd\n";
   return s;

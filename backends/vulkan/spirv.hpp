@@ -34,8 +34,12 @@ struct Var {
 class Builder {
  public:
   // A compute shader with `local_size` invocations per workgroup (x only) and
-  // `push_words` u32 push constants.
-  Builder(std::uint32_t local_size, int push_words);
+  // `push_words` u32 push constants. Bit i of `addressed`: binding i is read and
+  // written through its device address (bufferDeviceAddress), for arrays larger
+  // than one descriptor can address; the addresses follow the push words
+  // (8-byte aligned, in binding order), and the binding's descriptor, still
+  // bound, goes unused.
+  Builder(std::uint32_t local_size, int push_words, std::uint32_t addressed = 0);
 
   // Storage buffer binding `index` (0, 1, ... in declaration order) of `dtype`.
   int buffer(DType dtype, bool readonly);
@@ -52,6 +56,7 @@ class Builder {
   // KernelSource::texel); load4 fetches texel `index`.
   int texel_buffer4(DType dtype);
   std::uint32_t texel_bindings() const;  // bit i: binding i is a texel buffer
+  bool addressed(int binding) const { return ((addressed_ >> binding) & 1u) != 0; }
   void store4(int binding, const Val& index, const std::array<Val, 4>& v);
   Val load(int binding, const Val& index);                 // compute type
   void store(int binding, const Val& index, const Val& v);  // converts
@@ -91,9 +96,12 @@ class Builder {
   void barrier();  // workgroup execution + memory barrier
 
   void if_then(const Val& cond, const std::function<void()>& then);
-  // for (i = start; i < end; i += step) body(i)
+  // for (i = start; i < end; i += step) body(i); with `unroll` > 1 each
+  // iteration runs the body for `unroll` consecutive i (the later ones only
+  // while i < end), so the loop itself iterates `unroll` times fewer
+  // (Quirks::max_loop_iterations).
   void loop(const Val& start, const Val& end, const Val& step,
-            const std::function<void(const Val&)>& body);
+            const std::function<void(const Val&)>& body, std::uint32_t unroll = 1);
 
   std::string finish();  // the module's assembly text
 
@@ -105,26 +113,37 @@ class Builder {
   void need_f16();
   void emit(std::string line) { body_.push_back(std::move(line)); }
   std::string builtin_vec(const char* builtin);
+  void declare_push();
+  int address_member(int k) const;  // push member of the k-th address
 
   std::uint32_t local_size_;
   int push_words_;
   int next_ = 0;
-  std::vector<std::string> caps_, decorations_, globals_, vars_, body_, interface_;
+  std::uint32_t addressed_;
+  std::vector<std::string> caps_, decorations_, globals_, vars_, prologue_, body_, interface_;
+  std::vector<std::string> address_types_;  // pointer types of the addressed bindings
   std::vector<std::string> declared_;  // ids of declared types/constants
   struct Binding {
     DType dtype;
     std::string var, elem_ptr, storage_type;  // storage_type: the image type of a texel buffer
     bool vec4 = false;
     bool texel = false;
+    std::uint32_t align = 0;  // addressed: the Aligned operand of its accesses
   };
+  static std::string aligned(const Binding& b);
   int declare_buffer(DType dtype, bool readonly, const std::string& elem, std::size_t stride,
                      bool vec4);
   std::vector<Binding> bindings_;
   struct Shared { Ty ty; std::string var, elem_ptr; };
   std::vector<Shared> shared_;
   std::string push_var_, wg_id_, num_wg_, local_id_;
-  bool u8_ = false, f16_ = false, f64_ = false, glsl_ = false, u64_ = false;
+  bool u8_ = false, f16_ = false, f64_ = false, glsl_ = false, u64_ = false, psb_ = false;
 };
+
+// The push-constant word where a kernel with `push_words` words of its own finds
+// the device addresses of its addressed bindings (two words each, in binding
+// order; see Builder's constructor).
+std::uint32_t address_word(std::uint32_t push_words);
 
 // SPIR-V words for `text`, validated for Vulkan 1.2. Throws DeviceError with the
 // assembler's or validator's message and the numbered text on failure.

@@ -2,11 +2,13 @@
 // transfers.
 #include "kiln/backends/vulkan/stream.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 #include "kiln/backends/vulkan/check.hpp"
 #include "kiln/backends/vulkan/context.hpp"
 #include "kiln/backends/vulkan/pipeline.hpp"
+#include "kiln/backends/vulkan/spirv.hpp"
 #include "kiln/runtime/error.hpp"
 #include "kiln/runtime/strings.hpp"
 
@@ -207,7 +209,9 @@ void Stream::dispatch(const Pipeline& p, std::span<const VulkanBuffer* const> bu
       writes[i].descriptorType = VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER;
       writes[i].pTexelBufferView = &views[i];
     } else {
-      infos[i] = {bindings[i].buffer, bindings[i].offset, bindings[i].range};
+      // An addressed binding's descriptor goes unused: it covers what one can.
+      infos[i] = {bindings[i].buffer, bindings[i].offset,
+                  std::min<VkDeviceSize>(bindings[i].range, ctx_.caps().max_storage_buffer_range)};
       writes[i].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
       writes[i].pBufferInfo = &infos[i];
     }
@@ -222,6 +226,22 @@ void Stream::dispatch(const Pipeline& p, std::span<const VulkanBuffer* const> bu
     vkUpdateDescriptorSets(ctx_.handle(), n, writes.data(), 0, nullptr);
     vkCmdBindDescriptorSets(b.cmd, VK_PIPELINE_BIND_POINT_COMPUTE, p.layout, 0, 1,
                             &set, 0, nullptr);
+  }
+  // Addressed bindings: their device addresses after the kernel's own words.
+  std::array<std::uint32_t, 64> words{};
+  if (p.addressed != 0) {
+    std::copy(push.begin(), push.end(), words.begin());
+    std::size_t w = spv::address_word(static_cast<std::uint32_t>(push.size()));
+    for (std::size_t i = 0; i < buffers.size(); ++i) {
+      if (((p.addressed >> i) & 1u) == 0) continue;
+      const VkDeviceAddress a = buffers[i]->allocation().address;
+      if (a == 0 || w + 2 > words.size()) {
+        throw Error(detail::str_cat("[vulkan] kernel binding ", i, " needs a device address"));
+      }
+      words[w++] = static_cast<std::uint32_t>(a);
+      words[w++] = static_cast<std::uint32_t>(a >> 32);
+    }
+    push = std::span<const std::uint32_t>(words.data(), w);
   }
   if (!push.empty()) {
     vkCmdPushConstants(b.cmd, p.layout, VK_SHADER_STAGE_COMPUTE_BIT, 0,
@@ -331,6 +351,7 @@ std::optional<Stream::Reused> Stream::reuse(std::size_t nbytes,
     rest.offset += size;
     rest.size -= size;
     if (rest.mapped != nullptr) rest.mapped += size;
+    if (rest.address != 0) rest.address += size;
     out.alloc.size = size;
   } else {
     deferred_[best] = deferred_.back();

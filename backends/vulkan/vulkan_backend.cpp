@@ -37,9 +37,22 @@ std::shared_ptr<VulkanBuffer> reused(Context& ctx, const Stream::Reused& r, std:
 // dropped arrays returns to the allocator when the batches using them retire:
 // on a shortage, take any pending memory that fits, else wait for the device
 // once and try again.
-std::shared_ptr<VulkanBuffer> allocate_bytes(Context& ctx, std::size_t bytes,
+std::shared_ptr<VulkanBuffer> allocate_bytes(Context& ctx, DType dtype, std::size_t bytes,
                                              const std::string& what,
                                              std::span<const Array> reads, bool device_written) {
+  // Kernels reach arrays past one descriptor's range through their addresses;
+  // bool and f16 ones need 8- and 16-bit shader types for that.
+  const auto& caps = ctx.caps();
+  if (bytes > caps.max_storage_buffer_range && caps.buffer_device_address &&
+      ((dtype == DType::kBool && !caps.address_int8) ||
+       (dtype == DType::kF16 && !caps.address_float16))) {
+    throw OutOfMemoryError(detail::str_cat(
+        "[vulkan] ", what, " is larger than one storage buffer can address on ",
+        ctx.device().to_string(), " (maxStorageBufferRange = ", caps.max_storage_buffer_range,
+        " bytes), and reaching ", name(dtype), " elements through an address needs ",
+        dtype == DType::kBool ? "shaderInt8" : "shaderFloat16",
+        ", which it lacks; use a 32-bit dtype or the cpu device"));
+  }
   std::vector<BufferRange> ranges;
   if (device_written) {
     for (const auto& in : reads) ranges.push_back(range_of(vbuf(in)));
@@ -63,22 +76,53 @@ std::shared_ptr<VulkanBuffer> allocate(Context& ctx, const Aval& out, Prim p,
                                        std::span<const Array> inputs) {
   ctx.require_dtype(out.dtype, std::string(name(p)).c_str());
   const std::size_t bytes = static_cast<std::size_t>(numel(out.shape)) * size_of(out.dtype);
-  return allocate_bytes(ctx, bytes,
+  return allocate_bytes(ctx, out.dtype, bytes,
                         detail::str_cat(name(p), " result ", to_string(out.shape), " ",
                                         name(out.dtype)),
                         inputs, true);
 }
 
+// A kernel's bindings: its inputs, then its outputs.
+struct Bindings {
+  std::vector<const VulkanBuffer*> buffers;
+  std::uint32_t written = 0;  // bit i: the kernel writes buffers[i]
+  Bindings(std::span<const Array> inputs, std::span<const std::shared_ptr<Buffer>> outs) {
+    for (const auto& in : inputs) buffers.push_back(&vbuf(in));
+    for (const auto& out : outs) {
+      written |= 1u << buffers.size();
+      buffers.push_back(static_cast<const VulkanBuffer*>(out.get()));
+    }
+  }
+};
+
+// The generators' `addressed` (kernels.hpp): the bindings larger than one
+// descriptor can address.
+std::uint32_t addressed(const Context& ctx, const Bindings& b) {
+  std::uint32_t mask = 0;
+  for (std::size_t i = 0; i < b.buffers.size(); ++i) {
+    if (b.buffers[i]->nbytes() > ctx.caps().max_storage_buffer_range) mask |= 1u << i;
+  }
+  return mask;
+}
+std::uint32_t addressed(const Context& ctx, std::span<const Array> inputs,
+                        std::span<const std::shared_ptr<Buffer>> outs) {
+  return addressed(ctx, Bindings(inputs, outs));
+}
+std::uint32_t addressed(const Context& ctx, std::span<const Array> inputs,
+                        const std::shared_ptr<VulkanBuffer>& out) {
+  const std::shared_ptr<Buffer> outs[] = {out};
+  return addressed(ctx, inputs, outs);
+}
+
 void launch(Context& ctx, const Launch& l, std::span<const Array> inputs,
             std::span<const std::shared_ptr<Buffer>> outs) {
-  std::vector<const VulkanBuffer*> buffers;
-  for (const auto& in : inputs) buffers.push_back(&vbuf(in));
-  std::uint32_t written = 0;  // the outputs, bound after the inputs
-  for (const auto& out : outs) {
-    written |= 1u << buffers.size();
-    buffers.push_back(static_cast<const VulkanBuffer*>(out.get()));
+  const Bindings b(inputs, outs);
+  if (const std::uint32_t missing = addressed(ctx, b) & ~l.pipeline->addressed; missing != 0) {
+    throw Error(detail::str_cat("[vulkan] internal: a kernel binds arrays larger than "
+                                "maxStorageBufferRange without their addresses (mask ",
+                                missing, ")"));
   }
-  ctx.stream().dispatch(*l.pipeline, buffers, written, l.push, l.groups);
+  ctx.stream().dispatch(*l.pipeline, b.buffers, b.written, l.push, l.groups);
 }
 
 void launch(Context& ctx, const Launch& l, std::span<const Array> inputs,
@@ -114,7 +158,7 @@ std::shared_ptr<Buffer> elementwise(Context& ctx, Prim p, const Params& params,
     for (std::size_t k = 0; k < inputs.size(); ++k) args.push_back(mi.load(k));
     return emit_elementwise(b, p, params, args, in, out.dtype);
   };
-  launch(ctx, map_kernel(ctx, std::move(spec)), inputs, buf);
+  launch(ctx, map_kernel(ctx, std::move(spec), addressed(ctx, inputs, buf)), inputs, buf);
   return buf;
 }
 
@@ -131,7 +175,7 @@ void copy_view(Context& ctx, const Array& src, const Shape& domain, View in_view
   spec.key = "copy";
   spec.body = [](Builder&, MapIndex& mi) { return mi.load(0); };
   const Array ins[] = {src};
-  launch(ctx, map_kernel(ctx, std::move(spec)), ins, out);
+  launch(ctx, map_kernel(ctx, std::move(spec), addressed(ctx, ins, out)), ins, out);
 }
 
 std::shared_ptr<Buffer> layout(Context& ctx, Prim p, const Params& params,
@@ -185,7 +229,9 @@ std::shared_ptr<Buffer> reduce(Context& ctx, Prim p, const Params& params,
   ctx.require_dtype(a.dtype(), std::string(name(p)).c_str());
   auto buf = allocate(ctx, out, p, inputs);
   if (numel(out.shape) == 0) return buf;
-  launch(ctx, reduce_kernel(ctx, reduce_spec(p, params, a.shape(), a.dtype(), out.dtype)),
+  launch(ctx,
+         reduce_kernel(ctx, reduce_spec(p, params, a.shape(), a.dtype(), out.dtype),
+                       addressed(ctx, inputs, buf)),
          inputs, buf);
   return buf;
 }
@@ -203,10 +249,10 @@ std::shared_ptr<Buffer> matmul(Context& ctx, std::span<const Array> inputs, cons
     z.out = out.dtype;
     z.key = "zeros";
     z.body = [&](Builder& bb, MapIndex&) { return bb.constant(spv::compute_type(out.dtype), 0); };
-    launch(ctx, map_kernel(ctx, std::move(z)), {}, buf);
+    launch(ctx, map_kernel(ctx, std::move(z), addressed(ctx, {}, buf)), {}, buf);
     return buf;
   }
-  launch(ctx, matmul_kernel(ctx, s), inputs, buf);
+  launch(ctx, matmul_kernel(ctx, s, addressed(ctx, inputs, buf)), inputs, buf);
   return buf;
 }
 
@@ -261,7 +307,7 @@ std::shared_ptr<Buffer> index(Context& ctx, Prim p, const Params& params,
       const Ty t = spv::compute_type(out.dtype);
       return b.select(hit, b.constant(t, 1), b.constant(t, 0));
     };
-    launch(ctx, map_kernel(ctx, std::move(spec)), inputs, buf);
+    launch(ctx, map_kernel(ctx, std::move(spec), addressed(ctx, inputs, buf)), inputs, buf);
     return buf;
   }
   const Array& a = inputs[0];
@@ -301,7 +347,7 @@ std::shared_ptr<Buffer> index(Context& ctx, Prim p, const Params& params,
                                        {i, b.u32(static_cast<std::uint32_t>(axis_stride))})});
     return mi.load_at(0, off);
   };
-  launch(ctx, map_kernel(ctx, std::move(spec)), inputs, buf);
+  launch(ctx, map_kernel(ctx, std::move(spec), addressed(ctx, inputs, buf)), inputs, buf);
   return buf;
 }
 
@@ -424,7 +470,14 @@ std::vector<std::shared_ptr<Buffer>> VulkanBackend::eval_fused(
   if (numel(k.shape) == 0) return outs;
   std::vector<Array> args;
   for (std::size_t i : order) args.push_back(inputs[i]);
-  launch(ctx_, fused_kernel(ctx_, k), args, outs);
+  const std::uint32_t addr = addressed(ctx_, args, outs);
+  // Each addressed operand takes 8 bytes of push constants (the generators' own
+  // words take at most 8 more): past what the device holds, run unfused.
+  const auto room = (ctx_.caps().max_push_constants_size - 8) / 8;
+  if (static_cast<std::uint32_t>(std::popcount(addr)) > room) {
+    return Backend::eval_fused(k, inputs, into);
+  }
+  launch(ctx_, fused_kernel(ctx_, k, addr), args, outs);
   return outs;
 }
 
@@ -437,7 +490,7 @@ Array VulkanBackend::from_host(const Array& host) {
   const std::size_t bytes = host.nbytes();
   std::string what = detail::str_cat("array ", to_string(host.shape()), " ",
                                      name(host.dtype()));
-  auto buf = allocate_bytes(ctx_, bytes, what, {}, false);
+  auto buf = allocate_bytes(ctx_, host.dtype(), bytes, what, {}, false);
   const void* src = const_cast<Buffer&>(*host.buffer()).host_data();
   ctx_.stream().upload(*buf, src);
   return Array(host.dtype(), host.shape(), std::move(buf));
