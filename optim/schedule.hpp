@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/hash/hash.h"
+#include "kiln/runtime/static_kind.hpp"
 #include "kiln/runtime/array.hpp"
 
 namespace kiln::optim {
@@ -44,6 +45,8 @@ struct SchedulePiece {
 // read the same.
 class Schedule {
  public:
+  // Owns its pieces by value, and == and the hash cover them: a static value.
+  KILN_STATIC_VALUE(Schedule);
   Schedule() : Schedule(0.0) {}
   Schedule(double value);  // NOLINT: implicit by design (a constant)
   Schedule(std::vector<SchedulePiece> pieces,

@@ -155,6 +155,8 @@ std::vector<Array> apply_updates_flat(const TreeDef& params_def,
 
 class GradientTransformation {
  public:
+  // Owns its stages by value, and == and the hash cover them: a static value.
+  KILN_STATIC_VALUE(GradientTransformation);
   GradientTransformation() = default;  // the identity
   explicit GradientTransformation(std::vector<Stage> stages)
       : stages_(std::move(stages)) {}

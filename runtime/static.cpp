@@ -48,6 +48,12 @@ std::string demangle(const char* mangled) {
 
 namespace {
 
+void erase_all(std::string& s, std::string_view what) {
+  for (std::size_t at = s.find(what); at != std::string::npos; at = s.find(what)) {
+    s.erase(at, what.size());
+  }
+}
+
 // "ns::relu(kiln::Array const&)" -> "ns::relu"; a lambda's static invoker
 // "f()::{lambda(int)#1}::_FUN(int)" -> "f()::{lambda(int)#1}".
 std::string strip_signature(std::string s) {
@@ -62,11 +68,7 @@ std::string strip_signature(std::string s) {
     }
   }
   // Activations often live in an anonymous namespace; the prefix is only noise.
-  constexpr std::string_view kAnon = "(anonymous namespace)::";
-  for (std::size_t at = s.find(kAnon); at != std::string::npos;
-       at = s.find(kAnon)) {
-    s.erase(at, kAnon.size());
-  }
+  erase_all(s, "(anonymous namespace)::");
   constexpr std::string_view kInvoker = "::_FUN";
   if (s.size() > kInvoker.size() && s.ends_with(kInvoker)) {
     s.resize(s.size() - kInvoker.size());
@@ -196,6 +198,22 @@ std::string function_name(std::uintptr_t address) {
   return hex_address(address);
 }
 
+std::string type_display_name(const std::type_info& t) {
+  std::string s = demangle(t.name());
+  erase_all(s, "(anonymous namespace)::");
+  // A local class: "test_fn(int)::Pow<3>" -> "Pow<3>" (the enclosing function's
+  // signature is noise; the class's own name and template arguments remain).
+  int depth = 0;
+  std::size_t cut = std::string::npos;
+  for (std::size_t i = 0; i + 2 < s.size(); ++i) {
+    if (s[i] == '<' || s[i] == '(') ++depth;
+    if (s[i] == '>' || s[i] == ')') --depth;
+    if (depth == 0 && s[i] == ')' && s.compare(i + 1, 2, "::") == 0) cut = i + 3;
+  }
+  if (cut != std::string::npos) s.erase(0, cut);
+  return s;
+}
+
 std::string closure_name(std::string s) {
   constexpr std::string_view kLambda = "::{lambda(";
   constexpr std::string_view kFirst = ")#1}";
@@ -241,7 +259,7 @@ const std::type_info& StaticValue::type() const {
 }
 
 std::string StaticValue::type_name() const {
-  return detail::demangle(type().name());
+  return detail::type_display_name(type());
 }
 
 std::string StaticValue::repr() const {

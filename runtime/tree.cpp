@@ -158,18 +158,9 @@ namespace detail {
 bool same_struct(const StructInfo* a, const StructInfo* b) {
   if (a == b) return true;
   if (a == nullptr || b == nullptr) return false;
-  // Distinct objects for one type can arise across shared libraries.
-  return a->hash == b->hash && a->name == b->name &&
-         std::equal(a->fields.begin(), a->fields.end(), b->fields.begin(),
-                    b->fields.end());
-}
-
-std::size_t hash_struct(std::string_view name,
-                        std::span<const std::string_view> fields) {
-  std::size_t h = std::hash<std::string_view>{}(name);
-  for (std::string_view f : fields)
-    h = mix(h, std::hash<std::string_view>{}(f));
-  return h;
+  // Distinct objects for one type can arise across shared libraries; type_info
+  // equality is the C++ type's identity there too.
+  return a->hash == b->hash && *a->type == *b->type;
 }
 
 TreeDef DefBuilder::finish() {

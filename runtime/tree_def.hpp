@@ -13,6 +13,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <typeinfo>
 #include <vector>
 
 #include "kiln/runtime/static.hpp"
@@ -33,17 +34,19 @@ std::string_view name(NodeKind k);
 
 namespace detail {
 
-// One per registered struct type, created once (see struct_info<T>()).
+// One per registered struct type, created once (see struct_info<T>()). Its
+// identity is the C++ type: Pow<2> and Pow<3>, a::Linear and b::Linear are
+// different structures although they print the same registered name.
 struct StructInfo {
-  std::string_view name;
+  std::string_view name;  // as registered: KILN_MODULE(name, ...)
   std::span<const std::string_view> fields;
+  const std::type_info* type = nullptr;
+  std::string_view type_name;  // the full C++ type ("Pow<3>", "a::Linear")
   std::size_t hash = 0;
   // Arrays under this node get no gradient (kiln::Frozen).
   bool frozen = false;
 };
 bool same_struct(const StructInfo* a, const StructInfo* b);
-std::size_t hash_struct(std::string_view name,
-                        std::span<const std::string_view> fields);
 
 struct DefNode {
   NodeKind kind;
@@ -66,6 +69,8 @@ struct TreeDefData {
 
 class TreeDef {
  public:
+  // Immutable (its records are shared, never changed): a value as a static leaf.
+  KILN_STATIC_VALUE(TreeDef);
   TreeDef();  // the structure of None
   explicit TreeDef(std::shared_ptr<const detail::TreeDefData> data);
 
@@ -120,10 +125,9 @@ std::string display_path(std::string_view path);
 
 enum class DiffKind : std::uint8_t {
   kNodeKind,          // e.g. a list where a dict was
-  kTypeName,          // two different struct types
+  kTypeName,          // two different struct types (also of one printed name)
   kLength,            // list/tuple lengths
   kKeys,              // dict keys
-  kFields,            // same struct name, different field names
   kNoneVsArray,       // None where an array was, or the reverse
   kStaticValue,       // same static type, different value
   kStaticType,        // static leaves of different types

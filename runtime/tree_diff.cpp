@@ -28,8 +28,6 @@ std::string_view name(DiffKind k) {
       return "length";
     case DiffKind::kKeys:
       return "keys";
-    case DiffKind::kFields:
-      return "fields";
     case DiffKind::kNoneVsArray:
       return "none_vs_array";
     case DiffKind::kStaticValue:
@@ -64,15 +62,8 @@ class Differ {
     switch (x.kind) {
       case NodeKind::kStruct:
         if (detail::same_struct(x.info, y.info)) return children(ia, ib);
-        if (x.info->name != y.info->name) {
-          add(DiffKind::kTypeName, detail::str_cat("expected ", x.info->name,
-                                                   ", got ", y.info->name));
-        } else {
-          add(DiffKind::kFields,
-              detail::str_cat("fields (", detail::join(x.info->fields, ", "),
-                              ") vs (", detail::join(y.info->fields, ", "),
-                              ")"));
-        }
+        add(DiffKind::kTypeName, detail::str_cat("expected ", x.info->type_name,
+                                                 ", got ", y.info->type_name));
         return;
       case NodeKind::kList:
       case NodeKind::kTuple:

@@ -23,7 +23,7 @@ template <class T>
 inline constexpr bool kImplicitTreeLeaf =
     std::is_arithmetic_v<T> || std::is_enum_v<T> ||
     std::is_same_v<T, std::string> || kIsFunctionPointer<T> ||
-    IsStatic<T>::value;
+    kIs<T, Static>;
 }  // namespace detail
 
 class Tree {

@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "kiln/runtime/aggregate.hpp"
 #include "kiln/runtime/array.hpp"
 #include "kiln/runtime/static.hpp"
 #include "kiln/runtime/tree_def.hpp"
@@ -44,13 +45,19 @@ struct kiln_module_registration_names_another_type {
       "registration); add KILN_MODULE(Derived, fields...) to the derived "
       "struct");
 };
+// Registered and Fields: how many fields KILN_MODULE names and the struct has.
+template <class T, std::size_t Registered, std::size_t Fields>
+struct kiln_module_leaves_out_fields {
+  static_assert(
+      detail::kAlwaysFalse<T>,
+      "kiln: KILN_MODULE(Type, fields...) must name every field of the struct: "
+      "it names fewer than the struct has (the two counts are the template "
+      "arguments of kiln_module_leaves_out_fields), and a field left out is not "
+      "part of the tree, so grad, filter_jit and unflatten would lose it");
+};
 
 namespace detail {
 
-template <class T>
-concept Module = requires {
-  T::kiln_module_self();
-};
 template <class T>
 using ModuleSelf = std::remove_pointer_t<decltype(T::kiln_module_self())>;
 
@@ -60,7 +67,7 @@ using FieldsOf = decltype(std::declval<const T&>().kiln_fields());
 constexpr bool is_space(char c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r';
 }
-constexpr std::size_t count_fields(std::string_view s) {
+constexpr std::size_t count_names(std::string_view s) {
   std::size_t n = 1;
   for (char c : s) n += c == ',' ? 1 : 0;
   return n;
@@ -79,32 +86,6 @@ constexpr std::array<std::string_view, N> split_field_names(
                                         : s.substr(comma + 1);
   }
   return out;
-}
-
-template <class T>
-constexpr bool check_module() {
-  if constexpr (!std::is_same_v<ModuleSelf<T>, T>) {
-    (void)sizeof(kiln_module_registration_names_another_type<T>);
-    return false;
-  } else if constexpr (!std::is_default_constructible_v<T>) {
-    (void)sizeof(kiln_module_requires_default_constructor<T>);
-    return false;
-  } else {
-    return true;
-  }
-}
-
-template <class T>
-const StructInfo& struct_info() {
-  constexpr std::size_t kN = std::tuple_size_v<FieldsOf<T>>;
-  static_assert(count_fields(T::kiln_module_field_names()) == kN,
-                "kiln: KILN_MODULE(Type, fields...) takes plain field names");
-  static constexpr std::array<std::string_view, kN> kNames =
-      split_field_names<kN>(T::kiln_module_field_names());
-  static const StructInfo info{T::kiln_module_name(), kNames,
-                               hash_struct(T::kiln_module_name(), kNames),
-                               requires { T::kiln_frozen; }};
-  return info;
 }
 
 template <class T>
@@ -129,6 +110,106 @@ template <class T>
 struct IsStringMap : std::false_type {};
 template <class V, class C, class A>
 struct IsStringMap<std::map<std::string, V, C, A>> : std::true_type {};
+
+
+template <class T>
+struct TupleOfImpl {
+  using type = T;
+};
+template <class A, class B>
+struct TupleOfImpl<std::pair<A, B>> {
+  using type = std::tuple<A, B>;
+};
+template <class T>
+using TupleOf = typename TupleOfImpl<T>::type;
+
+// Whether the tree can hold T (the soft form of check_tree_type below).
+template <class T>
+constexpr bool tree_type_ok();
+
+// check_tree_type of each type in a std::tuple.
+template <class Fields>
+struct FieldChecks;
+
+template <class T>
+constexpr bool tree_type_ok() {
+  if constexpr (std::is_same_v<T, Array> || std::is_same_v<T, Tree> ||
+                std::is_same_v<T, StaticValue> || Module<T>) {
+    return true;
+  } else if constexpr (IsVector<T>::value || IsStdArray<T>::value || IsOptional<T>::value) {
+    return tree_type_ok<typename T::value_type>();
+  } else if constexpr (IsStringMap<T>::value) {
+    return tree_type_ok<typename T::mapped_type>();
+  } else if constexpr (IsTupleLike<T>::value) {
+    return FieldChecks<TupleOf<T>>::kOk;
+  } else {
+    return StaticLeaf<T>;
+  }
+}
+
+// Diagnoses a field type that the tree cannot hold (a refused static leaf)
+// where the struct is checked, before anything else about the struct.
+// Registered structs inside are checked when they themselves are walked.
+template <class T>
+constexpr void check_tree_type() {
+  if constexpr (std::is_same_v<T, Array> || std::is_same_v<T, Tree> ||
+                std::is_same_v<T, StaticValue> || Module<T>) {
+    return;
+  } else if constexpr (IsVector<T>::value || IsStdArray<T>::value || IsOptional<T>::value) {
+    check_tree_type<typename T::value_type>();
+  } else if constexpr (IsStringMap<T>::value) {
+    check_tree_type<typename T::mapped_type>();
+  } else if constexpr (IsTupleLike<T>::value) {
+    FieldChecks<TupleOf<T>>::run();
+  } else {
+    check_static_leaf<T>();
+  }
+}
+
+template <class... F>
+struct FieldChecks<std::tuple<F...>> {
+  static constexpr bool kOk = (tree_type_ok<std::remove_cvref_t<F>>() && ...);
+  static constexpr void run() { (check_tree_type<std::remove_cvref_t<F>>(), ...); }
+};
+
+// Every compile-time check of a registered struct, in the order that puts the
+// most useful message first: its fields' types, its registration, the fields
+// the registration leaves out (aggregates only: kiln can count their fields),
+// default construction. Evaluated through kModuleChecked (see kStaticChecked).
+template <class T>
+constexpr void check_module() {
+  using Fields = FieldsOf<T>;
+  constexpr std::size_t kRegistered = std::tuple_size_v<Fields>;
+  FieldChecks<Fields>::run();
+  // A refused field type comes first and alone: it is often why the struct is
+  // not default-constructible (a lambda with captures), and the other checks
+  // would be diagnosed before it otherwise.
+  if constexpr (!FieldChecks<Fields>::kOk) {
+    return;
+  } else if constexpr (!std::is_same_v<ModuleSelf<T>, T>) {
+    (void)sizeof(kiln_module_registration_names_another_type<T>);
+  } else if constexpr (visible_aggregate<T>() && kFieldCount<T> > kRegistered) {
+    (void)sizeof(kiln_module_leaves_out_fields<T, kRegistered, kFieldCount<T>>);
+  } else if constexpr (!std::is_default_constructible_v<T>) {
+    (void)sizeof(kiln_module_requires_default_constructor<T>);
+  }
+}
+
+template <class T>
+inline constexpr bool kModuleChecked = (check_module<T>(), true);
+
+template <class T>
+const StructInfo& struct_info() {
+  constexpr std::size_t kN = std::tuple_size_v<FieldsOf<T>>;
+  static_assert(count_names(T::kiln_module_field_names()) == kN,
+                "kiln: KILN_MODULE(Type, fields...) takes plain field names");
+  static constexpr std::array<std::string_view, kN> kNames =
+      split_field_names<kN>(T::kiln_module_field_names());
+  static const std::string kTypeName = type_display_name(typeid(T));
+  static const StructInfo info{T::kiln_module_name(), kNames, &typeid(T), kTypeName,
+                               typeid(T).hash_code(), requires { T::kiln_frozen; }};
+  return info;
+}
 
 // Appends pre-order records to a fresh TreeDefData and, when asked, the leaves.
 class DefBuilder;
@@ -224,6 +305,7 @@ void flatten_into(const T& v, B& b) {
   } else if constexpr (std::is_same_v<T, StaticValue>) {
     b.static_leaf(v);  // already type-erased (a jit or Tree static)
   } else if constexpr (Module<T>) {
+    static_assert(kModuleChecked<T>);
     if constexpr (std::is_same_v<ModuleSelf<T>, T>) {
       const auto fields = v.kiln_fields();
       using Fields = decltype(fields);
@@ -237,10 +319,6 @@ void flatten_into(const T& v, B& b) {
       (std::make_index_sequence<std::tuple_size_v<Fields>>());
       b.close(idx);
     }
-    // After the fields, so that a bad field type is diagnosed first (it is
-    // often why the struct is not default-constructible, e.g. a capturing
-    // lambda).
-    check_module<T>();
   } else if constexpr (IsVector<T>::value || IsStdArray<T>::value) {
     const std::size_t idx = b.open(NodeKind::kList, v.size());
     for (const auto& e : v) flatten_into<typename T::value_type, B>(e, b);
@@ -265,7 +343,7 @@ void flatten_into(const T& v, B& b) {
       flatten_into<typename T::mapped_type, B>(kv.second, b);
     b.close(idx);
   } else {
-    check_static_leaf<T>();
+    static_assert(kStaticChecked<T>);
     if constexpr (StaticLeaf<T>) b.static_value(v);
   }
 }
@@ -299,7 +377,7 @@ T unflatten_from(Reader& r) {
     ++r.node;
     return r.def.static_values()[n.aux];
   } else if constexpr (Module<T>) {
-    check_module<T>();
+    static_assert(kModuleChecked<T>);
     if (n.kind != NodeKind::kStruct ||
         !same_struct(n.info, &struct_info<T>())) {
       throw_unflatten_mismatch(r, typeid(T));
@@ -354,13 +432,17 @@ T unflatten_from(Reader& r) {
     }
     return out;
   } else {
-    check_static_leaf<T>();
-    const T* p = n.kind == NodeKind::kStatic
-                     ? r.def.static_values()[n.aux].template get_if<T>()
-                     : nullptr;
-    if (p == nullptr) throw_unflatten_mismatch(r, typeid(T));
-    ++r.node;
-    return *p;
+    static_assert(kStaticChecked<T>);
+    if constexpr (StaticLeaf<T>) {
+      const T* p = n.kind == NodeKind::kStatic
+                       ? r.def.static_values()[n.aux].template get_if<T>()
+                       : nullptr;
+      if (p == nullptr) throw_unflatten_mismatch(r, typeid(T));
+      ++r.node;
+      return *p;
+    } else {
+      throw_unflatten_mismatch(r, typeid(T));  // refused above, at compile time
+    }
   }
 }
 

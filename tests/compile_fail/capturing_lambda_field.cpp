@@ -1,5 +1,5 @@
-// expect: kiln_static_leaf_rejects_stateful_callable<
-// expect: this callable (a lambda with captures?) is used as a static
+// first-error: a lambda with captures cannot be a static leaf
+// expect: kiln_static_leaf_rejects_capturing_lambda<
 //
 // A lambda with captures has state without == or hash (seed 1): rejected with
 // a callable-specific message.

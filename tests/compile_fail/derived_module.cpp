@@ -1,3 +1,4 @@
+// first-error: this struct's KILN_MODULE registration belongs to another type
 // expect: kiln_module_registration_names_another_type<{anonymous}::Wide>
 //
 // A struct derived from a registered module inherits the base's registration;

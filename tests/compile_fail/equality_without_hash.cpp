@@ -1,6 +1,6 @@
-// A static field type with operator== but no AbslHashValue (seed 4).
+// first-error: this static leaf type has operator== but no AbslHashValue
 // expect: kiln_static_leaf_requires_hash_and_equality<{anonymous}::EqOnly>
-// expect: it has no AbslHashValue
+// A static field type with operator== but no AbslHashValue (seed 4).
 #include <kiln/kiln.hpp>
 
 namespace {

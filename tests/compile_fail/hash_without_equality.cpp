@@ -1,5 +1,5 @@
+// first-error: this static leaf type has AbslHashValue but no operator==
 // expect: kiln_static_leaf_requires_hash_and_equality<{anonymous}::HashOnly>
-// expect: it has no operator==
 //
 // A static field type with AbslHashValue but no operator== (seed 4): equal
 // hashes would be taken for equal values.

@@ -1,5 +1,5 @@
+// first-error: this static leaf type has AbslHashValue but no operator==
 // expect: kiln_static_leaf_requires_hash_and_equality<{anonymous}::Settings>
-// expect: it has no operator==
 //
 // Seed 4 at the jit's door: a static argument of filter_jit whose type has a hash
 // but no ==. kiln would have to trust equal hashes; it refuses to compile.

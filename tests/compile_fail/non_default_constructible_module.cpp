@@ -1,7 +1,7 @@
+// first-error: a KILN_MODULE struct must be default-constructible
 // unflatten default-constructs a module and assigns its fields, so a registered
 // struct without a default constructor is rejected where it is used.
 // expect: kiln_module_requires_default_constructor<{anonymous}::Layer>
-// expect: a KILN_MODULE struct must be default-constructible
 #include <kiln/kiln.hpp>
 
 namespace {

@@ -1,5 +1,5 @@
+// first-error: a data pointer cannot be a static leaf
 // expect: kiln_static_leaf_rejects_pointer<const char*>
-// expect: a data pointer cannot be a static pytree leaf
 //
 // A data pointer would be keyed by address while the pointee can change
 // (seed 4).

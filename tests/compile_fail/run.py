@@ -1,12 +1,21 @@
 #!/usr/bin/env python3
-"""Compile-fail tests: each snippet must NOT compile, and the compiler's output must
-contain every `// expect: <text>` line of the snippet (a snippet whose only
-expectation is `compiles` is a control that must compile). Flags come from the
-build's compile_commands.json (the entry of a test source), so the snippets see
-exactly the include paths and defines the test suite does.
+"""Compile-fail tests: every *.cpp in the snippet folder (no hand-kept list) must
+NOT compile, and
+  - the first line of the compiler's output that reports an error must contain
+    the snippet's `// first-error: <text>` (what a user reads first is kiln's
+    message, with the fix), with GCC and, where installed, with Clang;
+  - GCC's output must contain every `// expect: <text>` line (the diagnostic
+    template, which names the offending type).
+A snippet whose only expectation is `// expect: compiles` is a control that
+must compile with both. Flags come from the build's compile_commands.json (the
+entry of a test source), so the snippets see exactly the include paths and
+defines the test suite does.
 
-usage: run.py BUILD_DIR SNIPPET.cpp...
+usage: run.py BUILD_DIR SNIPPET_DIR
 """
+import glob
+import re
+import shutil
 import concurrent.futures
 import json
 import os
@@ -39,40 +48,71 @@ def base_command(build_dir):
     sys.exit("run.py: no entry for tests/test_static.cpp in compile_commands.json")
 
 
-def expectations(path):
+def expectations(path, tag):
     with open(path) as f:
-        return [line.split("// expect:", 1)[1].strip()
-                for line in f if line.lstrip().startswith("// expect:")]
+        return [line.split(tag, 1)[1].strip()
+                for line in f if line.lstrip().startswith(tag)]
 
 
-def check(cmd, cwd, path):
-    name = os.path.basename(path)
-    expects = expectations(path)
-    if not expects:
-        return False, f"{name}: has no `// expect:` line"
+def first_error(output):
+    for line in output.splitlines():
+        if re.search(r"\berror\b", line) and not line.lstrip().startswith("In file"):
+            return line
+    return ""
+
+
+def compile_snippet(cmd, cwd, path):
     proc = subprocess.run(
-        cmd + ["-fsyntax-only", "-fdiagnostics-color=never", os.path.abspath(path)],
-        cwd=cwd, capture_output=True, text=True, timeout=120)
-    output = proc.stdout + proc.stderr
+        cmd + ["-fsyntax-only", os.path.abspath(path)],
+        cwd=cwd, capture_output=True, text=True, timeout=180)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def check(compilers, cwd, path):
+    name = os.path.basename(path)
+    expects = expectations(path, "// expect:")
+    firsts = expectations(path, "// first-error:")
+    if not expects and not firsts:
+        return False, f"{name}: has no `// expect:` or `// first-error:` line"
+    for label, cmd in compilers:
+        rc, output = compile_snippet(cmd, cwd, path)
+        if expects == ["compiles"]:
+            if rc != 0:
+                return False, f"{name}: control failed to compile ({label}):\n{output[:4000]}"
+            continue
+        if rc == 0:
+            return False, f"{name}: compiled ({label}), but it must be rejected"
+        line = first_error(output)
+        missing_first = [e for e in firsts if e not in line]
+        if missing_first:
+            return False, (f"{name}: rejected ({label}), but the first error line\n  {line}\n"
+                           f"lacks {missing_first}:\n{output[:4000]}")
+        missing = [e for e in expects if e not in output] if label == "g++" else []
+        if missing:
+            return False, (f"{name}: rejected ({label}), but the diagnostic lacks "
+                           f"{missing}:\n{output[:4000]}")
     if expects == ["compiles"]:
-        if proc.returncode == 0:
-            return True, f"{name}: compiles, as it should"
-        return False, f"{name}: control failed to compile:\n{output[:4000]}"
-    if proc.returncode == 0:
-        return False, f"{name}: compiled, but it must be rejected"
-    missing = [e for e in expects if e not in output]
-    if missing:
-        return False, (f"{name}: rejected, but the diagnostic lacks "
-                       f"{missing}:\n{output[:4000]}")
-    return True, f"{name}: rejected with the expected diagnostic"
+        return True, f"{name}: compiles, as it should ({', '.join(l for l, _ in compilers)})"
+    return True, (f"{name}: rejected with the expected first error "
+                  f"({', '.join(l for l, _ in compilers)})")
 
 
 def main():
-    if len(sys.argv) < 3:
+    if len(sys.argv) != 3:
         sys.exit(__doc__)
     cmd, cwd = base_command(sys.argv[1])
+    # The recorded command is "[ccache] c++ flags...": keep the flags.
+    first_flag = next(i for i, a in enumerate(cmd) if a.startswith("-"))
+    flags = cmd[first_flag:] + ["-fdiagnostics-color=never"]
+    compilers = [("g++", cmd[:first_flag] + flags)]
+    clang = shutil.which("clang++")
+    if clang:
+        compilers.append(("clang++", [clang] + flags))
+    snippets = sorted(glob.glob(os.path.join(sys.argv[2], "*.cpp")))
+    if not snippets:
+        sys.exit(f"run.py: no snippets in {sys.argv[2]}")
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
-        results = list(pool.map(lambda p: check(cmd, cwd, p), sys.argv[2:]))
+        results = list(pool.map(lambda p: check(compilers, cwd, p), snippets))
     for ok, message in results:
         print(("PASS " if ok else "FAIL ") + message)
     sys.exit(0 if all(ok for ok, _ in results) else 1)

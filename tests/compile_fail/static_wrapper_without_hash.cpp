@@ -1,3 +1,4 @@
+// first-error: so it is a static leaf, and a static leaf needs operator== and
 // expect: kiln_static_leaf_requires_hash_and_equality<{anonymous}::Plain>
 //
 // Static<T> only marks intent: T itself still needs AbslHashValue and ==, and

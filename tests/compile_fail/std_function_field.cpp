@@ -1,6 +1,5 @@
+// first-error: a std::function cannot be a static leaf
 // expect: kiln_static_leaf_rejects_std_function<std::function<kiln::Array(
-// expect: std::function cannot be a static pytree leaf
-// expect: Use a function pointer, a captureless lambda, or a named function
 //
 // std::function has no stable identity (seed 1): rejected with what to use
 // instead.

@@ -1,0 +1,156 @@
+// What kiln can see of an aggregate struct without reflection: how many fields
+// it has (counted the way brace initialisation counts them), each field's
+// declared type and value (through a structured binding), and each field's name
+// (from the compiler's spelling of a pointer to it in __PRETTY_FUNCTION__).
+// Static leaves use this to check that a user struct holds values only and to
+// compare and print it field by field; KILN_MODULE uses the count to refuse a
+// registration that leaves a field out. Internal (namespace kiln::detail).
+//
+// Limits: at most kMaxAggregateFields fields; no base classes with fields and
+// no C array fields (brace elision miscounts them); such a type is not
+// "visible" and must say what it is some other way (see static.hpp).
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <string_view>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+namespace kiln::detail {
+
+inline constexpr std::size_t kMaxAggregateFields = 32;
+
+// Converts to any field type in an unevaluated brace initialisation. The
+// conversion is const-qualified so that a field type with a forwarding
+// constructor (std::optional<U>, std::function) picks that constructor instead
+// of being ambiguous.
+struct AnyField {
+  template <class U>
+  operator U&() const noexcept;  // declared only: used in unevaluated operands
+};
+
+template <class T, std::size_t... I>
+constexpr bool brace_initializable(std::index_sequence<I...>) {
+  return requires { T{((void)I, AnyField{})...}; };
+}
+
+// Fields of the aggregate T: the largest N <= kMaxAggregateFields + 1 such that
+// T{x1, ..., xN} compiles. (Not the first N that fails: a reference field
+// without an initializer makes every shorter list fail.)
+template <class T, std::size_t N = kMaxAggregateFields + 1>
+constexpr std::size_t count_fields() {
+  if constexpr (brace_initializable<T>(std::make_index_sequence<N>())) {
+    return N;
+  } else if constexpr (N == 0) {
+    return 0;
+  } else {
+    return count_fields<T, N - 1>();
+  }
+}
+
+// Whether kiln can see T's fields: a non-union aggregate with at most
+// kMaxAggregateFields fields.
+template <class T>
+constexpr bool visible_aggregate() {
+  if constexpr (!std::is_class_v<T> || std::is_union_v<T> || !std::is_aggregate_v<T>) {
+    return false;
+  } else {
+    return count_fields<T>() <= kMaxAggregateFields;
+  }
+}
+
+// Calls f(std::type_identity<std::tuple<declared field types...>>{}, fields...)
+// with references to v's fields. A reference field's declared type is a
+// reference type (decltype of a structured binding names the member's type).
+template <std::size_t N, class T, class F>
+constexpr decltype(auto) with_fields(T& v, F&& f) {
+  if constexpr (N == 0) {
+    return f(std::type_identity<std::tuple<>>{});
+#include "kiln/runtime/aggregate_fields.inc"
+  }
+}
+
+template <class T>
+constexpr std::size_t kFieldCount = count_fields<T>();
+
+// std::tuple<declared field types...> of a visible aggregate. (A named function
+// object, not a lambda: GCC 12 miscompiles a lambda in this alias template when
+// the alias is used inside a constexpr function.)
+struct TypesOfFields {
+  template <class Types, class... Fields>
+  constexpr Types operator()(Types types, const Fields&...) const {
+    return types;
+  }
+};
+template <class T>
+using FieldTypes = typename decltype(with_fields<kFieldCount<T>>(std::declval<const T&>(),
+                                                                 TypesOfFields{}))::type;
+
+// Calls f(field) for each field of v, in declaration order.
+template <class T, class F>
+constexpr void for_each_field(T& v, F&& f) {
+  with_fields<kFieldCount<std::remove_const_t<T>>>(v, [&](auto, auto&... fields) {
+    (f(fields), ...);
+  });
+}
+
+// ---- field names ----
+template <class T>
+struct FieldPointer {
+  const T* p;
+};
+// Storage for a T that is never constructed: only the addresses of its fields
+// are taken, at compile time. (A union with a constexpr constructor, so that it
+// is constant-initialized whatever T is; an object that is only declared would
+// not do for types without linkage.)
+template <class T>
+union FakeStorage {
+  char unused;
+  T value;
+  constexpr FakeStorage() : unused() {}
+  constexpr ~FakeStorage() {}
+};
+template <class T>
+inline const FakeStorage<T> kFakeStorage{};
+
+template <auto P>
+consteval std::string_view spelled_pointer() {
+  return __PRETTY_FUNCTION__;
+}
+
+template <class T>
+consteval auto field_pointers() {
+  return with_fields<kFieldCount<T>>(kFakeStorage<T>.value, [](auto, const auto&... fields) {
+    return std::tuple{FieldPointer<std::remove_cvref_t<decltype(fields)>>{&fields}...};
+  });
+}
+
+// The last identifier before the end of the pointer's spelling: GCC writes
+// "...{(& kFakeStorage<Cfg>.FakeStorage<Cfg>::value.Cfg::scale)}]", Clang
+// "...{&kFakeStorage.value.scale}]".
+consteval std::string_view member_name(std::string_view s) {
+  std::size_t end = s.rfind('}');
+  if (end == std::string_view::npos) return {};
+  while (end > 0 && (s[end - 1] == ')' || s[end - 1] == ' ')) --end;
+  std::size_t begin = end;
+  auto ident = [](char c) {
+    return c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+           (c >= '0' && c <= '9');
+  };
+  while (begin > 0 && ident(s[begin - 1])) --begin;
+  return s.substr(begin, end - begin);
+}
+
+// Names of a visible aggregate's fields (no reference or bit-field members).
+template <class T>
+consteval std::array<std::string_view, kFieldCount<T>> field_names() {
+  constexpr auto pointers = field_pointers<T>();
+  return [&]<std::size_t... I>(std::index_sequence<I...>) {
+    return std::array<std::string_view, sizeof...(I)>{
+        member_name(spelled_pointer<std::get<I>(pointers)>())...};
+  }(std::make_index_sequence<kFieldCount<T>>());
+}
+
+}  // namespace kiln::detail
