@@ -16,7 +16,8 @@
 //     which compare by identity, not by the wrapper's address;
 //   - Static<T> of an accepted T.
 // Refused with a compile-time error that says what to pass instead: raw and
-// smart pointers, references and std::reference_wrapper, views (string_view,
+// smart pointers, C arrays and string literals, references and
+// std::reference_wrapper, views (string_view,
 // span, ranges views), iterators, std::function, lambdas with captures, structs
 // that hold arrays (register them with KILN_MODULE), and types without == and
 // a hash.
@@ -149,6 +150,7 @@ enum class StaticKind : std::uint8_t {
   kRejectCapturingLambda,
   kRejectCallable,
   kRejectPointer,
+  kRejectCArray,
   kRejectSmartPointer,
   kRejectReference,
   kRejectView,
@@ -213,6 +215,8 @@ constexpr StaticKind static_kind() {
   } else if constexpr (std::is_pointer_v<T> || std::is_member_pointer_v<T> ||
                        std::is_null_pointer_v<T>) {
     return StaticKind::kRejectPointer;
+  } else if constexpr (std::is_array_v<T>) {
+    return StaticKind::kRejectCArray;
   } else if constexpr (std::is_reference_v<T> || kIs<T, std::reference_wrapper>) {
     return StaticKind::kRejectReference;
   } else if constexpr (kIs<T, std::shared_ptr> || kIs<T, std::unique_ptr> ||
@@ -327,6 +331,13 @@ struct kiln_static_leaf_rejects_pointer {
                 "kiln: a data pointer cannot be a static leaf: kiln would key on the "
                 "address while the caller can change what it points to. Store the "
                 "value itself (std::string for text), or pass the data as an Array");
+};
+template <class T>
+struct kiln_static_leaf_rejects_c_array {
+  static_assert(detail::kAlwaysFalse<T>,
+                "kiln: a C array (or a string literal) cannot be a static leaf: it "
+                "decays to a pointer to memory the caller owns. Pass std::string for "
+                "text, std::array or std::vector for numbers, or an Array");
 };
 template <class T>
 struct kiln_static_leaf_rejects_smart_pointer {
@@ -450,6 +461,8 @@ constexpr void check_static_leaf() {
     (void)sizeof(kiln_static_leaf_rejects_stateful_callable<T>);
   } else if constexpr (k == StaticKind::kRejectPointer) {
     (void)sizeof(kiln_static_leaf_rejects_pointer<T>);
+  } else if constexpr (k == StaticKind::kRejectCArray) {
+    (void)sizeof(kiln_static_leaf_rejects_c_array<T>);
   } else if constexpr (k == StaticKind::kRejectSmartPointer) {
     (void)sizeof(kiln_static_leaf_rejects_smart_pointer<T>);
   } else if constexpr (k == StaticKind::kRejectReference) {
