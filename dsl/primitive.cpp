@@ -106,7 +106,9 @@ namespace detail {
 
 void check_not_none(std::string_view op, const Array& a, std::string_view which) {
   if (a.is_null()) {
-    throw ValueError(str_cat("[", op, "] ", which, " is None (a null Array)"));
+    throw ValueError(str_cat("[", op, "] ", which,
+                             " is None (a null Array; a field left out of its struct's "
+                             "KILN_MODULE(...) is None after grad or filter_jit)"));
   }
 }
 

@@ -74,7 +74,12 @@ void check_concrete(const ArrayImpl& impl, const char* op) {
 }  // namespace
 
 const ArrayImpl& Array::checked() const {
-  if (!impl_) throw ValueError("[array] use of a null Array (None)");
+  if (!impl_) {
+    throw ValueError(
+        "[array] use of a null Array (None): an Array that was never set, or a field of a "
+        "struct that its KILN_MODULE(...) registration leaves out (grad, filter_jit and "
+        "unflatten rebuild registered fields only; the rest are default-constructed)");
+  }
   return *impl_;
 }
 

@@ -571,18 +571,18 @@ TEST_CASE(
     "argument") {
   const Array none;
   const Array x = zeros({2});
-  CHECK_THROWS_WITH_AS(add(x, none), "[add] argument 2 is None (a null Array)",
+  CHECK_THROWS_WITH_AS(add(x, none), "[add] argument 2 is None (a null Array; a field left out of its struct's KILN_MODULE(...) is None after grad or filter_jit)",
                        ValueError);
-  CHECK_THROWS_WITH_AS(none * x, "[multiply] argument 1 is None (a null Array)",
+  CHECK_THROWS_WITH_AS(none * x, "[multiply] argument 1 is None (a null Array; a field left out of its struct's KILN_MODULE(...) is None after grad or filter_jit)",
                        ValueError);
-  CHECK_THROWS_WITH_AS(exp(none), "[exp] argument 1 is None (a null Array)",
+  CHECK_THROWS_WITH_AS(exp(none), "[exp] argument 1 is None (a null Array; a field left out of its struct's KILN_MODULE(...) is None after grad or filter_jit)",
                        ValueError);
-  CHECK_THROWS_WITH_AS(!none, "[logical_not] argument 1 is None (a null Array)",
+  CHECK_THROWS_WITH_AS(!none, "[logical_not] argument 1 is None (a null Array; a field left out of its struct's KILN_MODULE(...) is None after grad or filter_jit)",
                        ValueError);
   CHECK_THROWS_WITH_AS(where(x > 0.0f, x, none),
-                       "[where] argument 3 is None (a null Array)", ValueError);
+                       "[where] argument 3 is None (a null Array; a field left out of its struct's KILN_MODULE(...) is None after grad or filter_jit)", ValueError);
   CHECK_THROWS_WITH_AS(astype(none, i32),
-                       "[astype] argument 1 is None (a null Array)",
+                       "[astype] argument 1 is None (a null Array; a field left out of its struct's KILN_MODULE(...) is None after grad or filter_jit)",
                        ValueError);
 }
 
@@ -597,8 +597,8 @@ TEST_CASE(
 }
 
 TEST_CASE("a None operand combined with a C++ scalar names the op") {
-  CHECK_THROWS_WITH_AS(Array() + 1.0f, "[add] array operand is None (a null Array)",
+  CHECK_THROWS_WITH_AS(Array() + 1.0f, "[add] array operand is None (a null Array; a field left out of its struct's KILN_MODULE(...) is None after grad or filter_jit)",
                        ValueError);
-  CHECK_THROWS_WITH_AS(2 * Array(), "[multiply] array operand is None (a null Array)",
+  CHECK_THROWS_WITH_AS(2 * Array(), "[multiply] array operand is None (a null Array; a field left out of its struct's KILN_MODULE(...) is None after grad or filter_jit)",
                        ValueError);
 }

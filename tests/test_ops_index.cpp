@@ -76,10 +76,10 @@ TEST_CASE("take rejects out-of-range indices, bad index dtypes and None") {
                        "[take] axis 2 is out of range for an array of rank 2",
                        ShapeError);
   CHECK_THROWS_WITH_AS(take(Array(), array<I>({0}), 0),
-                       "[take] the array input is None (a null Array)",
+                       "[take] the array input is None (a null Array; a field left out of its struct's KILN_MODULE(...) is None after grad or filter_jit)",
                        ValueError);
   CHECK_THROWS_WITH_AS(take(a, Array(), 0),
-                       "[take] the indices input is None (a null Array)",
+                       "[take] the indices input is None (a null Array; a field left out of its struct's KILN_MODULE(...) is None after grad or filter_jit)",
                        ValueError);
 }
 
@@ -175,6 +175,6 @@ TEST_CASE("one_hot rejects negative depth, non-integer indices and None") {
       doctest::Contains("[one_hot] indices must be i32 or u32, got f32"),
       DTypeError);
   CHECK_THROWS_WITH_AS(one_hot(Array(), 2),
-                       "[one_hot] indices input is None (a null Array)",
+                       "[one_hot] indices input is None (a null Array; a field left out of its struct's KILN_MODULE(...) is None after grad or filter_jit)",
                        ValueError);
 }

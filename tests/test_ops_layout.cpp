@@ -54,7 +54,7 @@ TEST_CASE("reshape errors name both shapes") {
       doctest::Contains("[reshape] cannot infer the -1 in (0, -1)"),
       ShapeError);
   CHECK_THROWS_WITH_AS(reshape(Array(), {1}),
-                       "[reshape] input is None (a null Array)", ValueError);
+                       "[reshape] input is None (a null Array; a field left out of its struct's KILN_MODULE(...) is None after grad or filter_jit)", ValueError);
 }
 
 TEST_CASE("transpose reverses the axes by default") {
@@ -128,7 +128,7 @@ TEST_CASE("transpose rejects anything but a permutation of the axes") {
       permute(m, {0, 2}),
       "[permute] axis 2 is out of range for an array of rank 2", ShapeError);
   CHECK_THROWS_WITH_AS(transpose(Array()),
-                       "[transpose] input is None (a null Array)", ValueError);
+                       "[transpose] input is None (a null Array; a field left out of its struct's KILN_MODULE(...) is None after grad or filter_jit)", ValueError);
 }
 
 TEST_CASE("broadcast_to repeats size-1 and missing leading dimensions") {
@@ -271,7 +271,7 @@ TEST_CASE("concatenate errors name the offending array and both shapes") {
   CHECK_THROWS_WITH_AS(concatenate(std::span<const Array>()),
                        "[concatenate] needs at least one array", ValueError);
   CHECK_THROWS_WITH_AS(concatenate({a, Array()}),
-                       "[concatenate] array 1 is None (a null Array)",
+                       "[concatenate] array 1 is None (a null Array; a field left out of its struct's KILN_MODULE(...) is None after grad or filter_jit)",
                        ValueError);
   CHECK_THROWS_WITH_AS(
       concatenate({scalar(1.0f), scalar(2.0f)}),
@@ -333,7 +333,7 @@ TEST_CASE("slice errors: non-positive step, mismatched bound lists, bad axes") {
                        "[slice] axis 2 is out of range for an array of rank 2",
                        ShapeError);
   CHECK_THROWS_WITH_AS(slice_axis(Array(), 0, 0, 1),
-                       "[slice] input is None (a null Array)", ValueError);
+                       "[slice] input is None (a null Array; a field left out of its struct's KILN_MODULE(...) is None after grad or filter_jit)", ValueError);
 }
 
 TEST_CASE("layout ops move bool elements unchanged") {

@@ -147,9 +147,9 @@ TEST_CASE("matmul rejects non-floating, mixed, 0-d and None inputs") {
                         "dimension, got shapes () and (2,)"),
       ShapeError);
   CHECK_THROWS_WITH_AS(matmul(Array(), zeros({2})),
-                       "[matmul] the first input is None (a null Array)",
+                       "[matmul] the first input is None (a null Array; a field left out of its struct's KILN_MODULE(...) is None after grad or filter_jit)",
                        ValueError);
   CHECK_THROWS_WITH_AS(matmul(zeros({2}), Array()),
-                       "[matmul] the second input is None (a null Array)",
+                       "[matmul] the second input is None (a null Array; a field left out of its struct's KILN_MODULE(...) is None after grad or filter_jit)",
                        ValueError);
 }

@@ -232,3 +232,27 @@ TEST_CASE("declared values, variants and sets are static values") {
   check_same(f(input(), Opaque(3), V{3.0}, S{{1, 2, 3}}), input() * 12.0);
   CHECK(f.trace_count() == 4);
 }
+
+namespace static_keys {
+// Not an aggregate (it has a constructor), so kiln cannot count its fields at
+// compile time: `proj` left out of the registration is caught at run time.
+struct Block {
+  Block() = default;
+  Block(Array f, Array p) : fc(std::move(f)), proj(std::move(p)) {}
+  Array fc;
+  Array proj;
+  KILN_MODULE(Block, fc);
+  Array operator()(const Array& x) const { return sum(x * fc * proj); }
+};
+}  // namespace static_keys
+
+TEST_CASE("a field left out of KILN_MODULE in a class with constructors is named in the error") {
+  const Block blk(array<float>({1.0f, 2.0f, 3.0f}), array<float>({1.0f, 1.0f, 1.0f}));
+  CHECK(blk(input()).item<float>() == doctest::Approx(-1.5f));  // eager: fine
+  auto loss = [](const Block& b, const Array& x) { return b(x); };
+  CHECK_THROWS_WITH_AS(value_and_grad(loss)(blk, input()),
+                       doctest::Contains("[multiply] argument 2 is None (a null Array; a "
+                                         "field left out of its struct's KILN_MODULE(...) "
+                                         "is None after grad or filter_jit)"),
+                       ValueError);
+}

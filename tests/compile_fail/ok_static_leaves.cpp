@@ -1,8 +1,15 @@
 // Control: the accepted static leaves compile with the same flags, so a failure
 // of the other snippets is the diagnostic they expect and not a broken setup.
 // expect: compiles
+#include <array>
+#include <bitset>
 #include <kiln/kiln.hpp>
+#include <map>
+#include <set>
 #include <string>
+#include <tuple>
+#include <variant>
+#include <vector>
 
 namespace {
 kiln::Array relu(const kiln::Array& x) { return x; }
@@ -15,6 +22,41 @@ struct Config {
   }
 };
 enum class Mode { kTrain, kEval };
+// Aggregates are checked field by field, nested ones too.
+struct Inner {
+  double eps = 1e-5;
+  std::vector<int> dims;
+  friend bool operator==(const Inner&, const Inner&) = default;
+  template <class H>
+  friend H AbslHashValue(H h, const Inner& c) {
+    return H::combine(std::move(h), c.eps, c.dims);
+  }
+};
+struct Outer {
+  Inner inner;
+  Mode mode = Mode::kEval;
+  std::string name;
+  friend bool operator==(const Outer&, const Outer&) = default;
+  template <class H>
+  friend H AbslHashValue(H h, const Outer& c) {
+    return H::combine(std::move(h), c.inner, c.mode, c.name);
+  }
+};
+// A class kiln cannot see into, declared a value.
+class Declared {
+ public:
+  KILN_STATIC_VALUE(Declared);
+  friend bool operator==(const Declared&, const Declared&) = default;
+  template <class H>
+  friend H AbslHashValue(H h, const Declared& d) {
+    return H::combine(std::move(h), d.k_);
+  }
+
+ private:
+  int k_ = 0;
+};
+auto captureless = [](const kiln::Array& x) { return x; };
+auto generic_captureless = [](const auto& x) { return x; };
 struct Ok {
   kiln::Array w;
   kiln::Array (*act)(const kiln::Array&) = &relu;
@@ -25,7 +67,19 @@ struct Ok {
   std::string name;
   Config config;
   kiln::Static<Config> wrapped;
-  KILN_MODULE(Ok, w, act, n, lr, flag, mode, name, config, wrapped);
+  Outer outer;
+  Declared declared;
+  kiln::Static<std::vector<double>> scales;
+  kiln::Static<std::array<float, 3>> triple;
+  kiln::Static<std::variant<int, std::string>> choice;
+  std::map<int, double> by_id;
+  std::set<std::string> tags;
+  std::tuple<int, double, Mode> settings;
+  std::bitset<8> bits;
+  decltype(captureless) act2;
+  decltype(generic_captureless) act3;
+  KILN_MODULE(Ok, w, act, n, lr, flag, mode, name, config, wrapped, outer, declared, scales,
+              triple, choice, by_id, tags, settings, bits, act2, act3);
 };
 }  // namespace
 
