@@ -203,6 +203,8 @@ std::string type_display_name(const std::type_info& t) {
   erase_all(s, "(anonymous namespace)::");
   // A local class: "test_fn(int)::Pow<3>" -> "Pow<3>" (the enclosing function's
   // signature is noise; the class's own name and template arguments remain).
+  // Not for lambdas: "f()::{lambda(int)#2}" is only told apart by its scope.
+  if (s.find("{lambda") != std::string::npos) return s;
   int depth = 0;
   std::size_t cut = std::string::npos;
   for (std::size_t i = 0; i + 2 < s.size(); ++i) {

@@ -160,6 +160,7 @@ enum class StaticKind : std::uint8_t {
   kRejectOpaque,       // hash and ==, but kiln cannot see its fields
   kRejectMissing,      // lacks == and/or a hash
   kRejectPart,         // an element or field is refused (diagnosed there)
+  kCount,              // not a kind: the number of kinds (tests enumerate them)
 };
 
 template <class T>
