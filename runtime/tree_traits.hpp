@@ -89,13 +89,9 @@ constexpr std::array<std::string_view, N> split_field_names(
 }
 
 template <class T>
-struct IsVector : std::false_type {};
-template <class T, class A>
-struct IsVector<std::vector<T, A>> : std::true_type {};
+struct IsVector : std::bool_constant<kIs<T, std::vector>> {};
 template <class T>
-struct IsStdArray : std::false_type {};
-template <class T, std::size_t N>
-struct IsStdArray<std::array<T, N>> : std::true_type {};
+struct IsStdArray : IsStdArrayType<T> {};
 template <class T>
 struct IsTupleLike : std::false_type {};
 template <class... Ts>
@@ -103,9 +99,7 @@ struct IsTupleLike<std::tuple<Ts...>> : std::true_type {};
 template <class A, class B>
 struct IsTupleLike<std::pair<A, B>> : std::true_type {};
 template <class T>
-struct IsOptional : std::false_type {};
-template <class T>
-struct IsOptional<std::optional<T>> : std::true_type {};
+struct IsOptional : std::bool_constant<kIs<T, std::optional>> {};
 template <class T>
 struct IsStringMap : std::false_type {};
 template <class V, class C, class A>
