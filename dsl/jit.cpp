@@ -1,7 +1,10 @@
 // filter_jit's cache: keys, lookup, retrace explanations, donation, running.
 #include "kiln/dsl/jit.hpp"
 
+#include <algorithm>
+#include <array>
 #include <cstdio>
+#include <future>
 #include <cstdlib>
 
 #include "absl/container/flat_hash_map.h"
@@ -96,19 +99,70 @@ std::vector<const Array*>& hit_scratch() {
   return scratch;
 }
 
+// What one thread remembers of one JitState: the entry it ran last (the hint
+// of its next call) and that call's stats. A few per thread, most recent first;
+// keyed by the JitState's id, which is never reused, so a record of a destroyed
+// JitState is never mistaken for a live one's.
+struct JitState::ThreadRecord {
+  std::uint64_t id = 0;
+  std::uint64_t epoch = 0;
+  std::weak_ptr<const JitEntry> entry;
+  RunStats last_run;
+};
+
+namespace {
+constexpr std::size_t kThreadRecords = 8;
+std::atomic<std::uint64_t> g_next_jit_id{1};
+}  // namespace
+
+JitState::ThreadRecord& JitState::record() const {
+  thread_local std::array<ThreadRecord, kThreadRecords> records;
+  if (records[0].id == id_) return records[0];
+  std::size_t i = 1;
+  while (i < kThreadRecords && records[i].id != id_) ++i;
+  if (i == kThreadRecords) {  // not there: replace the least recently used
+    i = kThreadRecords - 1;
+    records[i] = ThreadRecord{id_};
+  }
+  std::rotate(records.begin(), records.begin() + static_cast<std::ptrdiff_t>(i),
+              records.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+  return records[0];
+}
+
+std::shared_ptr<const JitEntry> JitState::hint() const {
+  const ThreadRecord& r = record();
+  if (r.epoch != epoch_.load(std::memory_order_acquire)) return nullptr;
+  return r.entry.lock();
+}
+
+void JitState::remember(const std::shared_ptr<const JitEntry>& entry, const RunStats& stats) const {
+  ThreadRecord& r = record();
+  r.entry = entry;
+  r.epoch = entry == nullptr ? 0 : entry->epoch;
+  r.last_run = stats;
+}
+
+RunStats JitState::last_run() const { return record().last_run; }
+
+std::string JitState::last_retrace() const {
+  std::lock_guard lock(info_mu_);
+  return last_retrace_;
+}
+
 void JitState::run_hit(const JitEntry& entry, std::span<const Array* const> leaves,
-                       std::span<const bool> donated, std::vector<Array>& outputs) {
+                       std::span<const bool> donated, std::vector<Array>& outputs) const {
   const Executable& exe = *entry.executable;
-  last_entry_ = &entry;
   bool any_donated = false;
   for (bool d : donated) any_donated = any_donated || d;
+  RunStats stats;
   if (!any_donated) {
-    outputs = exe.run(leaves, &last_run_);
-    return;
+    outputs = exe.run(leaves, &stats);
+  } else {
+    thread_local std::vector<Array> inputs;
+    prepare_inputs(leaves, entry.first_leaf, donated, exe, inputs, 0);
+    outputs = exe.run(inputs, &stats);
   }
-  thread_local std::vector<Array> inputs;
-  prepare_inputs(leaves, entry.first_leaf, donated, exe, inputs, 0);
-  outputs = exe.run(inputs, &last_run_);
+  record().last_run = stats;
 }
 
 const std::string& current_retrace_explanation() {
@@ -124,24 +178,34 @@ void throw_too_many_traces(std::string_view what, std::size_t count, std::size_t
                                                  : str_cat("; this trace: ", explanation)));
 }
 
-JitState::JitState(JitOptions options)
-    : options_(std::move(options)), log_retraces_(env_flag("KILN_LOG_RETRACES")) {
+namespace {
+JitOptions with_environment(JitOptions options) {
   if (const char* v = std::getenv("KILN_FUSION")) {
-    if (std::string_view(v) == "0") options_.fusion.enabled = false;
-    if (std::string_view(v) == "elementwise") options_.fusion.anchors = false;
+    if (std::string_view(v) == "0") options.fusion.enabled = false;
+    if (std::string_view(v) == "elementwise") options.fusion.anchors = false;
   }
+  return options;
 }
+}  // namespace
+
+JitState::JitState(JitOptions options)
+    : options_(with_environment(std::move(options))),
+      id_(g_next_jit_id.fetch_add(1, std::memory_order_relaxed)),
+      log_retraces_(env_flag("KILN_LOG_RETRACES")) {}
 JitState::~JitState() = default;
 
-std::size_t JitState::cache_size() const { return entries_.size(); }
-
-void JitState::clear_cache() {
-  entries_.clear();
-  last_entry_ = nullptr;
+std::size_t JitState::cache_size() const {
+  std::shared_lock lock(entries_mu_);
+  return entries_.size();
 }
 
-const Executable* JitState::last_executable() const {
-  return last_entry_ == nullptr ? nullptr : last_entry_->executable.get();
+void JitState::clear_cache() {
+  std::vector<std::shared_ptr<const JitEntry>> dropped;  // freed outside the lock
+  std::unique_lock lock(entries_mu_);
+  dropped.swap(entries_);
+  // Threads' hints from before this point no longer count. Entries running
+  // now finish (their callers hold them) and are then freed.
+  epoch_.fetch_add(1, std::memory_order_acq_rel);
 }
 
 std::string JitState::arg_name(std::size_t i) const {
@@ -190,14 +254,28 @@ Device JitState::check_leaves(const JitCall& call) const {
   return device;
 }
 
+std::shared_ptr<const JitEntry> JitState::find(const JitCall& call, std::size_t hash,
+                                                Device device) const {
+  std::shared_lock lock(entries_mu_);
+  for (const auto& e : entries_) {
+    if (matches(*e, call, hash, device)) return e;
+  }
+  return nullptr;
+}
+
 std::string JitState::explain_miss(const JitCall& call, Device device) const {
-  if (entries_.empty()) return str_cat(options_.name, ": first call");
+  std::vector<std::shared_ptr<const JitEntry>> entries;
+  {
+    std::shared_lock lock(entries_mu_);
+    entries = entries_;
+  }
+  if (entries.empty()) return str_cat(options_.name, ": first call");
   // Nearest: fewest structural differences first (an entry with the same tree
   // structure is nearer than any with another), then fewest leaf differences.
   std::vector<std::string> best;
   std::vector<std::string> paths;  // of the call's leaves, made when first needed
   std::size_t best_score = static_cast<std::size_t>(-1);
-  for (const auto& e : entries_) {
+  for (const auto& e : entries) {
     std::vector<std::string> lines;
     std::size_t structural = 0;
     if (e->device != device) {
@@ -237,32 +315,48 @@ std::string JitState::explain_miss(const JitCall& call, Device device) const {
       best = std::move(lines);
     }
   }
-  return str_cat(options_.name, ": retrace ", trace_count_ + 1, ", the nearest of ",
-                 entries_.size(), " cached ", entries_.size() == 1 ? "key" : "keys",
+  return str_cat(options_.name, ": retrace ", trace_count() + 1, ", the nearest of ",
+                 entries.size(), " cached ", entries.size() == 1 ? "key" : "keys",
                  " differs at\n    ", join(best, "\n    "));
 }
 
-JitEntry& JitState::trace_and_compile(JitCall& call, std::size_t hash, Device device,
-                                      TraceFn trace) {
+std::shared_ptr<JitEntry> JitState::trace_and_compile(JitCall& call, const JitEntry& key,
+                                                       TraceFn trace, const TraceGuards& guards) {
+  const Device device = key.device;
   std::string explanation = explain_miss(call, device);
-  if (trace_count_ + 1 > max_traces_) {
-    throw_too_many_traces(str_cat("[", options_.name, "]"), trace_count_ + 1, max_traces_,
-                          explanation);
+  // Each guard's slot is taken before tracing (two threads cannot both take
+  // the last one) and given back if the trace fails.
+  std::size_t reserved = 0;
+  struct Release {
+    const TraceGuards& guards;
+    std::size_t& reserved;
+    ~Release() {
+      for (std::size_t i = 0; i < reserved; ++i) guards[i]->count.fetch_sub(1);
+    }
+  } release{guards, reserved};
+  for (const auto& g : guards) {
+    const std::size_t n = g->count.fetch_add(1) + 1;
+    if (n > g->max) {
+      g->count.fetch_sub(1);
+      throw_too_many_traces(str_cat("[", options_.name, "]"), n, g->max, explanation);
+    }
+    ++reserved;
   }
   if (log_retraces_) std::fprintf(stderr, "[filter_jit] %s\n", explanation.c_str());
-  last_retrace_ = explanation;
-  ++trace_count_;
-  auto entry = std::make_unique<JitEntry>();
-  entry->defs = call.defs;
-  entry->first_leaf = call.first_leaf;
+  {
+    std::lock_guard lock(info_mu_);
+    last_retrace_ = explanation;
+  }
+  auto entry = std::make_shared<JitEntry>();
+  entry->defs = key.defs;
+  entry->first_leaf = key.first_leaf;
   entry->device = device;
-  entry->hash = hash;
-  entry->avals.reserve(call.leaves.size());
-  for (const Array& a : call.leaves) entry->avals.push_back(a.aval());
+  entry->hash = key.hash;
+  entry->avals = key.avals;
   Program program;
   {
     const std::string* saved = tl_explanation;
-    tl_explanation = &last_retrace_;
+    tl_explanation = &explanation;
     struct Restore {
       const std::string* saved;
       ~Restore() { tl_explanation = saved; }
@@ -284,22 +378,91 @@ JitEntry& JitState::trace_and_compile(JitCall& call, std::size_t hash, Device de
   if (env_flag("KILN_PRINT_PROGRAMS")) {
     std::fprintf(stderr, "%s\n", entry->executable->to_string().c_str());
   }
-  entries_.push_back(std::move(entry));
-  return *entries_.back();
+  // Counted once it succeeded: a trace that threw stored nothing.
+  reserved = 0;
+  trace_count_.fetch_add(1, std::memory_order_relaxed);
+  return entry;
 }
 
-std::pair<std::vector<Array>, const TreeDef*> JitState::call(JitCall& call, TraceFn trace) {
-  const Device device = check_leaves(call);
-  const std::size_t hash = key_hash(call, device);
-  const JitEntry* entry = nullptr;
-  for (const auto& e : entries_) {
-    if (matches(*e, call, hash, device)) {
-      entry = e.get();
-      break;
+// A key being traced by some thread: other threads missing on the same key
+// wait for its entry instead of tracing it again.
+struct JitState::Pending {
+  std::shared_ptr<const JitEntry> key;  // defs, avals, device, hash; no executable
+  std::thread::id owner;
+  std::promise<std::shared_ptr<const JitEntry>> promise;  // null: the trace failed
+  std::shared_future<std::shared_ptr<const JitEntry>> done = promise.get_future().share();
+};
+
+std::shared_ptr<const JitEntry> JitState::find_or_trace(JitCall& call, std::size_t hash,
+                                                        Device device, TraceFn trace,
+                                                        const TraceGuards& guards) {
+  for (;;) {
+    std::shared_ptr<Pending> mine;
+    std::shared_future<std::shared_ptr<const JitEntry>> theirs;
+    {
+      std::unique_lock lock(entries_mu_);
+      for (const auto& e : entries_) {
+        if (matches(*e, call, hash, device)) return e;
+      }
+      for (const auto& p : pending_) {
+        if (!matches(*p->key, call, hash, device)) continue;
+        if (p->owner == std::this_thread::get_id()) {
+          throw ValueError(str_cat("[", options_.name,
+                                   "] called inside its own trace with the arguments being "
+                                   "traced; call the plain function there"));
+        }
+        theirs = p->done;
+        break;
+      }
+      if (!theirs.valid()) {
+        auto key = std::make_shared<JitEntry>();
+        key->defs = call.defs;
+        key->first_leaf = call.first_leaf;
+        key->device = device;
+        key->hash = hash;
+        key->avals.reserve(call.leaves.size());
+        for (const Array& a : call.leaves) key->avals.push_back(a.aval());
+        mine = std::make_shared<Pending>();
+        mine->key = std::move(key);
+        mine->owner = std::this_thread::get_id();
+        pending_.push_back(mine);
+      }
+    }
+    if (theirs.valid()) {
+      if (std::shared_ptr<const JitEntry> e = theirs.get()) return e;
+      continue;  // their trace failed: try (and fail) on this thread's own
+    }
+    std::shared_ptr<JitEntry> entry;
+    try {
+      entry = trace_and_compile(call, *mine->key, trace, guards);
+    } catch (...) {
+      finish(mine, nullptr);
+      throw;
+    }
+    finish(mine, entry);
+    return entry;
+  }
+}
+
+void JitState::finish(const std::shared_ptr<Pending>& pending,
+                      const std::shared_ptr<JitEntry>& entry) {
+  {
+    std::unique_lock lock(entries_mu_);
+    std::erase(pending_, pending);
+    if (entry != nullptr) {
+      entry->epoch = epoch_.load(std::memory_order_relaxed);
+      entries_.push_back(entry);
     }
   }
-  if (entry == nullptr) entry = &trace_and_compile(call, hash, device, trace);
-  last_entry_ = entry;
+  pending->promise.set_value(entry);
+}
+
+std::pair<std::vector<Array>, std::shared_ptr<const JitEntry>> JitState::call(
+    JitCall& call, TraceFn trace, const TraceGuards& guards) {
+  const Device device = check_leaves(call);
+  const std::size_t hash = key_hash(call, device);
+  std::shared_ptr<const JitEntry> entry = find(call, hash, device);
+  if (entry == nullptr) entry = find_or_trace(call, hash, device, trace, guards);
   std::vector<const Array*> leaves;
   leaves.reserve(call.leaves.size());
   for (const Array& a : call.leaves) leaves.push_back(&a);
@@ -307,8 +470,10 @@ std::pair<std::vector<Array>, const TreeDef*> JitState::call(JitCall& call, Trac
   prepare_inputs(leaves, call.first_leaf, call.donated, *entry->executable, inputs, 1);
   leaves.clear();
   call.leaves.clear();  // our handles must not keep donated buffers alive
-  std::vector<Array> outputs = entry->executable->run(inputs, &last_run_);
-  return {std::move(outputs), &entry->result};
+  RunStats stats;
+  std::vector<Array> outputs = entry->executable->run(inputs, &stats);
+  remember(entry, stats);
+  return {std::move(outputs), std::move(entry)};
 }
 
 }  // namespace kiln::detail

@@ -23,7 +23,11 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <atomic>
 #include <memory>
+#include <mutex>
+#include <shared_mutex>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -89,6 +93,7 @@ struct JitEntry {
   std::vector<Aval> avals;
   Device device;
   std::size_t hash = 0;
+  std::uint64_t epoch = 0;  // the cache's epoch when it was stored (JitState)
   std::unique_ptr<Executable> executable;
   TreeDef result;
   std::span<const Aval> avals_of(std::size_t arg) const {
@@ -100,32 +105,50 @@ struct JitEntry {
 // Per-thread scratch of the cache-hit path (reused between calls: no allocation).
 std::vector<const Array*>& hit_scratch();
 
+// assert_max_traces around a jitted callable: at most `max` traces caused by the
+// calls made through it (and its copies).
+struct TraceGuard {
+  explicit TraceGuard(std::size_t max) : max(max) {}
+  std::size_t max;
+  std::atomic<std::size_t> count{0};
+};
+using TraceGuards = std::vector<std::shared_ptr<TraceGuard>>;
+
 // The cache of one jitted function (shared by copies of the callable).
+//
+// Threads: every member function may be called from any number of threads at
+// once. Entries are immutable once stored and held by shared_ptr, so a call
+// pins the entry it runs and runs it with no lock held. The hit path takes no
+// lock: each thread remembers the entry it used last (hint()), checked against
+// the cache's epoch so that nothing cleared is run. A miss looks the key up
+// under a shared lock, then registers the key as pending under the exclusive
+// one and traces with no lock held: threads missing on different keys trace in
+// parallel, and a thread missing on a key another is tracing waits for that
+// entry (two threads missing on the same key trace once).
 class JitState {
  public:
   explicit JitState(JitOptions options);
   ~JitState();
 
   // Finds or builds (tracing through `trace`) the entry for `call`, runs it and
-  // returns the outputs and the result structure.
-  std::pair<std::vector<Array>, const TreeDef*> call(JitCall& call, TraceFn trace);
-  // The entry a call most likely hits (the last one used), or nullptr.
-  const JitEntry* last_entry() const { return last_entry_; }
+  // returns the outputs and the entry (which owns the result structure).
+  std::pair<std::vector<Array>, std::shared_ptr<const JitEntry>> call(JitCall& call, TraceFn trace,
+                                                                    const TraceGuards& guards);
+  // The entry this thread used last on this cache, or null: what its next call
+  // most likely hits.
+  std::shared_ptr<const JitEntry> hint() const;
   // Runs `entry` on leaves that matched its key exactly (TreeMatcher: also
   // concrete, not donated, on the entry's device), donating those of the
   // arguments flagged in `donated`.
   void run_hit(const JitEntry& entry, std::span<const Array* const> leaves,
-               std::span<const bool> donated, std::vector<Array>& outputs);
+               std::span<const bool> donated, std::vector<Array>& outputs) const;
 
-  std::size_t trace_count() const { return trace_count_; }
+  std::size_t trace_count() const { return trace_count_.load(std::memory_order_relaxed); }
   std::size_t cache_size() const;
   void clear_cache();
-  const std::string& last_retrace() const { return last_retrace_; }
-  const RunStats& last_run() const { return last_run_; }
+  std::string last_retrace() const;
+  RunStats last_run() const;
   const JitOptions& options() const { return options_; }
-  void set_max_traces(std::size_t n) { max_traces_ = n; }
-  // The executable of the most recently used entry (nullptr before a call).
-  const Executable* last_executable() const;
 
  private:
   std::string arg_name(std::size_t i) const;
@@ -134,17 +157,32 @@ class JitState {
   // The device of the call's leaves; DeviceError/ValueError naming the path of a
   // leaf on another device, donated, or a tracer.
   Device check_leaves(const JitCall& call) const;
+  std::shared_ptr<const JitEntry> find(const JitCall& call, std::size_t hash, Device device) const;
   std::string explain_miss(const JitCall& call, Device device) const;
-  JitEntry& trace_and_compile(JitCall& call, std::size_t hash, Device device, TraceFn trace);
+  // The entry for `call`: found, traced by another thread meanwhile (waited
+  // for), or traced here.
+  std::shared_ptr<const JitEntry> find_or_trace(JitCall& call, std::size_t hash, Device device,
+                                                TraceFn trace, const TraceGuards& guards);
+  std::shared_ptr<JitEntry> trace_and_compile(JitCall& call, const JitEntry& key, TraceFn trace,
+                                              const TraceGuards& guards);
+  struct Pending;
+  // Ends `pending`: stores `entry` (null when the trace failed), wakes waiters.
+  void finish(const std::shared_ptr<Pending>& pending, const std::shared_ptr<JitEntry>& entry);
+  // This thread's record of this cache (created on first use).
+  struct ThreadRecord;
+  ThreadRecord& record() const;
+  void remember(const std::shared_ptr<const JitEntry>& entry, const RunStats& stats) const;
 
-  JitOptions options_;
-  std::vector<std::unique_ptr<JitEntry>> entries_;
-  const JitEntry* last_entry_ = nullptr;
-  std::size_t trace_count_ = 0;
-  std::size_t max_traces_ = static_cast<std::size_t>(-1);  // no limit
-  bool log_retraces_ = false;  // KILN_LOG_RETRACES, read when the jit is made
-  std::string last_retrace_;
-  RunStats last_run_;
+  const JitOptions options_;
+  const std::uint64_t id_;  // unique for the process's lifetime (thread records key on it)
+  const bool log_retraces_;  // KILN_LOG_RETRACES, read when the jit is made
+  mutable std::shared_mutex entries_mu_;
+  std::vector<std::shared_ptr<const JitEntry>> entries_;  // guarded by entries_mu_
+  std::vector<std::shared_ptr<Pending>> pending_;          // guarded by entries_mu_
+  std::atomic<std::uint64_t> epoch_{0};  // bumped by clear_cache
+  std::atomic<std::size_t> trace_count_{0};
+  mutable std::mutex info_mu_;
+  std::string last_retrace_;  // guarded by info_mu_
 };
 
 // The retrace explanation of the trace in progress on this thread ("" outside a
@@ -167,12 +205,13 @@ class Jitted {
       : f_(std::make_shared<F>(std::move(f))),
         state_(std::make_shared<detail::JitState>(std::move(options))) {}
 
+  // Safe to call from many threads at once (see JitState).
   template <class... Args>
   auto operator()(Args&&... args) const {
     constexpr bool kSelf = detail::Module<F>;
     using R = std::invoke_result_t<F&, const std::decay_t<Args>&...>;
-    // Hit path: compare the arguments with the last entry's key in place.
-    if (const detail::JitEntry* e = state_->last_entry()) {
+    // Hit path: compare the arguments with this thread's last entry in place.
+    if (const std::shared_ptr<const detail::JitEntry> e = state_->hint()) {
       std::vector<const Array*>& leaves = detail::hit_scratch();
       leaves.clear();
       std::size_t i = 0;
@@ -209,30 +248,41 @@ class Jitted {
         return detail::TraceResult{std::move(flat.leaves), std::move(flat.def)};
       }(std::index_sequence_for<Args...>());
     };
-    auto [outputs, structure] = state_->call(call, trace);
-    return tree::unflatten<R>(*structure, outputs);
+    auto [outputs, entry] = state_->call(call, trace, guards_);
+    return tree::unflatten<R>(entry->result, outputs);
   }
 
-  // Number of times the function was traced (cache misses).
+  // Number of times the function was traced (cache misses that compiled), by
+  // every copy of this callable and from every thread.
   std::size_t trace_count() const { return state_->trace_count(); }
   std::size_t cache_size() const { return state_->cache_size(); }
   void clear_cache() { state_->clear_cache(); }
   // Why the last trace happened: the argument path and what changed relative to
   // the nearest cached key ("first call" for the first trace).
-  const std::string& last_retrace() const { return state_->last_retrace(); }
-  // Launches, peak bytes held and in-place reuses of the last call.
-  const RunStats& last_run() const { return state_->last_run(); }
-  // The compiled program of the last call, with its kernel boundaries.
+  std::string last_retrace() const { return state_->last_retrace(); }
+  // Launches, peak bytes held and in-place reuses of the last call this thread
+  // made (zeros before its first).
+  RunStats last_run() const { return state_->last_run(); }
+  // The compiled program of the last call this thread made, with its kernel
+  // boundaries ("" before its first).
   std::string compiled_text() const {
-    const Executable* e = state_->last_executable();
-    return e == nullptr ? std::string() : e->to_string();
+    const std::shared_ptr<const detail::JitEntry> e = state_->hint();
+    return e == nullptr ? std::string() : e->executable->to_string();
   }
   const F& function() const { return *f_; }
   detail::JitState& state() const { return *state_; }
 
+  // A copy that shares this cache and also obeys `guard` (debug::assert_max_traces).
+  Jitted guarded(std::shared_ptr<detail::TraceGuard> guard) const {
+    Jitted copy = *this;
+    copy.guards_.push_back(std::move(guard));
+    return copy;
+  }
+
  private:
   std::shared_ptr<F> f_;
   std::shared_ptr<detail::JitState> state_;
+  detail::TraceGuards guards_;  // empty unless made by assert_max_traces
 };
 
 template <class F>
@@ -249,36 +299,41 @@ template <class F>
 class TraceCounter {
  public:
   TraceCounter(F f, std::size_t max)
-      : f_(std::move(f)), max_(max), count_(std::make_shared<std::size_t>(0)) {}
+      : f_(std::move(f)), max_(max), count_(std::make_shared<std::atomic<std::size_t>>(0)) {}
   template <class... Args>
   decltype(auto) operator()(Args&&... args) const {
-    if (++*count_ > max_) {
-      detail::throw_too_many_traces("the function", *count_, max_,
+    if (const std::size_t n = ++*count_; n > max_) {
+      detail::throw_too_many_traces("the function", n, max_,
                                     detail::current_retrace_explanation());
     }
     return f_(std::forward<Args>(args)...);
   }
-  std::size_t count() const { return *count_; }
+  std::size_t count() const { return count_->load(); }
 
  private:
   F f_;
   std::size_t max_;
-  std::shared_ptr<std::size_t> count_;
+  std::shared_ptr<std::atomic<std::size_t>> count_;
 };
 
 // assert_max_traces(f, n): at most n traces. Works in both orders (seed 3):
 //   filter_jit(debug::assert_max_traces(f, 1))   counts calls of f, i.e. traces
-//   debug::assert_max_traces(filter_jit(f), 1)   limits the jit's own trace count
+//   debug::assert_max_traces(filter_jit(f), 1)   counts the traces its calls cause
 // Trace n+1 throws RetraceError naming the argument path and what changed, before
 // anything is traced (jitted) or while tracing (function).
+//
+// Around a jitted callable the result is a new callable: it shares the jit's
+// cache (a key the original already compiled is a hit, not a trace) and counts
+// only the traces that calls through it (or its copies) cause; the original is
+// left untouched and never throws because of the guard. Guards stack: each
+// limit holds.
 template <class F>
 TraceCounter<F> assert_max_traces(F f, std::size_t max) {
   return TraceCounter<F>(std::move(f), max);
 }
 template <class F>
-Jitted<F> assert_max_traces(Jitted<F> jitted, std::size_t max) {
-  jitted.state().set_max_traces(max);
-  return jitted;
+Jitted<F> assert_max_traces(const Jitted<F>& jitted, std::size_t max) {
+  return jitted.guarded(std::make_shared<detail::TraceGuard>(max));
 }
 
 }  // namespace debug

@@ -296,6 +296,34 @@ TEST_CASE("seed 3: assert_max_traces around the jitted function") {
   check_close(step(ramp(4)), ramp(4) * 2.0);
 }
 
+TEST_CASE("assert_max_traces around a jitted callable leaves the original untouched") {
+  auto f = filter_jit([](const Array& x) { return x * 2.0; }, {.arg_names = {"x"}});
+  f(ramp(3));  // traced by the original: a hit for the guarded callable
+  auto guarded = debug::assert_max_traces(f, 1);
+  check_close(guarded(ramp(3)), ramp(3) * 2.0);
+  check_close(guarded(ramp(4)), ramp(4) * 2.0);  // its one trace
+  CHECK_THROWS_AS(guarded(ramp(5)), RetraceError);
+  // The original has no limit: it traces what the guard refused, and more.
+  check_close(f(ramp(5)), ramp(5) * 2.0);
+  check_close(f(ramp(6)), ramp(6) * 2.0);
+  CHECK(f.trace_count() == 4);
+  CHECK(guarded.trace_count() == 4);  // one shared cache
+  // ...whose entries the guarded callable hits without counting them.
+  check_close(guarded(ramp(6)), ramp(6) * 2.0);
+  // Copies share their guard; guards stack and each limit holds.
+  auto copy = guarded;
+  CHECK_THROWS_AS(copy(ramp(7)), RetraceError);
+  auto twice = debug::assert_max_traces(debug::assert_max_traces(f, 5), 1);
+  twice(ramp(8));
+  try {
+    twice(ramp(9));
+    FAIL("expected a RetraceError");
+  } catch (const RetraceError& e) {
+    CHECK(std::string(e.what()).find("traced 2 times, more than the allowed 1") !=
+          std::string::npos);
+  }
+}
+
 TEST_CASE("seed 3: assert_max_traces around the function being jitted") {
   auto step = filter_jit(debug::assert_max_traces([](const Array& x) { return x * 2.0; }, 1),
                          {.arg_names = {"x"}});

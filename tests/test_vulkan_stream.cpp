@@ -7,15 +7,19 @@
 // command buffer, descriptor pools).
 #include <doctest/doctest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <functional>
 #include <kiln/kiln.hpp>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kiln/backends/vulkan/context.hpp"
+#include "kiln/dsl/backend.hpp"
 #include "kiln/backends/vulkan/stream.hpp"
 #include "kiln/dsl/executable.hpp"
 #include "kiln/dsl/trace.hpp"
@@ -333,4 +337,31 @@ TEST_CASE("memory taken from a dead array stays pending on that array's commands
   CHECK(alloc.bytes_in_use() + (std::size_t{1} << 20) <= in_use);
   check_close(v, to_device(x, Device::cpu()) * to_device(x, Device::cpu()) * 4.0f *
                      (to_device(x, Device::cpu()) * to_device(x, Device::cpu()) * 4.0f));
+}
+
+TEST_CASE("another thread's work waits for a program scope instead of joining its command buffer") {
+  const Array x = to_device(host_random({64}, 7), kGpu);
+  Backend& backend = backend_for(kGpu);
+  std::atomic<bool> inside{false}, ending{false};
+  std::atomic<bool> other_done_while_inside{false};
+  std::thread other;
+  {
+    ProgramScope scope(backend);
+    const Array y = x * 2.0f;  // recorded into the scope's command buffer
+    inside = true;
+    other = std::thread([&] {
+      const Array z = x + 1.0f;
+      const std::vector<float> v = z.to_vector<float>();  // submits and waits
+      other_done_while_inside = !ending.load();
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    ending = true;
+    scope.end();
+  }
+  other.join();
+  CHECK(inside);
+  // Had the other thread's op joined this command buffer, its read would have
+  // submitted it and returned while the scope was still open.
+  CHECK_FALSE(other_done_while_inside);
+  check_close(x + 1.0f, to_device(x, Device::cpu()) + 1.0f);
 }

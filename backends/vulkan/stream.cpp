@@ -361,13 +361,20 @@ std::optional<Stream::Reused> Stream::reuse(std::size_t nbytes,
   return out;
 }
 
+// The program's thread keeps the stream's lock from begin_program to
+// end_program: another thread's eager ops or program wait instead of joining
+// its command buffer (the lock is recursive, so this thread's own dispatches,
+// reads and nested programs go through).
 void Stream::begin_program() {
-  std::lock_guard lock(mu_);
+  mu_.lock();
   ++program_depth_;
 }
 
 void Stream::end_program() {
-  std::lock_guard lock(mu_);
+  struct Unlock {
+    std::recursive_mutex& mu;
+    ~Unlock() { mu.unlock(); }
+  } unlock{mu_};  // the lock begin_program took, also when submitting throws
   if (program_depth_ > 0) --program_depth_;
   if (program_depth_ == 0) submit_locked();
 }

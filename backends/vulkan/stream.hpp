@@ -11,6 +11,10 @@
 // the batch of its last command retires, and only then back to the allocator
 // (for uploads the host writes, or to release a block). Validation messages
 // surface here as DeviceError.
+//
+// Threads: every member function may be called from any thread. One recursive
+// lock orders them; a program scope holds it throughout, so a compiled call's
+// command buffer holds that call's commands only.
 #pragma once
 
 #include <vulkan/vulkan.h>
@@ -112,7 +116,9 @@ class Stream {
   // Array buffer -> host bytes; waits for the work that produces it.
   void read(const VulkanBuffer& src, void* dst);
   // One compiled-program call: see the top of this file. Calls nest; the
-  // outermost end_program submits.
+  // outermost end_program submits. The calling thread holds the stream from
+  // begin_program to end_program (both must be called on the same thread):
+  // other threads' work waits and never lands in the program's command buffer.
   void begin_program();
   void end_program();
   void flush();
