@@ -130,6 +130,13 @@ inline constexpr bool kIsOwningContainer =
     kIs<T, std::unordered_set> || kIs<T, std::unordered_multiset> ||
     kIs<T, std::unordered_map> || kIs<T, std::unordered_multimap>;
 
+// The owning containers whose iteration order depends on their insertion history:
+// two equal ones may list their elements in different orders.
+template <class T>
+inline constexpr bool kIsUnorderedContainer =
+    kIs<T, std::unordered_set> || kIs<T, std::unordered_multiset> ||
+    kIs<T, std::unordered_map> || kIs<T, std::unordered_multimap>;
+
 // Registered with KILN_MODULE (the tree walks it; see tree_traits.hpp).
 template <class T>
 concept Module = requires { T::kiln_module_self(); };

@@ -7,7 +7,9 @@
 //     not retrace on every call).
 //   - Containers, pairs, tuples, optionals, variants, Static<T> and aggregates
 //     compare element by element (field by field) with this same rule, so a
-//     double inside a struct or a vector follows it too. An aggregate's own ==
+//     double inside a struct or a vector follows it too. Unordered containers
+//     compare as multisets (and hash order-independently): equal contents are
+//     one key whatever order their insertion history lists them in. An aggregate's own ==
 //     and hash are required (a static says it is a value) but kiln keys on its
 //     fields, which can only make it retrace more, never hit a stale entry.
 //   - Types declared with KILN_STATIC_VALUE, numbers, enums and strings use
@@ -108,6 +110,17 @@ bool static_equal(const T& a, const T& b) {
   } else if constexpr (kIs<T, std::variant>) {
     return a.index() == b.index() &&
            std::visit([&](const auto& x) { return static_equal(x, std::get<std::remove_cvref_t<decltype(x)>>(b)); }, a);
+  } else if constexpr (kIsUnorderedContainer<T>) {
+    using E = std::remove_cv_t<typename T::value_type>;
+    if (a.size() != b.size()) return false;
+    // Each element occurs as often in b as in a (quadratic: statics are small).
+    for (const auto& x : a) {
+      std::size_t in_a = 0, in_b = 0;
+      for (const auto& y : a) in_a += static_equal<E>(x, y);
+      for (const auto& y : b) in_b += static_equal<E>(x, y);
+      if (in_a != in_b) return false;
+    }
+    return true;
   } else if constexpr (kIsOwningContainer<T>) {
     auto i = a.begin();
     auto j = b.begin();
@@ -145,6 +158,10 @@ std::size_t static_hash(const T& v) {
     return v.has_value() ? absl::HashOf(true, static_hash(*v)) : absl::HashOf(false);
   } else if constexpr (kIs<T, std::variant>) {
     return absl::HashOf(v.index(), std::visit([](const auto& x) { return static_hash(x); }, v));
+  } else if constexpr (kIsUnorderedContainer<T>) {
+    std::size_t sum = 0;  // commutative: the order of iteration does not matter
+    for (const auto& e : v) sum += static_hash<std::remove_cv_t<typename T::value_type>>(e);
+    return absl::HashOf(v.size(), sum);
   } else if constexpr (kIsOwningContainer<T>) {
     std::size_t h = absl::HashOf(std::size_t{0});
     for (const auto& e : v) h = absl::HashOf(h, static_hash<std::remove_cv_t<typename T::value_type>>(e));

@@ -13,6 +13,8 @@
 #include <set>
 #include <string>
 #include <tuple>
+#include <unordered_map>
+#include <unordered_set>
 #include <variant>
 #include <vector>
 
@@ -231,6 +233,40 @@ TEST_CASE("declared values, variants and sets are static values") {
   check_same(f(input(), Opaque(3), V{3.0}, S{{1, 2, 3}}), input() * 12.0);
   check_same(f(input(), Opaque(3), V{3.0}, S{{1, 2, 3}}), input() * 12.0);
   CHECK(f.trace_count() == 4);
+}
+
+TEST_CASE("unordered containers are one key for equal contents, whatever their order") {
+  auto f = filter_jit([](const Array& x, const Static<std::unordered_set<int>>& s,
+                         const Static<std::unordered_map<std::string, double>>& m) {
+    double total = 0;
+    for (int v : *s) total += v;
+    return x * (total + m->at("scale"));
+  });
+  std::unordered_set<int> up, down;
+  for (int i = 0; i < 64; ++i) up.insert(i * 7);
+  down.rehash(8);
+  for (int i = 63; i >= 0; --i) down.insert(i * 7);
+  // The premise: equal sets that iterate in different orders.
+  REQUIRE(up == down);
+  REQUIRE(!std::equal(up.begin(), up.end(), down.begin()));
+  const std::unordered_map<std::string, double> m{{"scale", 0.5}, {"unused", -0.0}};
+  using S = Static<std::unordered_set<int>>;
+  using M = Static<std::unordered_map<std::string, double>>;
+  const double total = 7.0 * 63 * 64 / 2;
+  check_same(f(input(), S{up}, M{m}), input() * (total + 0.5));
+  check_same(f(input(), S{down}, M{m}), input() * (total + 0.5));
+  CHECK(f.trace_count() == 1);
+  // A different element, and a float value by bits (-0.0 -> 0.0), are new keys.
+  std::unordered_set<int> other = up;
+  other.erase(7);
+  other.insert(8);
+  check_same(f(input(), S{other}, M{m}), input() * (total + 1.5));
+  CHECK(f.trace_count() == 2);
+  std::unordered_map<std::string, double> m2 = m;
+  m2["unused"] = 0.0;
+  check_same(f(input(), S{up}, M{m2}), input() * (total + 0.5));
+  CHECK(f.trace_count() == 3);
+  CHECK(f.last_retrace().find("static value changed") != std::string::npos);
 }
 
 namespace static_keys {
