@@ -3,7 +3,9 @@
 // rule) and binds a primitive; tracing and autodiff will record the same bindings.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <span>
 #include <string_view>
 
@@ -11,43 +13,66 @@
 
 namespace kiln {
 
+// The primitives, in the order of dsl/primitives.inc (the one list of them).
 enum class Prim : std::uint8_t {
-  // unary elementwise
-  kNeg, kAbs, kExp, kLog, kTanh, kSqrt, kRsqrt, kSigmoid, kRelu, kLogicalNot,
-  kBitwiseNot,  // i32/u32/bool
-  // binary elementwise, numpy broadcasting (inputs already broadcast-compatible)
-  kAdd, kSub, kMul, kDiv, kPow, kMaximum, kMinimum,
-  kEq, kNe, kLt, kLe, kGt, kGe, kLogicalAnd, kLogicalOr,
-  // bitwise (i32/u32; and/or/xor also bool); shifts by >= 32 give 0
-  kBitwiseAnd, kBitwiseOr, kBitwiseXor, kShiftLeft, kShiftRightLogical,
-  // where(cond, a, b), broadcasting
-  kWhere,
-  // dtype conversion (value-preserving); reinterpretation of the bits between
-  // dtypes of one element size (params.dtype)
-  kAstype, kBitcast,
-  // reductions over params.axes (sorted, normalised), keepdims in params
-  kSum, kMax, kMin,
-  // index reductions over params.axis, result i32
-  kArgmax, kArgmin,
-  // batched matmul, numpy semantics after 1-D promotion (inputs are >= 2-D)
-  kMatmul,
-  // layout
-  kReshape, kTranspose, kBroadcastTo, kConcatenate, kSlice,
-  // indexing
-  kTake, kTakeAlongAxis, kOneHot,
-  // creation (no inputs)
-  kFull, kArange,
-  // identity whose gradient is zero
-  kStopGradient,
+#define KILN_PRIM(id, name, family, traits) id,
+#include "kiln/dsl/primitives.inc"
+#undef KILN_PRIM
 };
+
+inline constexpr std::size_t kNumPrims = 0
+#define KILN_PRIM(id, name, family, traits) +1
+#include "kiln/dsl/primitives.inc"
+#undef KILN_PRIM
+    ;
 
 enum class PrimFamily : std::uint8_t {
   kUnary, kBinary, kWhere, kAstype, kReduce, kArgReduce, kMatmul, kLayout,
   kIndex, kCreation, kIdentity
 };
 
-PrimFamily family(Prim p);
-std::string_view name(Prim p);  // "add", "sum", ...
+// Properties of a primitive that code outside its kernels asks about (see the
+// top of dsl/primitives.inc).
+enum class PrimTrait : std::uint32_t {
+  kTranscendental = 1u << 0,
+  kDifferentiable = 1u << 1,
+  kFloatOnly = 1u << 2,
+  kIntegerOnly = 1u << 3,
+  kComparison = 1u << 4,
+  kAlias = 1u << 5,
+};
+constexpr PrimTrait operator|(PrimTrait a, PrimTrait b) {
+  return static_cast<PrimTrait>(static_cast<std::uint32_t>(a) | static_cast<std::uint32_t>(b));
+}
+
+struct PrimInfo {
+  Prim prim;
+  std::string_view name;  // "add", "sum", ...
+  PrimFamily family;
+  std::uint32_t traits;   // PrimTrait bits
+};
+
+namespace detail {
+inline constexpr PrimInfo kPrimTable[] = {
+#define KILN_PRIM(id, name, family, traits)         \
+  {Prim::id, name, PrimFamily::family, [] {             \
+     using enum PrimTrait;                              \
+     return static_cast<std::uint32_t>(traits);         \
+   }()},
+#include "kiln/dsl/primitives.inc"
+#undef KILN_PRIM
+};
+static_assert(std::size(kPrimTable) == kNumPrims);
+}  // namespace detail
+
+constexpr const PrimInfo& info(Prim p) { return detail::kPrimTable[static_cast<std::size_t>(p)]; }
+constexpr PrimFamily family(Prim p) { return info(p).family; }
+constexpr std::string_view name(Prim p) { return info(p).name; }
+constexpr bool has_trait(Prim p, PrimTrait t) {
+  return (info(p).traits & static_cast<std::uint32_t>(t)) != 0;
+}
+// Every primitive, in table order.
+constexpr std::span<const PrimInfo> all_prims() { return detail::kPrimTable; }
 
 // Static parameters of a primitive binding. Unused fields keep their defaults, so
 // two bindings are equal exactly when their parameters are.

@@ -126,12 +126,7 @@ struct Plan {
   int cells = 0;
 };
 
-bool is_alias(Prim p) { return p == Prim::kBitcast || p == Prim::kStopGradient; }
-
-// Ops whose SIMD and scalar kernels may differ (see make_plan).
-bool transcendental(Prim p) {
-  return p == Prim::kExp || p == Prim::kLog || p == Prim::kTanh || p == Prim::kSigmoid;
-}
+bool is_alias(Prim p) { return has_trait(p, PrimTrait::kAlias); }
 
 // `out_of[v]`: the body output number of value v, or -1. `in_place[o]`: output o
 // is written into an input's buffer.
@@ -148,7 +143,7 @@ Plan make_plan(const FusedKernel& k, std::span<const Array> inputs, const Merged
   // same bits.
   if (plan.rows && merged.extents.size() > 1 && merged.row() % kSimdAlign != 0) {
     for (const Equation& eq : b.equations) {
-      if (transcendental(eq.prim)) plan.rows = false;
+      if (has_trait(eq.prim, PrimTrait::kTranscendental)) plan.rows = false;
     }
   }
   plan.place.resize(b.num_values());

@@ -1,0 +1,546 @@
+// The backend-ops harness (in the spirit of ggml's test-backend-ops): for every
+// primitive of the table (dsl/primitives.inc, enumerated through all_prims(),
+// never a hand-kept list) it builds cases over dtypes and shapes (size 0, size
+// 1, broadcasting, lengths that are not multiples of the vector width) and
+// checks
+//   - that the DSL call of the case binds that primitive (trace),
+//   - the device under test (KILN_DEVICE) against the CPU backend (reference),
+//   - filter_jit with fusion off against eager, and fused against unfused,
+//   - the vjp of differentiable primitives against central finite differences
+//     (in f64 where the op takes f64).
+// cases_for() switches over Prim with no default: a primitive added to the
+// table without cases here is a compile error (-Wswitch, warnings are errors).
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <kiln/kiln.hpp>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kiln/dsl/trace.hpp"
+#include "kiln/runtime/strings.hpp"
+
+using namespace kiln;
+
+namespace {
+
+using Inputs = std::span<const Array>;
+// The DSL call under test; `device` is where creation ops create.
+using Op = std::function<Array(Inputs, Device)>;
+
+struct Case {
+  std::string label;
+  std::vector<Array> inputs;  // on the CPU
+  Op op;
+  bool grad = true;  // check the vjp (differentiable primitives, float inputs)
+};
+
+// ---- inputs (deterministic, on the CPU) ----
+
+std::uint32_t g_seed = 1;
+
+Array uniform(const Shape& shape, double lo, double hi, DType dtype = f32) {
+  std::mt19937 g(g_seed++);
+  std::uniform_real_distribution<double> u(lo, hi);
+  const auto n = static_cast<std::size_t>(numel(shape));
+  if (dtype == f64) {
+    std::vector<double> v(n);
+    for (auto& x : v) x = u(g);
+    return Array::from_data<double>(v, shape);
+  }
+  std::vector<float> v(n);
+  for (auto& x : v) x = static_cast<float>(u(g));
+  return Array::from_data<float>(v, shape);
+}
+
+// Values of magnitude in [lo, hi] with random signs: away from a kink at 0.
+Array signed_away(const Shape& shape, double lo, double hi) {
+  std::mt19937 g(g_seed++);
+  std::uniform_real_distribution<double> u(lo, hi);
+  std::vector<float> v(static_cast<std::size_t>(numel(shape)));
+  for (auto& x : v) x = static_cast<float>((g() & 1) ? u(g) : -u(g));
+  return Array::from_data<float>(v, shape);
+}
+
+Array integers(const Shape& shape, std::int64_t lo, std::int64_t hi, DType dtype = i32) {
+  std::mt19937 g(g_seed++);
+  std::uniform_int_distribution<std::int64_t> u(lo, hi);
+  const auto n = static_cast<std::size_t>(numel(shape));
+  if (dtype == u32) {
+    std::vector<std::uint32_t> v(n);
+    for (auto& x : v) x = static_cast<std::uint32_t>(u(g));
+    return Array::from_data<std::uint32_t>(v, shape);
+  }
+  std::vector<std::int32_t> v(n);
+  for (auto& x : v) x = static_cast<std::int32_t>(u(g));
+  return Array::from_data<std::int32_t>(v, shape);
+}
+
+Array booleans(const Shape& shape) { return integers(shape, 0, 1) > integers(shape, 0, 0); }
+
+Array of(DType dtype, const Shape& shape, double lo = -2, double hi = 2) {
+  if (dtype == f32 || dtype == f64) return uniform(shape, lo, hi, dtype);
+  if (dtype == DType::kBool) return booleans(shape);
+  return integers(shape, static_cast<std::int64_t>(dtype == u32 ? 0 : lo) * 7,
+                  static_cast<std::int64_t>(hi) * 7, dtype);
+}
+
+std::string shape_text(const Shape& s) { return "(" + detail::join(s, ",") + ")"; }
+
+// Same-shape lengths (scalar, empty, one, not a multiple of 4/8/16, 2-D).
+const std::vector<Shape> kShapes = {{}, {0}, {1}, {17}, {4, 33}, {1027}};
+// Broadcasting pairs.
+const std::vector<std::pair<Shape, Shape>> kPairs = {
+    {{17}, {17}}, {{4, 1}, {1, 5}}, {{}, {6}}, {{3, 5}, {5}}, {{0}, {0}}, {{2, 1, 3}, {4, 1}}};
+
+using Unary = Array (*)(const Array&);
+using Binary = Array (*)(const Array&, const Array&);
+
+std::vector<Case> unary(Unary f, std::vector<DType> dtypes,
+                        const std::function<Array(DType, const Shape&)>& make) {
+  std::vector<Case> out;
+  for (DType d : dtypes) {
+    for (const Shape& s : kShapes) {
+      out.push_back({std::string(name(d)) + shape_text(s), {make(d, s)},
+                     [f](Inputs x, Device) { return f(x[0]); }});
+    }
+  }
+  return out;
+}
+std::vector<Case> unary(Unary f, std::vector<DType> dtypes, double lo = -2, double hi = 2) {
+  return unary(f, std::move(dtypes), [=](DType d, const Shape& s) { return of(d, s, lo, hi); });
+}
+
+std::vector<Case> binary(Binary f, std::vector<DType> dtypes,
+                         const std::function<Array(DType, const Shape&)>& make_a,
+                         const std::function<Array(DType, const Shape&)>& make_b) {
+  std::vector<Case> out;
+  for (DType d : dtypes) {
+    for (const auto& [sa, sb] : kPairs) {
+      out.push_back({std::string(name(d)) + shape_text(sa) + shape_text(sb),
+                     {make_a(d, sa), make_b(d, sb)},
+                     [f](Inputs x, Device) { return f(x[0], x[1]); }});
+    }
+  }
+  return out;
+}
+std::vector<Case> binary(Binary f, std::vector<DType> dtypes, double lo = -2, double hi = 2) {
+  auto make = [=](DType d, const Shape& s) { return of(d, s, lo, hi); };
+  return binary(f, std::move(dtypes), make, make);
+}
+
+Case one(std::string label, std::vector<Array> inputs, Op op, bool grad = true) {
+  return {std::move(label), std::move(inputs), std::move(op), grad};
+}
+
+// arange has no device argument: it creates on the default device.
+template <class F>
+Array on_default(Device d, F make) {
+  const Device saved = default_device();
+  set_default_device(d);
+  Array out;
+  try {
+    out = make();
+  } catch (...) {
+    set_default_device(saved);
+    throw;
+  }
+  set_default_device(saved);
+  return out;
+}
+
+// Nonzero divisors (integer division by 0 is defined, but say so separately).
+Array divisor(DType d, const Shape& s) {
+  if (d == f32) return signed_away(s, 0.5, 2.0);
+  Array m = integers(s, 1, 9, d);
+  return d == i32 ? where(booleans(s), m, neg(m)) : m;
+}
+
+std::vector<Case> cases_for(Prim p) {
+  const std::vector<DType> kFloat = {f32};
+  const std::vector<DType> kNumeric = {f32, i32};
+  const std::vector<DType> kInts = {i32, u32};
+  const auto away = [](DType d, const Shape& s) {
+    return d == f32 ? signed_away(s, 0.1, 2.0) : of(d, s);
+  };
+  const auto positive = [](DType d, const Shape& s) { return of(d, s, 0.3, 3.0); };
+  switch (p) {
+    case Prim::kNeg: return unary(neg, kNumeric);
+    case Prim::kAbs: return unary(abs, kNumeric, away);
+    case Prim::kExp: return unary(exp, kFloat);
+    case Prim::kLog: return unary(log, kFloat, 0.2, 3.0);
+    case Prim::kTanh: return unary(tanh, kFloat);
+    case Prim::kSqrt: return unary(sqrt, kFloat, 0.2, 3.0);
+    case Prim::kRsqrt: return unary(rsqrt, kFloat, 0.2, 3.0);
+    case Prim::kSigmoid: return unary(sigmoid, kFloat, -4.0, 4.0);
+    case Prim::kRelu: return unary(relu, kNumeric, away);
+    case Prim::kLogicalNot: return unary(logical_not, {DType::kBool});
+    case Prim::kBitwiseNot: return unary(bitwise_not, {i32, u32, DType::kBool});
+    case Prim::kAdd: return binary(add, kNumeric);
+    case Prim::kSub: return binary(subtract, kNumeric);
+    case Prim::kMul: return binary(multiply, kNumeric);
+    case Prim::kDiv: {
+      std::vector<Case> out = binary(divide, kNumeric, [](DType d, const Shape& s) { return of(d, s); },
+                                     divisor);
+      out.push_back(one("i32 by zero", {integers({5}, -9, 9), zeros({5}, i32, Device::cpu())},
+                        [](Inputs x, Device) { return divide(x[0], x[1]); }));
+      return out;
+    }
+    case Prim::kPow: return binary(power, kFloat, positive, [](DType d, const Shape& s) { return of(d, s, -2, 2); });
+    case Prim::kMaximum: return binary(maximum, kNumeric);
+    case Prim::kMinimum: return binary(minimum, kNumeric);
+    case Prim::kEq: return binary(equal, kNumeric, -1, 1);
+    case Prim::kNe: return binary(not_equal, kNumeric, -1, 1);
+    case Prim::kLt: return binary(less, kNumeric, -1, 1);
+    case Prim::kLe: return binary(less_equal, kNumeric, -1, 1);
+    case Prim::kGt: return binary(greater, kNumeric, -1, 1);
+    case Prim::kGe: return binary(greater_equal, kNumeric, -1, 1);
+    case Prim::kLogicalAnd: return binary(logical_and, {DType::kBool});
+    case Prim::kLogicalOr: return binary(logical_or, {DType::kBool});
+    case Prim::kBitwiseAnd: return binary(bitwise_and, {i32, u32, DType::kBool}, -1000, 1000);
+    case Prim::kBitwiseOr: return binary(bitwise_or, {i32, u32, DType::kBool}, -1000, 1000);
+    case Prim::kBitwiseXor: return binary(bitwise_xor, {i32, u32, DType::kBool}, -1000, 1000);
+    case Prim::kShiftLeft:
+    case Prim::kShiftRightLogical: {
+      const Binary f = p == Prim::kShiftLeft ? static_cast<Binary>(shift_left)
+                                             : static_cast<Binary>(shift_right_logical);
+      // Amounts in [-2, 40]: outside [0, 32) the result is 0.
+      return binary(f, kInts, [](DType d, const Shape& s) { return of(d, s, -1000, 1000); },
+                    [](DType d, const Shape& s) {
+                      return d == u32 ? integers(s, 0, 40, u32) : integers(s, -2, 40);
+                    });
+    }
+    case Prim::kWhere: {
+      std::vector<Case> out;
+      for (const auto& [sa, sb] : kPairs) {
+        out.push_back(one("f32" + shape_text(sa) + shape_text(sb),
+                          {booleans(sa), uniform(sb, -2, 2), uniform(sa, -2, 2)},
+                          [](Inputs x, Device) { return where(x[0], x[1], x[2]); }));
+      }
+      out.push_back(one("i32", {booleans({7}), integers({7}, -5, 5), integers({1}, -5, 5)},
+                        [](Inputs x, Device) { return where(x[0], x[1], x[2]); }));
+      return out;
+    }
+    case Prim::kAstype: {
+      std::vector<Case> out;
+      const std::pair<DType, DType> pairs[] = {{f32, f64}, {f32, i32}, {i32, f32}, {f32, DType::kBool},
+                                               {DType::kBool, f32}, {i32, u32}, {u32, f32}};
+      for (auto [from, to] : pairs) {
+        for (const Shape& s : {Shape{}, Shape{0}, Shape{17}}) {
+          out.push_back(one(std::string(name(from)) + "->" + std::string(name(to)) + shape_text(s),
+                            {from == f32 ? uniform(s, -300, 300) : of(from, s, -300, 300)},
+                            [to](Inputs x, Device) { return astype(x[0], to); }, to == f64));
+        }
+      }
+      return out;
+    }
+    case Prim::kBitcast: {
+      std::vector<Case> out;
+      for (auto [from, to] : {std::pair{f32, i32}, std::pair{i32, f32}, std::pair{u32, i32}}) {
+        for (const Shape& s : {Shape{}, Shape{0}, Shape{17}}) {
+          out.push_back(one(std::string(name(from)) + "->" + std::string(name(to)) + shape_text(s),
+                            {from == f32 ? uniform(s, -3, 3) : integers(s, 0, 1 << 22, from)},
+                            [to](Inputs x, Device) { return bitcast(x[0], to); }, false));
+        }
+      }
+      return out;
+    }
+    case Prim::kSum:
+    case Prim::kMax:
+    case Prim::kMin: {
+      using Reduce = Array (*)(const Array&, AxisArg, bool);
+      const Reduce f = p == Prim::kSum ? static_cast<Reduce>(sum)
+                       : p == Prim::kMax ? static_cast<Reduce>(max) : static_cast<Reduce>(min);
+      std::vector<Case> out;
+      for (DType d : kNumeric) {
+        for (const Shape& s : {Shape{17}, Shape{4, 33}, Shape{2, 3, 5}, Shape{1027}}) {
+          out.push_back(one(std::string(name(d)) + shape_text(s) + " all", {of(d, s)},
+                            [f](Inputs x, Device) { return f(x[0], AxisArg(), false); }));
+          out.push_back(one(std::string(name(d)) + shape_text(s) + " last keepdims", {of(d, s)},
+                            [f](Inputs x, Device) { return f(x[0], x[0].ndim() - 1, true); }));
+          if (s.size() > 1) {
+            out.push_back(one(std::string(name(d)) + shape_text(s) + " first", {of(d, s)},
+                              [f](Inputs x, Device) { return f(x[0], 0, false); }));
+          }
+        }
+      }
+      if (p == Prim::kSum) {
+        out.push_back(one("f32 (0,3) over 0", {zeros({0, 3}, f32, Device::cpu())},
+                          [f](Inputs x, Device) { return f(x[0], 0, false); }));
+      }
+      return out;
+    }
+    case Prim::kArgmax:
+    case Prim::kArgmin: {
+      using ArgReduce = Array (*)(const Array&, std::int64_t, bool);
+      const ArgReduce f = p == Prim::kArgmax ? static_cast<ArgReduce>(argmax)
+                                             : static_cast<ArgReduce>(argmin);
+      std::vector<Case> out;
+      for (DType d : kNumeric) {
+        for (const Shape& s : {Shape{17}, Shape{4, 33}, Shape{1027}}) {
+          for (std::int64_t axis = 0; axis < static_cast<std::int64_t>(s.size()); ++axis) {
+            out.push_back(one(std::string(name(d)) + shape_text(s) + " axis " + std::to_string(axis),
+                              {of(d, s, -3, 3)},  // i32 in [-21, 21]: ties, first wins
+                              [f, axis](Inputs x, Device) { return f(x[0], axis, axis == 0); }));
+          }
+        }
+      }
+      return out;
+    }
+    case Prim::kMatmul: {
+      std::vector<Case> out;
+      const std::pair<Shape, Shape> shapes[] = {{{3, 4}, {4, 5}}, {{1, 17}, {17, 1}},
+                                                {{2, 3, 4}, {4, 5}}, {{2, 1, 3, 4}, {3, 4, 2}},
+                                                {{0, 4}, {4, 3}}, {{5, 33}, {33, 7}}};
+      for (const auto& [sa, sb] : shapes) {
+        out.push_back(one("f32" + shape_text(sa) + shape_text(sb), {uniform(sa, -1, 1), uniform(sb, -1, 1)},
+                          [](Inputs x, Device) { return matmul(x[0], x[1]); }));
+      }
+      return out;
+    }
+    case Prim::kReshape:
+      return {one("(4,6)->(2,3,4)", {uniform({4, 6}, -1, 1)},
+                  [](Inputs x, Device) { return reshape(x[0], {2, 3, 4}); }),
+              one("(0,3)->(3,0)", {zeros({0, 3}, f32, Device::cpu())}, [](Inputs x, Device) { return reshape(x[0], {3, 0}); }),
+              one("i32 (17)->(1,17)", {integers({17}, -9, 9)},
+                  [](Inputs x, Device) { return reshape(x[0], {1, 17}); })};
+    case Prim::kTranspose:
+      return {one("(4,33)", {uniform({4, 33}, -1, 1)}, [](Inputs x, Device) { return transpose(x[0]); }),
+              one("(2,3,5) perm 1,2,0", {uniform({2, 3, 5}, -1, 1)},
+                  [](Inputs x, Device) { return transpose(x[0], {1, 2, 0}); }),
+              one("i32 (0,3)", {zeros({0, 3}, i32, Device::cpu())}, [](Inputs x, Device) { return transpose(x[0]); }),
+              one("bool (3,1,2)", {booleans({3, 1, 2})},
+                  [](Inputs x, Device) { return transpose(x[0], {2, 0, 1}); })};
+    case Prim::kBroadcastTo:
+      return {one("(1,5)->(4,5)", {uniform({1, 5}, -1, 1)},
+                  [](Inputs x, Device) { return broadcast_to(x[0], {4, 5}); }),
+              one("()->(17)", {uniform({}, -1, 1)}, [](Inputs x, Device) { return broadcast_to(x[0], {17}); }),
+              one("i32 (3,1)->(2,3,4)", {integers({3, 1}, -9, 9)},
+                  [](Inputs x, Device) { return broadcast_to(x[0], {2, 3, 4}); }),
+              one("(1)->(0)", {uniform({1}, -1, 1)}, [](Inputs x, Device) { return broadcast_to(x[0], {0}); })};
+    case Prim::kConcatenate:
+      return {one("3 arrays axis 0", {uniform({2, 3}, -1, 1), uniform({1, 3}, -1, 1), uniform({4, 3}, -1, 1)},
+                  [](Inputs x, Device) { return concatenate(x, 0); }),
+              one("axis 1 with an empty part", {uniform({2, 3}, -1, 1), uniform({2, 0}, -1, 1), uniform({2, 5}, -1, 1)},
+                  [](Inputs x, Device) { return concatenate(x, 1); }),
+              one("i32 1-D", {integers({17}, -9, 9), integers({1}, -9, 9)},
+                  [](Inputs x, Device) { return concatenate(x, 0); })};
+    case Prim::kSlice:
+      return {one("(6,7) steps", {uniform({6, 7}, -1, 1)},
+                  [](Inputs x, Device) { return slice(x[0], {1, 0}, {6, 7}, {2, 3}); }),
+              one("(1027) tail", {uniform({1027}, -1, 1)},
+                  [](Inputs x, Device) { return slice_axis(x[0], 0, 1000, 1027); }),
+              one("empty", {uniform({5}, -1, 1)}, [](Inputs x, Device) { return slice_axis(x[0], 0, 3, 3); }),
+              one("i32 (3,4,5)", {integers({3, 4, 5}, -9, 9)},
+                  [](Inputs x, Device) { return slice(x[0], {1, 1, 1}, {3, 4, 5}, {1, 2, 2}); })};
+    case Prim::kTake:
+      return {one("rows", {uniform({5, 3}, -1, 1), integers({7}, -5, 4)},
+                  [](Inputs x, Device) { return take(x[0], x[1], 0); }),
+              one("columns, 2-D indices", {uniform({4, 6}, -1, 1), integers({2, 3}, 0, 5)},
+                  [](Inputs x, Device) { return take(x[0], x[1], 1); }),
+              one("no indices", {uniform({4, 6}, -1, 1), integers({0}, 0, 3)},
+                  [](Inputs x, Device) { return take(x[0], x[1], 0); }),
+              one("i32 values, u32 indices", {integers({9}, -9, 9), integers({4}, 0, 8, u32)},
+                  [](Inputs x, Device) { return take(x[0], x[1], 0); })};
+    case Prim::kTakeAlongAxis:
+      return {one("axis 1", {uniform({4, 6}, -1, 1), integers({4, 2}, -6, 5)},
+                  [](Inputs x, Device) { return take_along_axis(x[0], x[1], 1); }),
+              one("axis 0, broadcast indices", {uniform({5, 3}, -1, 1), integers({2, 1}, 0, 4)},
+                  [](Inputs x, Device) { return take_along_axis(x[0], x[1], 0); })};
+    case Prim::kOneHot:
+      return {one("i32 (7) depth 5, out of range rows", {integers({7}, -2, 6)},
+                  [](Inputs x, Device) { return one_hot(x[0], 5); }, false),
+              one("u32 (2,3) depth 4 as i32", {integers({2, 3}, 0, 4, u32)},
+                  [](Inputs x, Device) { return one_hot(x[0], 4, i32); }, false)};
+    case Prim::kFull:
+      return {one("f32 (4,33)", {}, [](Inputs, Device d) { return full({4, 33}, -0.5, f32, d); }),
+              one("i32 ()", {}, [](Inputs, Device d) { return full({}, 7, i32, d); }),
+              one("bool (0)", {}, [](Inputs, Device d) { return full({0}, 1, DType::kBool, d); })};
+    case Prim::kArange:
+      return {one("i32 0..17", {}, [](Inputs, Device d) { return on_default(d, [] { return arange(17); }); }),
+              one("f32 -1..2 step 0.25", {}, [](Inputs, Device d) {
+                return on_default(d, [] { return arange(-1, 2, 0.25, f32); });
+              })};
+    case Prim::kStopGradient:
+      return {one("f32 (17)", {uniform({17}, -1, 1)}, [](Inputs x, Device) { return stop_gradient(x[0]); }),
+              one("i32 (4,33)", {integers({4, 33}, -9, 9)},
+                  [](Inputs x, Device) { return stop_gradient(x[0]); })};
+  }
+  return {};
+}
+
+// ---- comparison ----
+
+std::vector<double> as_doubles(const Array& a) {
+  std::vector<double> out;
+  const Array h = to_device(a, Device::cpu());
+  switch (h.dtype()) {
+    case DType::kF32: for (float v : h.to_vector<float>()) out.push_back(v); break;
+    case DType::kF64: out = h.to_vector<double>(); break;
+    case DType::kI32: for (auto v : h.to_vector<std::int32_t>()) out.push_back(v); break;
+    case DType::kU32: for (auto v : h.to_vector<std::uint32_t>()) out.push_back(v); break;
+    case DType::kBool:
+      for (auto v : astype(h, i32).to_vector<std::int32_t>()) out.push_back(v);
+      break;
+    default: FAIL("unexpected dtype ", name(h.dtype()));
+  }
+  return out;
+}
+
+// "" when equal (within `rel` for floats; rel 0: bit for bit but -0 == 0 and NaN == NaN).
+std::string compare(const Array& got, const Array& want, double rel) {
+  if (got.dtype() != want.dtype() || got.shape() != want.shape()) {
+    return detail::str_cat("aval ", name(got.dtype()), shape_text(got.shape()), " vs ",
+                           name(want.dtype()), shape_text(want.shape()));
+  }
+  const std::vector<double> g = as_doubles(got), w = as_doubles(want);
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    if (std::isnan(w[i]) && std::isnan(g[i])) continue;
+    const double tol = rel * std::max(1.0, std::abs(w[i]));
+    if (!(std::abs(g[i] - w[i]) <= tol)) {
+      return detail::str_cat("element ", i, ": ", g[i], " vs ", w[i]);
+    }
+  }
+  return "";
+}
+
+std::vector<Array> on(Device d, const std::vector<Array>& xs) {
+  std::vector<Array> out;
+  for (const Array& x : xs) out.push_back(to_device(x, d));
+  return out;
+}
+
+// An identity that is its own fused equation, so that the op under test joins
+// a fused group (exact: double negation, double not).
+Array identity_step(const Array& x) {
+  if (x.dtype() == DType::kBool) return logical_not(logical_not(x));
+  if (x.dtype() == u32) return bitwise_not(bitwise_not(x));
+  return neg(neg(x));
+}
+
+bool elementwise(Prim p) {
+  switch (family(p)) {
+    case PrimFamily::kUnary: case PrimFamily::kBinary: case PrimFamily::kWhere:
+    case PrimFamily::kAstype: case PrimFamily::kIdentity:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool binds(Prim p, const Case& c) {
+  Trace t;
+  std::vector<Array> xs;
+  for (std::size_t i = 0; i < c.inputs.size(); ++i) {
+    xs.push_back(t.input(c.inputs[i].aval(), Device::cpu(), "x" + std::to_string(i)));
+  }
+  const Array out = c.op(xs, Device::cpu());
+  const Program prog = t.finish(std::span<const Array>(&out, 1));
+  return std::any_of(prog.equations.begin(), prog.equations.end(),
+                     [&](const Equation& e) { return e.prim == p; });
+}
+
+// The vjp of output-weighted sum against central differences, for each float
+// input, in f64 where the op takes f64 (else f32 with a looser tolerance).
+void check_vjp(Prim p, const Case& c, Device device) {
+  for (std::size_t k = 0; k < c.inputs.size(); ++k) {
+    if (c.inputs[k].dtype() != f32 || c.inputs[k].size() == 0) continue;
+    bool wide = true;
+    auto inputs_as = [&](DType d) {
+      std::vector<Array> xs = on(device, c.inputs);
+      for (Array& x : xs) {
+        if (x.dtype() == f32) x = astype(x, d);
+      }
+      return xs;
+    };
+    std::vector<Array> xs;
+    Array w;
+    auto loss = [&](const Array& xk) {
+      std::vector<Array> args = xs;
+      args[k] = xk;
+      const Array y = c.op(args, device);
+      return sum(y * w);
+    };
+    try {
+      xs = inputs_as(f64);
+      const Array y = c.op(xs, device);
+      if (y.dtype() != f64) return;  // not a float output: no gradient to check
+      w = to_device(uniform(y.shape(), -1, 1, f64), device);
+    } catch (const DTypeError&) {
+      wide = false;
+      xs = inputs_as(f32);
+      w = to_device(uniform(c.op(xs, device).shape(), -1, 1, f32), device);
+    }
+    const Array g = grad(loss)(xs[k]);
+    const std::vector<double> gv = as_doubles(g);
+    const std::vector<double> x0 = as_doubles(xs[k]);
+    const double eps = wide ? 1e-6 : 1e-2;
+    const double tol = wide ? 1e-5 : 5e-2;
+    const std::size_t n = x0.size();
+    const std::size_t stride = std::max<std::size_t>(1, n / 6);
+    for (std::size_t i = 0; i < n; i += stride) {
+      auto at = [&](double delta) {
+        std::vector<double> v = x0;
+        v[i] += delta;
+        Array xi = Array::from_data<double>(v, xs[k].shape());
+        if (!wide) xi = astype(xi, f32);
+        return as_doubles(loss(to_device(xi, device)))[0];
+      };
+      const double fd = (at(eps) - at(-eps)) / (2 * eps);
+      INFO(name(p), " ", c.label, ": d/d input ", k, "[", i, "]");
+      CHECK(gv[i] == doctest::Approx(fd).epsilon(tol).scale(1.0));
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("every primitive of the table: bound by its op, device vs CPU, jit fused vs unfused, vjp vs finite differences") {
+  const Device dut = default_device();
+  const bool is_cpu = dut == Device::cpu();
+  std::size_t total = 0;
+  for (const PrimInfo& info : all_prims()) {
+    const Prim p = info.prim;
+    const std::vector<Case> cases = cases_for(p);
+    INFO("primitive ", info.name);
+    REQUIRE(!cases.empty());
+    CHECK(binds(p, cases.front()));
+    // Float kernels may differ from the CPU's in the last bits (transcendentals,
+    // summation order); everything else must be exact.
+    const double rel = is_cpu ? 0.0 : 1e-5;
+    for (const Case& c : cases) {
+      ++total;
+      INFO("case ", c.label);
+      const Array want = c.op(c.inputs, Device::cpu());
+      const std::vector<Array> xs = on(dut, c.inputs);
+      const Array got = c.op(xs, dut);
+      CHECK(got.device() == dut);
+      const double tol = is_inexact(want.dtype()) ? rel : 0.0;
+      CHECK_MESSAGE(compare(got, want, tol) == "", compare(got, want, tol));
+
+      // Compiled, with the op's inputs produced by a fused identity step.
+      auto body = [op = c.op, dut](const std::vector<Array>& in) {
+        std::vector<Array> prepped;
+        for (const Array& x : in) prepped.push_back(identity_step(x));
+        return op(prepped, dut);
+      };
+      auto unfused = filter_jit(body, {.name = std::string(info.name), .fusion = {.enabled = false}});
+      auto fused = filter_jit(body, {.name = std::string(info.name)});
+      const Array u = unfused(xs);
+      const Array f = fused(xs);
+      CHECK_MESSAGE(compare(u, got, 0.0) == "", "unfused vs eager: ", compare(u, got, 0.0));
+      // Elementwise fusion is exact; fused reduction prologues and matmul
+      // epilogues may add in another order.
+      const double fused_tol = elementwise(p) || !is_inexact(want.dtype()) ? 0.0 : 1e-5;
+      CHECK_MESSAGE(compare(f, u, fused_tol) == "", "fused vs unfused: ", compare(f, u, fused_tol));
+
+      if (has_trait(p, PrimTrait::kDifferentiable) && c.grad) check_vjp(p, c, dut);
+    }
+  }
+  MESSAGE(total, " cases over ", all_prims().size(), " primitives on ", dut.to_string());
+}
