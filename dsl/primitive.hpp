@@ -3,12 +3,16 @@
 // rule) and binds a primitive; tracing and autodiff will record the same bindings.
 #pragma once
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <iterator>
 #include <span>
 #include <string_view>
+#include <type_traits>
+#include <utility>
 
+#include "kiln/runtime/aggregate.hpp"
 #include "kiln/runtime/array.hpp"
 
 namespace kiln {
@@ -94,8 +98,41 @@ struct Params {
   bool transpose_a = false;
   bool transpose_b = false;
 
-  friend bool operator==(const Params&, const Params&) = default;
+  // Over every field (for_each_field: a new field joins without edits), floats
+  // by bits: the one definition of "the same parameters" that CSE and the
+  // kernel caches key on. -0.0 and 0.0 differ (a fill of -0.0 divides to
+  // -inf); a NaN equals the same NaN.
+  friend bool operator==(const Params& a, const Params& b);
+  template <class H>
+  friend H AbslHashValue(H h, const Params& p);
 };
+
+namespace detail {
+template <class T>
+auto param_key(const T& v) {
+  if constexpr (std::is_floating_point_v<T>) {
+    return std::bit_cast<std::uint64_t>(static_cast<double>(v));
+  } else if constexpr (std::is_same_v<T, Device>) {
+    return std::pair{static_cast<int>(v.kind), v.index};
+  } else {
+    return v;
+  }
+}
+}  // namespace detail
+
+inline bool operator==(const Params& a, const Params& b) {
+  constexpr std::size_t n = detail::kFieldCount<Params>;
+  return detail::with_fields<n>(a, [&](auto, const auto&... fa) {
+    return detail::with_fields<n>(b, [&](auto, const auto&... fb) {
+      return ((detail::param_key(fa) == detail::param_key(fb)) && ...);
+    });
+  });
+}
+template <class H>
+H AbslHashValue(H h, const Params& p) {
+  detail::for_each_field(p, [&](const auto& f) { h = H::combine(std::move(h), detail::param_key(f)); });
+  return h;
+}
 
 namespace detail {
 // Binds `p` to `inputs` producing an array with aval `out`. Inside a trace the

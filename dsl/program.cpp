@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <sstream>
+#include <tuple>
 
 #include "absl/container/flat_hash_map.h"
 #include "kiln/dsl/trace.hpp"
@@ -34,7 +35,7 @@ std::string aval_string(const Aval& a) {
 
 std::string tuple(const auto& xs) { return detail::str_cat("(", detail::join(xs, ", "), ")"); }
 
-// The static parameters that matter for `p`, canonical (also the CSE key).
+// The static parameters that matter for `p`, as the program printer shows them.
 std::string params_string(Prim p, const Params& q) {
   std::vector<std::string> parts;
   switch (family(p)) {
@@ -193,13 +194,14 @@ void eliminate_common_subexpressions(Program& p) {
     auto [it, inserted] = const_ids.try_emplace(p.constant_values[i].impl(), p.constants[i]);
     if (!inserted) rename[p.constants[i]] = it->second;
   }
-  absl::flat_hash_map<std::string, ValueId> seen;
+  // Two equations are one when their primitive, parameters (every field, by
+  // Params' ==), output aval and inputs are equal.
+  using Key = std::tuple<Prim, Params, Aval, absl::InlinedVector<ValueId, 3>>;
+  absl::flat_hash_map<Key, ValueId> seen;
   std::vector<Equation> kept;
   for (Equation& eq : p.equations) {
     for (ValueId& in : eq.inputs) in = rename[in];
-    std::string key = detail::str_cat(name(eq.prim), params_string(eq.prim, eq.params), "|",
-                                      aval_string(p.avals[eq.output]), "|",
-                                      detail::join(eq.inputs, ","));
+    Key key{eq.prim, eq.params, p.avals[eq.output], eq.inputs};
     auto [it, inserted] = seen.try_emplace(std::move(key), eq.output);
     if (inserted) {
       kept.push_back(std::move(eq));

@@ -7,6 +7,10 @@
 #include <kiln/dsl/trace.hpp>
 #include <kiln/kiln.hpp>
 
+#include <cmath>
+#include <type_traits>
+#include <vector>
+
 using namespace kiln;
 
 namespace {
@@ -85,6 +89,61 @@ TEST_CASE("dead code is removed and common subexpressions are merged") {
         "    f:f32[3] = add d d\n"
         "    g:f32[] = sum[axes=(0)] f\n"
         "  in (g) }");
+}
+
+TEST_CASE("equations differing only in a parameter are not merged, and every Params field counts") {
+  // Fills of 0.0 and -0.0: equal as doubles, different results (1/x gives
+  // +inf and -inf). CSE keys on Params' ==, which compares floats by bits.
+  Trace t;
+  Array x = t.input({f32, {3}}, default_device(), "x");
+  const Array pos = 1.0f / full({3}, 0.0, f32, default_device());
+  const Array negz = 1.0f / full({3}, -0.0, f32, default_device());
+  const Array outs[] = {x + pos, x + negz};
+  Program p = t.finish(outs);
+  eliminate_common_subexpressions(p);
+  std::size_t fills = 0, unit = 0;  // the two 1.0 scalars are one equation
+  for (const Equation& e : p.equations) {
+    if (e.prim != Prim::kFull) continue;
+    (p.avals[e.output].shape == Shape{3} ? fills : unit) += 1;
+  }
+  CHECK(fills == 2);
+  CHECK(unit == 1);
+  auto jf = filter_jit([](const Array& a) {
+    return std::tuple{a / full({3}, 0.0, f32, a.device()), a / full({3}, -0.0, f32, a.device())};
+  });
+  auto [plus, minus] = jf(ones({3}));
+  CHECK(plus.to_vector<float>() == std::vector<float>(3, INFINITY));
+  CHECK(minus.to_vector<float>() == std::vector<float>(3, -INFINITY));
+
+  // Each field on its own makes two Params differ (== and hash): the rule walks
+  // the struct's fields, so a new field cannot be left out of the key.
+  const Params base;
+  std::size_t index = 0;
+  const std::size_t n = detail::kFieldCount<Params>;
+  for (std::size_t field = 0; field < n; ++field) {
+    Params changed = base;
+    index = 0;
+    detail::for_each_field(changed, [&](auto& f) {
+      if (index++ != field) return;
+      using T = std::remove_cvref_t<decltype(f)>;
+      if constexpr (std::is_same_v<T, bool>) {
+        f = !f;
+      } else if constexpr (std::is_same_v<T, double>) {
+        f = -f;  // 0.0 -> -0.0, 1.0 -> -1.0
+      } else if constexpr (std::is_same_v<T, DType>) {
+        f = f == f32 ? i32 : f32;
+      } else if constexpr (std::is_same_v<T, Device>) {
+        f = Device::vulkan(3);
+      } else if constexpr (std::is_integral_v<T>) {
+        f = f + 1;
+      } else {
+        f.push_back(1);  // Axes, Shape
+      }
+    });
+    CAPTURE(field);
+    CHECK_FALSE(changed == base);
+    CHECK(absl::HashOf(changed) != absl::HashOf(base));
+  }
 }
 
 TEST_CASE("arrays from outside the trace become constants; reading a tracer is an error") {

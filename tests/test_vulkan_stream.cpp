@@ -11,18 +11,22 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <functional>
 #include <kiln/kiln.hpp>
 #include <random>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
 #include "kiln/backends/vulkan/context.hpp"
-#include "kiln/dsl/backend.hpp"
+#include "kiln/backends/vulkan/pipeline.hpp"
 #include "kiln/backends/vulkan/stream.hpp"
+#include "kiln/dsl/backend.hpp"
 #include "kiln/dsl/executable.hpp"
 #include "kiln/dsl/trace.hpp"
+#include "kiln/runtime/strings.hpp"
 
 using namespace kiln;
 
@@ -364,4 +368,32 @@ TEST_CASE("another thread's work waits for a program scope instead of joining it
   // submitted it and returned while the scope was still open.
   CHECK_FALSE(other_done_while_inside);
   check_close(x + 1.0f, to_device(x, Device::cpu()) + 1.0f);
+}
+
+TEST_CASE("a kernel key shared by two different kernels is an error under KILN_VK_CHECK_KEYS") {
+  vk::PipelineCache& cache = vk::Context::get(0).pipelines();
+  auto source = [](const char* constant) {
+    return [constant] {
+      vk::KernelSource s;
+      s.text = detail::str_cat(
+          "OpCapability Shader\nOpMemoryModel Logical GLSL450\nOpEntryPoint GLCompute %main \"main\"\n"
+          "OpExecutionMode %main LocalSize 1 1 1\n%void = OpTypeVoid\n%fn = OpTypeFunction %void\n"
+          "%u32 = OpTypeInt 32 0\n%c = OpConstant %u32 ", constant, "\n"
+          "%main = OpFunction %void None %fn\n%entry = OpLabel\nOpReturn\nOpFunctionEnd\n");
+      return s;
+    };
+  };
+  const std::string key = "test/incomplete-key";
+  cache.get(key, source("1"));
+  cache.get(key, source("1"));  // the same kernel again: fine
+  const char* check = std::getenv("KILN_VK_CHECK_KEYS");
+  if (check == nullptr || std::string_view(check) == "0") return;  // the check is off
+  try {
+    cache.get(key, source("2"));
+    FAIL("expected an Error");
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    CHECK(msg.find("[vulkan] the kernel key \"test/incomplete-key\" is incomplete") == 0);
+    CHECK(msg.find("'%c = OpConstant %u32 1' vs '%c = OpConstant %u32 2'") != std::string::npos);
+  }
 }

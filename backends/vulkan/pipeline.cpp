@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
 #include <optional>
 #include <string_view>
 
@@ -220,15 +221,65 @@ const Pipeline& PipelineCache::compile(const std::string& key, const KernelSourc
   return ref;
 }
 
+namespace {
+
+// KILN_VK_CHECK_KEYS=1 (the Vulkan test suites set it): every key hit builds
+// the kernel again and requires the same source, so a lowering key that misses
+// something the kernel's code depends on (a parameter, a dtype, a view) fails
+// the first test that uses two such kernels, instead of silently running the
+// wrong pipeline.
+bool check_keys() {
+  static const bool on = [] {
+    const char* v = std::getenv("KILN_VK_CHECK_KEYS");
+    return v != nullptr && v[0] != '\0' && std::string_view(v) != "0";
+  }();
+  return on;
+}
+
+// The first line where two kernel texts differ, for the message.
+std::string first_difference(std::string_view a, std::string_view b) {
+  std::size_t line_start = 0;
+  for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    if (a[i] != b[i]) break;
+    if (a[i] == '\n') line_start = i + 1;
+  }
+  auto line = [&](std::string_view s) {
+    const std::size_t end = s.find('\n', line_start);
+    return std::string(s.substr(std::min(line_start, s.size()), end == std::string_view::npos ? std::string_view::npos : end - line_start));
+  };
+  return detail::str_cat("'", line(a), "' vs '", line(b), "'");
+}
+
+}  // namespace
+
 const Pipeline& PipelineCache::get(const std::string& key,
                                    const std::function<KernelSource()>& build) {
   std::lock_guard lock(mu_);
   auto it = by_key_.find(key);
-  if (it != by_key_.end()) return *it->second;
+  if (it != by_key_.end()) {
+    if (check_keys()) {
+      const KernelSource again = build();
+      const Pipeline& p = *it->second;
+      if (again.text != p.text || again.bindings != p.bindings ||
+          again.push_words != p.push_words || again.texel != p.texel ||
+          again.texel_format != p.texel_format || again.addressed != p.addressed) {
+        throw Error(detail::str_cat("[vulkan] the kernel key \"", key,
+                                    "\" is incomplete: two different kernels share it (",
+                                    first_difference(p.text, again.text), ")"));
+      }
+    }
+    return *it->second;
+  }
   const Pipeline& p = compile(key, build());
   ++stats_.keys;
   by_key_.emplace(key, &p);
   return p;
+}
+
+const Pipeline* PipelineCache::find(const std::string& key) const {
+  std::lock_guard lock(mu_);
+  auto it = by_key_.find(key);
+  return it == by_key_.end() ? nullptr : it->second;
 }
 
 PipelineStats PipelineCache::stats() const {

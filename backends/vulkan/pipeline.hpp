@@ -63,6 +63,8 @@ class PipelineCache {
   // The pipeline for `key`, building the kernel source with `build` on a miss.
   const Pipeline& get(const std::string& key,
                       const std::function<KernelSource()>& build);
+  // The pipeline built for `key`, or nullptr (builds nothing).
+  const Pipeline* find(const std::string& key) const;
   PipelineStats stats() const;
   // Writes the VkPipelineCache data to the disk cache (also done at exit).
   void save();
