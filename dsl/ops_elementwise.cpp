@@ -133,6 +133,23 @@ Array abs(const Array& a) { return unary(Prim::kAbs, Accepts::kNumeric, a); }
 Array exp(const Array& a) { return unary(Prim::kExp, Accepts::kFloating, a); }
 Array log(const Array& a) { return unary(Prim::kLog, Accepts::kFloating, a); }
 Array tanh(const Array& a) { return unary(Prim::kTanh, Accepts::kFloating, a); }
+Array sin(const Array& a) { return unary(Prim::kSin, Accepts::kFloating, a); }
+Array cos(const Array& a) { return unary(Prim::kCos, Accepts::kFloating, a); }
+Array tan(const Array& a) { return unary(Prim::kTan, Accepts::kFloating, a); }
+Array asin(const Array& a) { return unary(Prim::kAsin, Accepts::kFloating, a); }
+Array acos(const Array& a) { return unary(Prim::kAcos, Accepts::kFloating, a); }
+Array atan(const Array& a) { return unary(Prim::kAtan, Accepts::kFloating, a); }
+Array sinh(const Array& a) { return unary(Prim::kSinh, Accepts::kFloating, a); }
+Array cosh(const Array& a) { return unary(Prim::kCosh, Accepts::kFloating, a); }
+Array log2(const Array& a) { return unary(Prim::kLog2, Accepts::kFloating, a); }
+Array exp2(const Array& a) { return unary(Prim::kExp2, Accepts::kFloating, a); }
+Array log1p(const Array& a) { return unary(Prim::kLog1p, Accepts::kFloating, a); }
+Array expm1(const Array& a) { return unary(Prim::kExpm1, Accepts::kFloating, a); }
+Array floor(const Array& a) { return unary(Prim::kFloor, Accepts::kFloating, a); }
+Array ceil(const Array& a) { return unary(Prim::kCeil, Accepts::kFloating, a); }
+Array trunc(const Array& a) { return unary(Prim::kTrunc, Accepts::kFloating, a); }
+Array round(const Array& a) { return unary(Prim::kRound, Accepts::kFloating, a); }
+Array sign(const Array& a) { return unary(Prim::kSign, Accepts::kFloating, a); }
 Array sqrt(const Array& a) { return unary(Prim::kSqrt, Accepts::kFloating, a); }
 Array rsqrt(const Array& a) {
   return unary(Prim::kRsqrt, Accepts::kFloating, a);

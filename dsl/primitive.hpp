@@ -44,6 +44,7 @@ enum class PrimTrait : std::uint32_t {
   kIntegerOnly = 1u << 3,
   kComparison = 1u << 4,
   kAlias = 1u << 5,
+  kMath = 1u << 6,
 };
 constexpr PrimTrait operator|(PrimTrait a, PrimTrait b) {
   return static_cast<PrimTrait>(static_cast<std::uint32_t>(a) | static_cast<std::uint32_t>(b));

@@ -86,15 +86,6 @@ Array rem(const Array& a, std::uint32_t s) {
   return a - (a / s) * s;
 }
 
-Array log1p(const Array& u) {
-  // log(1 + u) * u / ((1 + u) - 1) cancels the rounding of 1 + u (Goldberg);
-  // exact u where 1 + u rounds to 1.
-  Array y = u + 1.0;
-  Array exact = y == 1.0;
-  Array denom = where(exact, ones_like(y), y - 1.0);
-  return where(exact, u, log(y) * (u / denom));
-}
-
 }  // namespace
 
 Array key(std::uint32_t seed) { return array<std::uint32_t>({0u, seed}); }

@@ -1,6 +1,8 @@
 // vjp rules for every primitive, in the DSL.
 #include "kiln/dsl/vjp.hpp"
 
+#include "kiln/dsl/unary_math.hpp"
+
 #include <numeric>
 
 #include "kiln/dsl/ops.hpp"
@@ -96,7 +98,15 @@ std::vector<Array> vjp(const Equation& eq, std::span<const Array> in, const Arra
   const Array& x = in.empty() ? y : in[0];
   const DType dt = g.dtype();
   auto ub = [&](const Array& c, std::size_t i) { return unbroadcast(c, in[i].shape()); };
+  std::vector<Array> math;
+  if (visit_math(eq.prim, [&](auto def) { math = {decltype(def)::vjp(x, y, g)}; })) return math;
   switch (eq.prim) {
+    // dsl/unary_math.hpp (visit_math above)
+    case Prim::kSin: case Prim::kCos: case Prim::kTan: case Prim::kAsin: case Prim::kAcos:
+    case Prim::kAtan: case Prim::kSinh: case Prim::kCosh: case Prim::kLog2: case Prim::kExp2:
+    case Prim::kLog1p: case Prim::kExpm1: case Prim::kFloor: case Prim::kCeil:
+    case Prim::kTrunc: case Prim::kRound: case Prim::kSign:
+      break;
     case Prim::kNeg: return {-g};
     case Prim::kAbs: return {g * (as_float(x > 0, dt) - as_float(x < 0, dt))};
     case Prim::kExp: return {g * y};

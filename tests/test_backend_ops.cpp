@@ -181,6 +181,45 @@ std::vector<Case> cases_for(Prim p) {
     case Prim::kRelu: return unary(relu, kNumeric, away);
     case Prim::kLogicalNot: return unary(logical_not, {DType::kBool});
     case Prim::kBitwiseNot: return unary(bitwise_not, {i32, u32, DType::kBool});
+    case Prim::kSin: return unary(sin, kFloat, -4.0, 4.0);
+    case Prim::kCos: return unary(cos, kFloat, -4.0, 4.0);
+    case Prim::kTan: return unary(tan, kFloat, -1.2, 1.2);
+    case Prim::kAsin: return unary(asin, kFloat, -0.9, 0.9);
+    case Prim::kAcos: return unary(acos, kFloat, -0.9, 0.9);
+    case Prim::kAtan: return unary(atan, kFloat, -3.0, 3.0);
+    case Prim::kSinh: return unary(sinh, kFloat);
+    case Prim::kCosh: return unary(cosh, kFloat);
+    case Prim::kLog2: return unary(log2, kFloat, 0.2, 5.0);
+    case Prim::kExp2: return unary(exp2, kFloat, -3.0, 3.0);
+    case Prim::kLog1p: {
+      std::vector<Case> out = unary(log1p, kFloat, -0.5, 2.0);
+      // Where 1 + x rounds to 1, log1p(x) is x (log(1 + x) would be 0).
+      out.push_back(one("tiny", {Array::from_data<float>(std::vector<float>{1e-9f, -3e-8f, 0.0f, -0.0f}, {4})},
+                        [](Inputs x, Device) { return log1p(x[0]); }, false));
+      return out;
+    }
+    case Prim::kExpm1: {
+      std::vector<Case> out = unary(expm1, kFloat, -2.0, 2.0);
+      out.push_back(one("tiny", {Array::from_data<float>(std::vector<float>{1e-9f, -3e-8f, 0.0f, -0.0f}, {4})},
+                        [](Inputs x, Device) { return expm1(x[0]); }, false));
+      return out;
+    }
+    case Prim::kFloor: return unary(floor, kFloat, -3.0, 3.0);
+    case Prim::kCeil: return unary(ceil, kFloat, -3.0, 3.0);
+    case Prim::kTrunc: return unary(trunc, kFloat, -3.0, 3.0);
+    case Prim::kRound: {
+      std::vector<Case> out = unary(round, kFloat, -3.0, 3.0);
+      // Halves go to the even neighbour, as numpy.round.
+      out.push_back(one("halves", {Array::from_data<float>(std::vector<float>{-2.5f, -1.5f, -0.5f, 0.5f, 1.5f, 2.5f}, {6})},
+                        [](Inputs x, Device) { return round(x[0]); }, false));
+      return out;
+    }
+    case Prim::kSign: {
+      std::vector<Case> out = unary(sign, kFloat, away);
+      out.push_back(one("zeros", {Array::from_data<float>(std::vector<float>{0.0f, -0.0f, 3.0f, -2.0f}, {4})},
+                        [](Inputs x, Device) { return sign(x[0]); }, false));
+      return out;
+    }
     case Prim::kAdd: return binary(add, kNumeric);
     case Prim::kSub: return binary(subtract, kNumeric);
     case Prim::kMul: return binary(multiply, kNumeric);

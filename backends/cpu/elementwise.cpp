@@ -37,6 +37,7 @@
 #include "kiln/backends/cpu/broadcast.hpp"
 #include "kiln/backends/cpu/cpu_backend.hpp"
 #include "kiln/backends/cpu/nan_minmax.hpp"
+#include "kiln/dsl/unary_math.hpp"
 #include "kiln/runtime/error.hpp"
 #include "kiln/runtime/strings.hpp"
 
@@ -333,6 +334,10 @@ template <class T>
 void unary_kernel(Prim p, DType dtype, const void* a, void* out, std::size_t n) {
   using W = Wrapping<T>;
   if constexpr (std::is_floating_point_v<T>) {
+    const bool math = visit_math(p, [&](auto def) {
+      unary_apply<T>([](const auto& x) { return decltype(def)::cpu(x); }, a, out, n);
+    });
+    if (math) return;
     switch (p) {
       case Prim::kExp:
         return unary_apply<T>([](const auto& x) { return xt::exp(x); }, a, out, n);

@@ -1,8 +1,10 @@
 // Scalar semantics of the elementwise primitives in SPIR-V. These are the one
 // definition the eager kernels use and the fused kernels will reuse.
 #include <limits>
+#include <optional>
 
 #include "kiln/backends/vulkan/kernels.hpp"
+#include "kiln/dsl/unary_math.hpp"
 #include "kiln/runtime/error.hpp"
 #include "kiln/runtime/strings.hpp"
 
@@ -210,6 +212,11 @@ Val emit_elementwise(Builder& b, Prim p, const Params& params,
   const Val& x = a[0];
   const Ty t = x.ty;
   const bool f = spv::is_float(t);
+  if (f) {
+    std::optional<Val> math;
+    visit_math(p, [&](auto def) { math = decltype(def)::vulkan(b, x); });
+    if (math) return *math;
+  }
   switch (p) {
     case Prim::kNeg:
       return f ? b.op("OpFNegate", t, {x}) : b.op("OpSNegate", t, {x});
