@@ -101,6 +101,22 @@ Array split(const Array& key, std::int64_t n) {
   return concatenate({reshape(b0, Shape{n, 1}), reshape(b1, Shape{n, 1})}, 1);
 }
 
+Array subkey(const Array& keys, std::int64_t i) {
+  detail::check_not_none("random.subkey", keys, "keys");
+  if (keys.dtype() != DType::kU32 || keys.ndim() != 2 || keys.shape()[1] != 2) {
+    throw DTypeError(detail::str_cat("[random.subkey] keys are a u32 array of shape (n, 2) ",
+                                     "(random::split), got ", name(keys.dtype()), " of shape ",
+                                     to_string(keys.shape())));
+  }
+  const std::int64_t n = keys.shape()[0];
+  const std::int64_t at = i < 0 ? i + n : i;
+  if (at < 0 || at >= n) {
+    throw IndexError(detail::str_cat("[random.subkey] index ", i, " is out of range for ", n,
+                                     " keys"));
+  }
+  return reshape(slice_axis(keys, 0, at, at + 1), Shape{2});
+}
+
 Array fold_in(const Array& key, std::uint32_t data) {
   check_key("random.fold_in", key);
   // threefry_2x32(key, threefry_seed(data)): the one counter pair (0, data).
@@ -166,6 +182,27 @@ Array normal(const Array& key, const Shape& shape, DType dtype) {
   const float lo = std::nextafter(-1.0f, 0.0f);
   Array u = uniform(key, shape, f32, lo, 1.0);
   return erfinv(u) * static_cast<double>(static_cast<float>(std::sqrt(2.0)));
+}
+
+Array gumbel(const Array& key, const Shape& shape, DType dtype) {
+  check_key("random.gumbel", key);
+  check_f32("random.gumbel", dtype);
+  const Array u = uniform(key, shape, dtype, std::numeric_limits<float>::min(), 1.0);
+  return -log(-log(u));
+}
+
+Array categorical(const Array& key, const Array& logits, std::int64_t axis) {
+  check_key("random.categorical", key);
+  detail::check_not_none("random.categorical", logits, "logits");
+  check_f32("random.categorical", logits.dtype());
+  const std::int64_t nd = logits.ndim();
+  const std::int64_t at = axis < 0 ? axis + nd : axis;
+  if (nd == 0 || at < 0 || at >= nd) {
+    throw ValueError(detail::str_cat("[random.categorical] axis ", axis,
+                                     " is out of range for logits of shape ",
+                                     to_string(logits.shape())));
+  }
+  return argmax(gumbel(key, logits.shape(), logits.dtype()) + logits, at);
 }
 
 Array bernoulli(const Array& key, double p, const Shape& shape) {

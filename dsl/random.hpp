@@ -22,6 +22,9 @@ namespace kiln::random {
 Array key(std::uint32_t seed);
 // n new keys, shape (n, 2) (jax.random.split).
 Array split(const Array& key, std::int64_t n = 2);
+// Key i of the (n, 2) result of split (keys[i] in JAX); negative i counts from
+// the end; out of range is an IndexError.
+Array subkey(const Array& keys, std::int64_t i);
 // A new key from `key` and `data` (jax.random.fold_in).
 Array fold_in(const Array& key, std::uint32_t data);
 // Uniform raw u32 bits (jax.random.bits).
@@ -31,6 +34,14 @@ Array uniform(const Array& key, const Shape& shape, DType dtype = f32,
               double minval = 0.0, double maxval = 1.0);
 // Standard normal (jax.random.normal). f32 only.
 Array normal(const Array& key, const Shape& shape, DType dtype = f32);
+// Standard Gumbel samples, -log(-log(u)) for u uniform on [tiny, 1)
+// (jax.random.gumbel). f32 only.
+Array gumbel(const Array& key, const Shape& shape, DType dtype = f32);
+// Indices (i32) drawn from the categorical distributions whose unnormalised log
+// probabilities lie along `axis` of `logits`: argmax(logits + gumbel) over axis,
+// as jax.random.categorical (the result has logits' shape without `axis`).
+// Logits of -inf are never drawn. f32 logits.
+Array categorical(const Array& key, const Array& logits, std::int64_t axis = -1);
 // bool, true with probability p (jax.random.bernoulli).
 Array bernoulli(const Array& key, double p, const Shape& shape);
 // Integers in [minval, maxval) of dtype i32 or u32 (jax.random.randint: 64 random

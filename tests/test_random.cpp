@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <kiln/dsl/program.hpp>
@@ -106,6 +107,42 @@ TEST_CASE("randint and permutation match jax.random bit for bit") {
                             "randint_4_m5_1000");
   check_exact<std::int32_t>(random::permutation(random::key(6), 10),
                             "permutation_6_10");
+}
+
+TEST_CASE("subkey, gumbel and categorical match jax.random") {
+  const Array keys = random::split(random::key(42), 4);
+  check_exact<U32>(random::subkey(keys, 2), "subkey_42_4_2");
+  check_exact<U32>(random::subkey(keys, -2), "subkey_42_4_2");
+  check_f32(random::gumbel(random::key(3), {6}), "gumbel_3_6", 1e-5, 1e-6);
+  const float inf = std::numeric_limits<float>::infinity();
+  const Array logits = array<float>({0.1f, -1.0f, 2.0f, 0.5f, -0.3f,  //
+                                     1.0f, 1.0f, 1.0f, 1.0f, 1.0f,    //
+                                     -inf, 0.0f, -inf, 3.0f, 0.2f},
+                                    {3, 5});
+  check_exact<std::int32_t>(random::categorical(random::key(7), logits), "categorical_7_last");
+  check_exact<std::int32_t>(random::categorical(random::key(7), logits, 0), "categorical_7_first");
+  check_exact<std::int32_t>(random::categorical(random::key(8), zeros({64, 3})), "categorical_8_many");
+  // Errors name the function and what was wrong.
+  CHECK_THROWS_WITH_AS(random::subkey(keys, 4), "[random.subkey] index 4 is out of range for 4 keys",
+                       IndexError);
+  CHECK_THROWS_WITH_AS(random::subkey(random::key(1), 0), doctest::Contains("shape (n, 2)"), DTypeError);
+  CHECK_THROWS_WITH_AS(random::categorical(random::key(1), logits, 2),
+                       doctest::Contains("[random.categorical] axis 2 is out of range"), ValueError);
+}
+
+TEST_CASE("categorical draws each category about as often as its probability") {
+  // p = softmax(log [1, 2, 5]) = [0.125, 0.25, 0.625]; 4000 draws in one call.
+  const Array logits = broadcast_to(log(array<float>({1.0f, 2.0f, 5.0f})), {4000, 3});
+  const std::vector<std::int32_t> draws = random::categorical(random::key(11), logits).to_vector<std::int32_t>();
+  std::array<int, 3> counts{};
+  for (std::int32_t d : draws) counts.at(static_cast<std::size_t>(d))++;
+  // Within 5 standard deviations of the binomial mean.
+  const double p[] = {0.125, 0.25, 0.625};
+  for (std::size_t k = 0; k < 3; ++k) {
+    CAPTURE(k);
+    const double mean = 4000 * p[k], sd = std::sqrt(4000 * p[k] * (1 - p[k]));
+    CHECK(std::abs(counts[k] - mean) < 5 * sd);
+  }
 }
 
 TEST_CASE("the same key gives the same numbers; other and split keys differ") {
