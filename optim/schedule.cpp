@@ -19,25 +19,6 @@ namespace {
 
 using detail::str_cat;
 
-// cos(x) for x in [0, pi] from DSL ops (kiln has no cos primitive): cos(x) =
-// -sin(x - pi/2) with pi/2 split in two f32 parts (Cody-Waite) and sin's
-// Taylor series through y^15, whose truncation error on |y| <= pi/2 is below
-// 1e-9, i.e. well under an f32 ulp.
-Array cos_0_to_pi(const Array& x) {
-  constexpr double kHalfPiHi = 1.57079637050628662109375;  // f32(pi/2)
-  constexpr double kHalfPiLo = -4.37113900018624283e-8;    // pi/2 - kHalfPiHi
-  const Array y = (x - kHalfPiHi) - kHalfPiLo;
-  const Array y2 = y * y;
-  // sin(y) = y (1 - y2/3! (1 - y2/(4*5) (1 - y2/(6*7) (...))))
-  Array p = 1.0 - y2 / (14.0 * 15.0);
-  for (int k = 6; k >= 1; --k) {
-    const double d =
-        static_cast<double>(2 * k) * static_cast<double>(2 * k + 1);
-    p = 1.0 - y2 * p / d;
-  }
-  return -(y * p);
-}
-
 Array as_f32(const Array& a) { return astype(a, f32); }
 
 Array eval_piece(const SchedulePiece& p, const Array& count_i32) {
@@ -58,7 +39,7 @@ Array eval_piece(const SchedulePiece& p, const Array& count_i32) {
       const double steps = static_cast<double>(p.steps);
       const Array c = minimum(as_f32(count), steps);
       const Array cosine =
-          (cos_0_to_pi(c * std::numbers::pi / steps) + 1.0) * 0.5;
+          (cos(c * std::numbers::pi / steps) + 1.0) * 0.5;
       const Array shaped =
           p.exponent == 1.0 ? cosine : power(cosine, p.exponent);
       return (shaped * (1.0 - p.alpha) + p.alpha) * p.init_value;
