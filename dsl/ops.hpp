@@ -89,6 +89,20 @@ Array trunc(const Array& a);
 Array round(const Array& a);  // half to even, as numpy.round
 Array sign(const Array& a);   // -1, 1, or a itself for zeros and NaN
 
+// ---- composites (dsl/ops_composite.cpp: written in the ops here, fused) ----
+// (No `square`: it is a * a, and a kiln::square would make every application's
+// own square() ambiguous under `using namespace kiln`.)
+Array reciprocal(const Array& a);  // 1 / a, floating
+// minimum(maximum(a, lo), hi), broadcasting; scalar bounds take a's dtype.
+Array clip(const Array& a, const Array& lo, const Array& hi);
+Array clip(const Array& a, double lo, double hi);
+// bool results; floating operands.
+Array isnan(const Array& a);
+Array isinf(const Array& a);
+Array isfinite(const Array& a);
+// log(exp(a) + exp(b)) without overflow, as jnp.logaddexp; floating.
+Array logaddexp(const Array& a, const Array& b);
+
 // ---- binary elementwise with numpy broadcasting ----
 Array add(const Array& a, const Array& b);
 Array subtract(const Array& a, const Array& b);

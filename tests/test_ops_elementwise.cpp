@@ -653,3 +653,36 @@ TEST_CASE("float math ops (sin ... sign) match the C library, with their special
   // Integer operands are refused, naming the op.
   CHECK_THROWS_WITH_AS(sin(i32s({1, 2})), doctest::Contains("[sin]"), DTypeError);
 }
+
+TEST_CASE("composites: reciprocal, clip, isnan/isinf/isfinite, logaddexp") {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  check_close(reciprocal(f32s({2.0f, -0.5f, 0.0f, -0.0f})), {0.5, -2.0, kInf, -kInf});
+  check_close(clip(f32s({-3.0f, 0.5f, 7.0f, nan}), -1.0, 2.0), {-1.0, 0.5, 2.0, kNaN});
+  CHECK(values<I32>(clip(i32s({-9, 3, 40}), 0, 10)) == std::vector<I32>{0, 3, 10});
+  check_close(clip(f32s({-3.0f, 0.5f, 7.0f}), f32s({0.0f, 1.0f, 2.0f}), f32s({1.0f})),
+              {0.0, 1.0, 1.0});
+  CHECK_THROWS_WITH_AS(clip(f32s({1.0f}), 2.0, 1.0),
+                       "[clip] lower bound 2 is above the upper bound 1", ValueError);
+  const Array special = f32s({1.0f, nan, inf, -inf, 0.0f});
+  CHECK(values<bool>(isnan(special)) == std::vector<bool>{false, true, false, false, false});
+  CHECK(values<bool>(isinf(special)) == std::vector<bool>{false, false, true, true, false});
+  CHECK(values<bool>(isfinite(special)) == std::vector<bool>{true, false, false, false, true});
+  CHECK_THROWS_WITH_AS(isnan(i32s({1})), "[isnan] requires a floating dtype, got i32", DTypeError);
+  // logaddexp against log(exp(a) + exp(b)) in double, where that does not overflow.
+  const std::vector<float> a = {0.0f, 1.0f, -3.0f, 100.0f, -inf, inf, -inf, nan};
+  const std::vector<float> b = {0.0f, -2.0f, -3.5f, 99.0f, 2.0f, inf, -inf, 1.0f};
+  std::vector<double> want;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const double x = a[i], y = b[i];
+    if (std::isnan(x) || std::isnan(y)) {
+      want.push_back(kNaN);
+    } else if (x == y && std::isinf(x)) {
+      want.push_back(x);
+    } else {
+      const double m = std::max(x, y);
+      want.push_back(m + std::log1p(std::exp(-std::abs(x - y))));
+    }
+  }
+  check_close(logaddexp(f32s(a), f32s(b)), want);
+}
