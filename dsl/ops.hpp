@@ -186,6 +186,19 @@ Array take_along_axis(const Array& a, const Array& indices, std::int64_t axis);
 // One-hot encoding along a new last axis of size `depth`; indices outside
 // [0, depth) give an all-zero row (as jax.nn.one_hot).
 Array one_hot(const Array& indices, std::int64_t depth, DType dtype = f32);
+// The transposes of take: `updates` has take's result shape
+// (a.shape[:axis] + indices.shape + a.shape[axis+1:]); the result is `a` with
+// each update added at (scatter: written to) the index it pairs with, as
+// jnp's a.at[idx].add(u) / .set(u) along `axis`. Deterministic on every
+// backend: repeated indices add in index order; for scatter the last wins.
+Array scatter_add(const Array& a, const Array& indices, const Array& updates,
+                  std::int64_t axis);
+Array scatter(const Array& a, const Array& indices, const Array& updates,
+              std::int64_t axis);
+// The transpose of take_along_axis: indices and updates have a's shape except
+// along `axis`; out[.., indices[.., k, ..], ..] += updates[.., k, ..].
+Array scatter_add_along_axis(const Array& a, const Array& indices,
+                             const Array& updates, std::int64_t axis);
 
 // ---- C++ operators ----
 Array operator-(const Array& a);

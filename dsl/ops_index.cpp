@@ -1,4 +1,5 @@
-// Indexing ops: take, take_along_axis, one_hot. The shape and dtype rules live
+// Indexing ops: take, take_along_axis, one_hot, and the scatters that are
+// their transposes. The shape and dtype rules live
 // here; index values are checked by the backend, which is the first to see
 // them.
 #include "kiln/dsl/check.hpp"
@@ -90,6 +91,83 @@ Array one_hot(const Array& indices, std::int64_t depth, DType dtype) {
   p.axis = static_cast<std::int64_t>(out.size()) - 1;
   const Array inputs[] = {indices};
   return detail::bind(Prim::kOneHot, p, inputs, Aval{dtype, std::move(out)});
+}
+
+namespace {
+
+void check_updates(const char* op, const Array& a, const Array& updates,
+                   const Shape& expected, const char* rule) {
+  detail::check_not_none(op, updates, "the updates input");
+  if (updates.dtype() != a.dtype()) {
+    throw DTypeError(detail::str_cat("[", op, "] updates are ", name(updates.dtype()),
+                                     " but the array is ", name(a.dtype())));
+  }
+  if (updates.shape() != expected) {
+    throw ShapeError(detail::str_cat("[", op, "] updates of shape ", to_string(updates.shape()),
+                                     " must have shape ", to_string(expected), " (", rule,
+                                     ")"));
+  }
+}
+
+void check_addable(const char* op, const Array& a) {
+  if (a.dtype() == DType::kBool) {
+    throw DTypeError(detail::str_cat("[", op, "] cannot add bool updates; use scatter to "
+                                     "write them"));
+  }
+}
+
+Array scatter_like_take(Prim p, const char* op, const Array& a, const Array& indices,
+                        const Array& updates, std::int64_t axis) {
+  check_inputs(op, a, indices);
+  check_index_dtype(op, indices);
+  const std::int64_t ax = normalize_axis(op, axis, a.ndim());
+  const Shape& in = a.shape();
+  Shape expected(in.begin(), in.begin() + ax);
+  expected.insert(expected.end(), indices.shape().begin(), indices.shape().end());
+  expected.insert(expected.end(), in.begin() + ax + 1, in.end());
+  check_updates(op, a, updates, expected, "take's result shape for these indices");
+  if (p != Prim::kScatter) check_addable(op, a);
+  Params params;
+  params.axis = ax;
+  const Array inputs[] = {a, indices, updates};
+  return detail::bind(p, params, inputs, a.aval());
+}
+
+}  // namespace
+
+Array scatter_add(const Array& a, const Array& indices, const Array& updates,
+                  std::int64_t axis) {
+  return scatter_like_take(Prim::kScatterAdd, "scatter_add", a, indices, updates, axis);
+}
+
+Array scatter(const Array& a, const Array& indices, const Array& updates,
+              std::int64_t axis) {
+  return scatter_like_take(Prim::kScatter, "scatter", a, indices, updates, axis);
+}
+
+Array scatter_add_along_axis(const Array& a, const Array& indices, const Array& updates,
+                             std::int64_t axis) {
+  const char* op = "scatter_add_along_axis";
+  check_inputs(op, a, indices);
+  check_index_dtype(op, indices);
+  const std::int64_t ax = normalize_axis(op, axis, a.ndim());
+  const Shape& in = a.shape();
+  const Shape& is = indices.shape();
+  bool ok = is.size() == in.size();
+  for (std::size_t d = 0; ok && d < in.size(); ++d) {
+    ok = static_cast<std::int64_t>(d) == ax || is[d] == in[d];
+  }
+  if (!ok) {
+    throw ShapeError(detail::str_cat("[", op, "] indices of shape ", to_string(is),
+                                     " must have the shape of the array ", to_string(in),
+                                     " except along axis ", ax));
+  }
+  check_updates(op, a, updates, is, "the indices' shape");
+  check_addable(op, a);
+  Params params;
+  params.axis = ax;
+  const Array inputs[] = {a, indices, updates};
+  return detail::bind(Prim::kScatterAddAlongAxis, params, inputs, a.aval());
 }
 
 }  // namespace kiln

@@ -22,21 +22,13 @@ Array swap_last(const Array& a) {
   return transpose(a, perm);
 }
 
-// Moves the last axis of `a` to position `axis`.
-Array last_axis_to(const Array& a, std::int64_t axis) {
-  Axes perm;
-  for (std::int64_t i = 0; i < a.ndim() - 1; ++i) {
-    if (i == axis) perm.push_back(a.ndim() - 1);
-    perm.push_back(i);
-  }
-  if (axis == a.ndim() - 1) perm.push_back(a.ndim() - 1);
-  return transpose(a, perm);
-}
-
-// Indices with negative entries wrapped, as the gather kernels interpret them.
-Array wrap_indices(const Array& idx, std::int64_t size) {
-  if (idx.dtype() == DType::kU32) return idx;
-  return where(idx < 0, idx + static_cast<int>(size), idx);
+// 0, 1, ..., n - 1 (i32) on `device` (arange() creates on the default device).
+Array iota(std::int64_t n, Device device) {
+  Params p;
+  p.shape = Shape{n};
+  p.dtype = DType::kI32;
+  p.device = device;
+  return bind(Prim::kArange, p, {}, Aval{DType::kI32, p.shape});
 }
 
 // Transpose of a reduction: g (reduced shape) broadcast back to `shape`.
@@ -183,25 +175,39 @@ std::vector<Array> vjp(const Equation& eq, std::span<const Array> in, const Arra
     }
     case Prim::kSlice: return {unslice(g, eq.params, x.shape())};
     case Prim::kTake: {
-      // grad[pre, j, post] = sum_k g[pre, k, post] * (idx_k == j)
-      const Array& idx = in[1];
-      const std::int64_t axis = eq.params.axis, n = x.shape()[axis];
-      Shape pre(x.shape().begin(), x.shape().begin() + axis);
-      Shape post(x.shape().begin() + axis + 1, x.shape().end());
-      const std::int64_t k = idx.size();
-      Array oh = one_hot(reshape(wrap_indices(idx, n), {k}), n, dt);  // [k, n]
-      Array g3 = reshape(g, {numel(pre), k, numel(post)});
-      Array gt = transpose(g3, {0, 2, 1});                  // [pre, post, k]
-      Array r = transpose(matmul(gt, oh), {0, 2, 1});       // [pre, n, post]
-      return {reshape(r, x.shape()), Array()};
+      // The transpose of a gather is a scatter_add of g into zeros: O(g) work
+      // and memory (a one-hot matmul would be O(indices x axis)).
+      return {scatter_add(zeros(x.shape(), dt, g.device()), in[1], g, eq.params.axis), Array()};
     }
     case Prim::kTakeAlongAxis: {
+      // Scatter g into the broadcast shape (x's axis length), then sum the
+      // axes x broadcast along.
       const Array& idx = in[1];
-      const std::int64_t axis = eq.params.axis, n = x.shape()[axis];
-      Array oh = one_hot(wrap_indices(idx, n), n, dt);       // idx.shape + [n]
-      Array prod = expand_dims(g, -1) * oh;                  // out.shape + [n]
-      Array s = sum(prod, axis);                             // out \ axis + [n]
-      return {unbroadcast(last_axis_to(s, axis), x.shape()), Array()};
+      const std::int64_t axis = eq.params.axis;
+      Shape full = g.shape();
+      full[static_cast<std::size_t>(axis)] = x.shape()[static_cast<std::size_t>(axis)];
+      Array s = scatter_add_along_axis(zeros(full, dt, g.device()), broadcast_to(idx, g.shape()),
+                                       g, axis);
+      return {unbroadcast(s, x.shape()), Array()};
+    }
+    case Prim::kScatterAdd:
+      return {g, Array(), take(g, in[1], eq.params.axis)};
+    case Prim::kScatterAddAlongAxis:
+      return {g, Array(), take_along_axis(g, in[1], eq.params.axis)};
+    case Prim::kScatter: {
+      // An update reaches the result only where no later one overwrote it
+      // (the last wins): number the updates, scatter the numbers, and pass g
+      // back to the updates whose number survived; the operand keeps g where
+      // nothing was written.
+      const Array& idx = in[1];
+      const Array& upd = in[2];
+      const std::int64_t axis = eq.params.axis;
+      Array ids = reshape(iota(upd.size(), g.device()), upd.shape());
+      Array winner = scatter(full(x.shape(), -1, DType::kI32, g.device()), idx, ids, axis);
+      Array won = take(winner, idx, axis) == ids;
+      Array gu = take(g, idx, axis);
+      return {scatter(g, idx, zeros(upd.shape(), dt, g.device()), axis), Array(),
+              where(won, gu, zeros_like(gu))};
     }
     case Prim::kLogicalNot: case Prim::kEq: case Prim::kNe: case Prim::kLt:
     case Prim::kLe: case Prim::kGt: case Prim::kGe: case Prim::kLogicalAnd:

@@ -391,6 +391,37 @@ std::vector<Case> cases_for(Prim p) {
                   [](Inputs x, Device) { return take_along_axis(x[0], x[1], 1); }),
               one("axis 0, broadcast indices", {uniform({5, 3}, -1, 1), integers({2, 1}, 0, 4)},
                   [](Inputs x, Device) { return take_along_axis(x[0], x[1], 0); })};
+    case Prim::kScatterAdd:
+      // Repeated indices (7 rows into 5): sums in index order on both backends.
+      return {one("rows, repeated", {uniform({5, 3}, -1, 1), integers({7}, -5, 4), uniform({7, 3}, -1, 1)},
+                  [](Inputs x, Device) { return scatter_add(x[0], x[1], x[2], 0); }),
+              one("columns, 2-D indices", {uniform({4, 6}, -1, 1), integers({2, 3}, 0, 5),
+                                           uniform({4, 2, 3}, -1, 1)},
+                  [](Inputs x, Device) { return scatter_add(x[0], x[1], x[2], 1); }),
+              one("no indices", {uniform({4, 6}, -1, 1), integers({0}, 0, 3), uniform({0, 6}, -1, 1)},
+                  [](Inputs x, Device) { return scatter_add(x[0], x[1], x[2], 0); }),
+              one("i32 values, u32 indices", {integers({9}, -9, 9), integers({40}, 0, 8, u32),
+                                              integers({40}, -9, 9)},
+                  [](Inputs x, Device) { return scatter_add(x[0], x[1], x[2], 0); }),
+              one("f64, middle axis", {uniform({2, 5, 3}, -1, 1, f64), integers({6}, -5, 4),
+                                       uniform({2, 6, 3}, -1, 1, f64)},
+                  [](Inputs x, Device) { return scatter_add(x[0], x[1], x[2], 1); })};
+    case Prim::kScatter:
+      return {one("rows, repeated (the last wins)",
+                  {uniform({5, 3}, -1, 1), integers({7}, -5, 4), uniform({7, 3}, -1, 1)},
+                  [](Inputs x, Device) { return scatter(x[0], x[1], x[2], 0); }),
+              one("columns", {uniform({4, 6}, -1, 1), integers({3}, 0, 5), uniform({4, 3}, -1, 1)},
+                  [](Inputs x, Device) { return scatter(x[0], x[1], x[2], 1); }),
+              one("bool", {booleans({6}), integers({4}, 0, 5), booleans({4})},
+                  [](Inputs x, Device) { return scatter(x[0], x[1], x[2], 0); })};
+    case Prim::kScatterAddAlongAxis:
+      return {one("axis 1", {uniform({4, 6}, -1, 1), integers({4, 9}, -6, 5), uniform({4, 9}, -1, 1)},
+                  [](Inputs x, Device) { return scatter_add_along_axis(x[0], x[1], x[2], 1); }),
+              one("axis 0, u32", {uniform({5, 3}, -1, 1), integers({2, 3}, 0, 4, u32),
+                                  uniform({2, 3}, -1, 1)},
+                  [](Inputs x, Device) { return scatter_add_along_axis(x[0], x[1], x[2], 0); }),
+              one("i32", {integers({3, 4}, -9, 9), integers({3, 4}, 0, 3), integers({3, 4}, -9, 9)},
+                  [](Inputs x, Device) { return scatter_add_along_axis(x[0], x[1], x[2], 1); })};
     case Prim::kOneHot:
       return {one("i32 (7) depth 5, out of range rows", {integers({7}, -2, 6)},
                   [](Inputs x, Device) { return one_hot(x[0], 5); }, false),

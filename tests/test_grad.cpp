@@ -290,3 +290,36 @@ TEST_CASE("gradients of the composite ops (clip, reciprocal, logaddexp) match fi
              {random_array({2, 3}, -3, 3), random_array({3}, -3, 3)});
   }
 }
+
+TEST_CASE("the gradient of a gather is a scatter_add: no one-hot matrix, memory O(rows + tokens)") {
+  // An embedding lookup: 2000 rows of 8, 512 tokens. A one-hot gradient would
+  // hold a 512 x 2000 matrix (4 MB); the scatter holds the table's gradient.
+  const std::int64_t vocab = 2000, dim = 8, tokens = 512;
+  std::vector<std::int32_t> ids(tokens);
+  for (std::int64_t t = 0; t < tokens; ++t) ids[t] = static_cast<std::int32_t>((t * 37) % vocab);
+  const Array idx = array<std::int32_t>(ids, {tokens});
+  const Array table = astype(reshape(arange(vocab * dim), {vocab, dim}), f32) * 0.001f;
+  auto loss = [&](const Array& w) { return sum(take(w, idx, 0) * take(w, idx, 0)); };
+  auto step = filter_jit([&](const Array& w) { return grad(loss)(w); });
+  const Array g = step(table);
+  const std::string text = step.compiled_text();
+  CHECK(text.find("scatter_add") != std::string::npos);
+  CHECK(text.find("one_hot") == std::string::npos);
+  CHECK(text.find("matmul") == std::string::npos);
+  const std::size_t table_bytes = static_cast<std::size_t>(vocab * dim * 4);
+  CHECK(step.last_run().peak_bytes < 4 * table_bytes);
+  // d/dw sum(w[idx]^2) = 2 w[r] * (times r occurs in idx)
+  std::vector<float> want(static_cast<std::size_t>(vocab * dim), 0.0f);
+  const std::vector<float> w = table.to_vector<float>();
+  for (auto r : ids) {
+    for (std::int64_t c = 0; c < dim; ++c) {
+      const std::size_t at = static_cast<std::size_t>(r * dim + c);
+      want[at] += 2 * w[at];
+    }
+  }
+  const std::vector<float> got = g.to_vector<float>();
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    INFO("element " << i);
+    CHECK(got[i] == doctest::Approx(want[i]).epsilon(1e-6));
+  }
+}

@@ -178,3 +178,84 @@ TEST_CASE("one_hot rejects negative depth, non-integer indices and None") {
                        "[one_hot] indices input is None (a null Array; a field left out of its struct's KILN_MODULE(...) is None after grad or filter_jit)",
                        ValueError);
 }
+
+TEST_CASE("scatter_add adds updates at their indices, repeated ones summed") {
+  Array a = array<float>({1, 2, 3, 4, 5, 6}, {3, 2});
+  // Rows 0, 2, 0 (again) and -1 (= 2): take's layout, updates (4, 2).
+  Array idx = array<I>({0, 2, 0, -1});
+  Array upd = array<float>({10, 20, 30, 40, 50, 60, 70, 80}, {4, 2});
+  Array r = scatter_add(a, idx, upd, 0);
+  CHECK(r.shape() == Shape{3, 2});
+  CHECK(r.to_vector<float>() == std::vector<float>{61, 82, 3, 4, 105, 126});
+  // Along axis 1 with a 2-D index array: updates (3, 2, 2).
+  Array b = zeros({3, 4}, i32);
+  Array ub = reshape(arange(12), {3, 2, 2});
+  Array rb = scatter_add(b, array<I>({3, 3, 0, 1}, {2, 2}), ub, 1);
+  // row i: cols 3 += u[i,0,0] + u[i,0,1]; col 0 += u[i,1,0]; col 1 += u[i,1,1]
+  CHECK(rb.to_vector<I>() == std::vector<I>{2, 3, 0, 1, 6, 7, 0, 9, 10, 11, 0, 17});
+  // a itself is unchanged (arrays are values).
+  CHECK(a.to_vector<float>() == std::vector<float>{1, 2, 3, 4, 5, 6});
+}
+
+TEST_CASE("scatter writes updates, the last of repeated indices winning") {
+  Array a = array<I>({0, 0, 0, 0});
+  CHECK(scatter(a, array<I>({1, 3, 1, -3}), array<I>({5, 6, 7, 8}), 0).to_vector<I>() ==
+        std::vector<I>{0, 8, 0, 6});
+  Array flags = array<bool>({false, false, false});
+  CHECK(scatter(flags, array<U>({2}), array<bool>({true}), 0).to_vector<bool>() ==
+        std::vector<bool>{false, false, true});
+}
+
+TEST_CASE("scatter_add_along_axis is the transpose of take_along_axis") {
+  Array a = zeros({2, 3});
+  Array idx = array<I>({2, 2, 0, 1, -1, 1}, {2, 3});
+  Array upd = array<float>({1, 2, 3, 4, 5, 6}, {2, 3});
+  Array r = scatter_add_along_axis(a, idx, upd, 1);
+  CHECK(r.to_vector<float>() == std::vector<float>{3, 0, 3, 0, 10, 5});
+  // <take_along_axis(x, idx), u> == <x, scatter_add_along_axis(0, idx, u)>
+  Array x = array<float>({0.5f, -1, 2, 3, 0.25f, 4}, {2, 3});
+  const float lhs = sum(take_along_axis(x, idx, 1) * upd).item<float>();
+  const float rhs = sum(x * r).item<float>();
+  CHECK(lhs == doctest::Approx(rhs));
+}
+
+TEST_CASE("scatter_add sums many repeated indices in index order: bit-equal to the CPU") {
+  // 4096 updates onto 3 rows of 5: float sums depend on their order, so equal
+  // bits mean every backend adds in the same (index) order.
+  std::vector<float> u(4096 * 5);
+  for (std::size_t i = 0; i < u.size(); ++i) u[i] = 1.0f / static_cast<float>(i % 977 + 1);
+  std::vector<I> ix(4096);
+  for (std::size_t i = 0; i < ix.size(); ++i) ix[i] = static_cast<I>((i * 7) % 3);
+  Array upd = array<float>(u, {4096, 5});
+  Array idx = array<I>(ix, {4096});
+  Array base = ones({3, 5});
+  Array r = scatter_add(base, idx, upd, 0);
+  std::vector<float> want(15, 1.0f);
+  for (std::size_t k = 0; k < ix.size(); ++k) {
+    for (std::size_t q = 0; q < 5; ++q) want[static_cast<std::size_t>(ix[k]) * 5 + q] += u[k * 5 + q];
+  }
+  CHECK(r.to_vector<float>() == want);
+  CHECK(scatter_add(base, idx, upd, 0).to_vector<float>() == want);  // and every time
+}
+
+TEST_CASE("scatter errors name the op, the shapes and the bad index") {
+  Array a = zeros({3, 2});
+  CHECK_THROWS_WITH_AS(scatter_add(a, array<I>({0, 1}), zeros({3, 2}), 0),
+                       doctest::Contains("[scatter_add] updates of shape (3, 2) must have shape (2, 2)"),
+                       ShapeError);
+  CHECK_THROWS_WITH_AS(scatter_add(a, array<I>({0, 3}), zeros({2, 2}), 0),
+                       doctest::Contains("[scatter_add] index 3 is out of range for axis 0 of size 3"),
+                       IndexError);
+  CHECK_THROWS_WITH_AS(scatter(a, array<I>({0}), zeros({1, 2}, i32), 0),
+                       doctest::Contains("[scatter] updates are i32 but the array is f32"), DTypeError);
+  CHECK_THROWS_WITH_AS(scatter_add(zeros({2}, DType::kBool), array<I>({0}), zeros({1}, DType::kBool), 0),
+                       doctest::Contains("[scatter_add] cannot add bool updates"), DTypeError);
+  CHECK_THROWS_WITH_AS(scatter_add(a, array<float>({0}), zeros({1, 2}), 0),
+                       doctest::Contains("[scatter_add] indices must be i32 or u32"), DTypeError);
+  CHECK_THROWS_WITH_AS(scatter_add_along_axis(a, array<I>({0, 1}, {1, 2}), zeros({1, 2}), 1),
+                       doctest::Contains("[scatter_add_along_axis] indices of shape (1, 2) must have "
+                                         "the shape of the array (3, 2) except along axis 1"),
+                       ShapeError);
+  CHECK_THROWS_WITH_AS(scatter_add(a, array<I>({0}), zeros({1, 2}), 2),
+                       doctest::Contains("[scatter_add]"), Error);
+}

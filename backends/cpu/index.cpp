@@ -1,4 +1,5 @@
-// CPU kernels for indexing primitives: take, take_along_axis, one_hot. Gathers
+// CPU kernels for indexing primitives: take, take_along_axis, one_hot and the
+// scatters. Gathers
 // are plain loops over contiguous runs (clearer and faster here than an xtensor
 // expression), written once over the element size (bits.hpp). Index values are
 // only known now, so the range check that the shape rule cannot do happens
@@ -6,6 +7,7 @@
 // behind.
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "kiln/backends/cpu/bits.hpp"
@@ -144,6 +146,56 @@ std::shared_ptr<Buffer> one_hot(const Params& params, const Array& indices,
   return buf;
 }
 
+// The scatters: out = a, then each (outer, inner) column applies its updates
+// in index order (k ascending), the order the Vulkan kernel uses too, so both
+// backends sum repeated indices identically. kScatterAddAlongAxis reads an
+// index per element (indices shaped like the updates); the others one per k.
+std::shared_ptr<Buffer> scatter(Prim p, const Params& params, std::span<const Array> in,
+                                const Aval& out) {
+  const Array& a = in[0];
+  const Array& upd = in[2];
+  const auto axis = static_cast<std::size_t>(params.axis);
+  const Shape& shape = a.shape();
+  const std::int64_t n = shape[axis];
+  auto idx = read_indices(in[1]);
+  normalize_indices(p, idx, params.axis, n);
+  if (out.dtype == DType::kF16) {
+    throw DTypeError(detail::str_cat("[", name(p), "] f16 is not supported by the CPU "
+                                     "backend; compute in f32"));
+  }
+  auto buf = allocate(out);
+  if (numel(out.shape) == 0) return buf;
+  std::memcpy(buf->host_data(), a.buffer()->host_data(), buf->nbytes());
+  std::size_t outer = 1;
+  for (std::size_t d = 0; d < axis; ++d) outer *= shape[d];
+  std::size_t inner = 1;
+  for (std::size_t d = axis + 1; d < shape.size(); ++d) inner *= shape[d];
+  const std::size_t k_count = static_cast<std::size_t>(upd.size()) / std::max<std::size_t>(outer * inner, 1);
+  const bool per_element = p == Prim::kScatterAddAlongAxis;
+  const bool add = p != Prim::kScatter;
+  visit_dtype(out.dtype, [&](auto zero) {
+    using T = decltype(zero);
+    const T* u = upd.data<T>();
+    T* dst = static_cast<T*>(buf->host_data());
+    for (std::size_t o = 0; o < outer; ++o) {
+      T* block = dst + o * static_cast<std::size_t>(n) * inner;
+      for (std::size_t k = 0; k < k_count; ++k) {
+        const T* src = u + (o * k_count + k) * inner;
+        const std::int64_t* ik = per_element ? &idx[(o * k_count + k) * inner] : &idx[k];
+        for (std::size_t q = 0; q < inner; ++q) {
+          T& slot = block[static_cast<std::size_t>(ik[per_element ? q : 0]) * inner + q];
+          if constexpr (std::is_same_v<T, bool>) {
+            slot = src[q];
+          } else {
+            slot = add ? static_cast<T>(slot + src[q]) : src[q];
+          }
+        }
+      }
+    }
+  });
+  return buf;
+}
+
 }  // namespace
 
 std::shared_ptr<Buffer> eval_index(Prim p, const Params& params,
@@ -156,6 +208,10 @@ std::shared_ptr<Buffer> eval_index(Prim p, const Params& params,
       return take_along_axis(params, inputs[0], inputs[1], out);
     case Prim::kOneHot:
       return one_hot(params, inputs[0], out);
+    case Prim::kScatter:
+    case Prim::kScatterAdd:
+    case Prim::kScatterAddAlongAxis:
+      return scatter(p, params, inputs, out);
     default:
       break;
   }

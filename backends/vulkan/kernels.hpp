@@ -153,4 +153,16 @@ struct MatmulSpec {
 MatmulSpec matmul_spec(const Shape& a, const Shape& b, const Aval& out);
 Launch matmul_kernel(Context& ctx, const MatmulSpec& spec, std::uint32_t addressed);
 
+// ---- scatters: result[o, idx, q] (+)= updates[o, k, q], the result viewed as
+// (outer, n, inner) and the updates as (outer, k, inner); bindings: indices,
+// updates, result (read and written; it holds the operand already). Indices
+// are one per k, or with per_element one per update (shaped like them).
+struct ScatterSpec {
+  std::int64_t outer = 1, n = 0, k = 0, inner = 1;
+  DType dtype = DType::kF32, index = DType::kI32;
+  bool add = true;
+  bool per_element = false;
+};
+Launch scatter_kernel(Context& ctx, const ScatterSpec& spec, std::uint32_t addressed);
+
 }  // namespace kiln::vk
