@@ -467,11 +467,23 @@ TEST_CASE("running out of device memory is an OutOfMemoryError that names the he
   CHECK(sum(zeros({per}, f32, kGpu)).item<float>() == 0.0f);
 }
 
+// On devices whose largest allocation is below maxStorageBufferRange (NVIDIA:
+// 4094 MiB against 4 GiB - 1) no array outgrows one descriptor, so there is
+// nothing for the tests of such arrays to check.
+bool past_one_allocation(const vk::Context& ctx, std::int64_t bytes) {
+  const auto limit = ctx.caps().max_allocation_size;
+  if (limit == 0 || static_cast<std::uint64_t>(bytes) <= limit) return false;
+  MESSAGE("skipped: ", bytes, " bytes are past this device's largest allocation (", limit,
+          "), so no array outgrows maxStorageBufferRange");
+  return true;
+}
+
 TEST_CASE("without bufferDeviceAddress an array past maxStorageBufferRange is refused") {
   // Run with KILN_VK_DISABLE_BUFFER_ADDRESS=1 (meson test vulkan-no-addresses).
   auto& ctx = vk::Context::get(0);
   if (ctx.caps().buffer_device_address) return;
   const auto range = static_cast<std::int64_t>(ctx.caps().max_storage_buffer_range);
+  if (past_one_allocation(ctx, range + 4)) return;
   CHECK_THROWS_WITH_AS(zeros({range / 4 + 1}, f32, kGpu),
                        doctest::Contains("maxStorageBufferRange"), OutOfMemoryError);
   CHECK_THROWS_WITH_AS(zeros({range / 4 + 1}, f32, kGpu),
@@ -489,6 +501,7 @@ TEST_CASE("arrays larger than maxStorageBufferRange work through device addresse
   const auto range = static_cast<std::int64_t>(ctx.caps().max_storage_buffer_range);
   const std::int64_t cols = 256;
   const std::int64_t rows = range / 4 / cols + 19;  // f32 [rows, cols] > range
+  if (past_one_allocation(ctx, rows * cols * 4)) return;
   REQUIRE(rows * cols * 4 > range);
   const Array hx = host_random({rows, cols}, f32);
   const Array x = to_device(hx, kGpu);

@@ -127,9 +127,11 @@ int Allocator::new_block(bool staging, VkDeviceSize size, bool dedicated,
     vkDestroyBuffer(dev, b.buffer, nullptr);
     if (r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY) {
       throw OutOfMemoryError(detail::str_cat(
-          "[vulkan] out of device memory: the driver refused ", mib(req.size),
-          " for ", what, " on ", ctx_.device().to_string(), " (", mib(heap_used_),
-          " in use)"));
+          "[vulkan] out of device memory: the driver refused ", mib(req.size), " for ",
+          what, " with ", mib(heap_used_), " of the ", mib(heap_size_), " heap of ",
+          ctx_.device().to_string(), " (", ctx_.name(),
+          ") in use by kiln (other processes may hold the rest); free arrays or use "
+          "smaller batches"));
     }
     KILN_VK(r);
   }
