@@ -144,6 +144,7 @@ Array bitcast(const Array& a, DType dtype);
 // ---- reductions (numpy semantics; empty AxisArg = all axes) ----
 Array sum(const Array& a, AxisArg axes = {}, bool keepdims = false);
 Array mean(const Array& a, AxisArg axes = {}, bool keepdims = false);  // floating
+Array prod(const Array& a, AxisArg axes = {}, bool keepdims = false);  // empty: 1
 Array max(const Array& a, AxisArg axes = {}, bool keepdims = false);
 Array min(const Array& a, AxisArg axes = {}, bool keepdims = false);
 // Index (i32) of the first maximum along `axis`; without an axis, of the flattened
@@ -152,6 +153,13 @@ Array argmax(const Array& a);
 Array argmax(const Array& a, std::int64_t axis, bool keepdims = false);
 Array argmin(const Array& a);
 Array argmin(const Array& a, std::int64_t axis, bool keepdims = false);
+// Inclusive scans along `axis` (jnp.cumsum / cumprod; reverse: from the end, as
+// jax.lax.cumsum(reverse=True)); without an axis, over the flattened array.
+// Bool counts as i32. Deterministic: each line accumulates in order.
+Array cumsum(const Array& a, std::int64_t axis, bool reverse = false);
+Array cumsum(const Array& a);
+Array cumprod(const Array& a, std::int64_t axis, bool reverse = false);
+Array cumprod(const Array& a);
 
 // ---- linear algebra ----
 // numpy.matmul: 1-D operands are promoted (and the added dim removed after),

@@ -54,16 +54,16 @@ void check_not_empty(std::string_view op, const Array& a, const Axes& axes) {
 Array reduce(Prim p, const Array& a, const AxisArg& axis_arg, bool keepdims) {
   const std::string_view op = name(p);
   check_present(op, a);
-  if (p == Prim::kSum && a.dtype() == DType::kBool) {
+  if ((p == Prim::kSum || p == Prim::kProd) && a.dtype() == DType::kBool) {
     throw DTypeError(detail::str_cat(
-        "[sum] requires a numeric dtype, got bool for an operand of shape ",
+        "[", op, "] requires a numeric dtype, got bool for an operand of shape ",
         to_string(a.shape()),
         "; to count true values use sum(astype(x, i32))"));
   }
   Params params;
   params.axes = resolve_axes(op, a, axis_arg);
   params.keepdims = keepdims;
-  if (p != Prim::kSum) check_not_empty(op, a, params.axes);
+  if (p != Prim::kSum && p != Prim::kProd) check_not_empty(op, a, params.axes);
   Shape shape = reduced_shape(a.shape(), params.axes, keepdims);
   return detail::bind(p, params, std::span<const Array>(&a, 1),
                       Aval{a.dtype(), std::move(shape)});
@@ -100,8 +100,38 @@ Array arg_reduce_flat(Prim p, const Array& a) {
 
 }  // namespace
 
+namespace {
+
+Array scan(Prim p, const Array& a, std::int64_t axis, bool reverse) {
+  check_present(name(p), a);
+  Params params;
+  params.axis = normalize_axis(name(p), axis, a.ndim());
+  params.reverse = reverse;
+  const Array x = a.dtype() == DType::kBool ? astype(a, DType::kI32) : a;
+  return detail::bind(p, params, std::span<const Array>(&x, 1), x.aval());
+}
+
+Array flat(const Array& a, std::string_view op) {
+  check_present(op, a);
+  return a.ndim() == 1 ? a : reshape(a, Shape{a.size()});
+}
+
+}  // namespace
+
+Array cumsum(const Array& a, std::int64_t axis, bool reverse) {
+  return scan(Prim::kCumsum, a, axis, reverse);
+}
+Array cumsum(const Array& a) { return cumsum(flat(a, "cumsum"), 0); }
+Array cumprod(const Array& a, std::int64_t axis, bool reverse) {
+  return scan(Prim::kCumprod, a, axis, reverse);
+}
+Array cumprod(const Array& a) { return cumprod(flat(a, "cumprod"), 0); }
+
 Array sum(const Array& a, AxisArg axes, bool keepdims) {
   return reduce(Prim::kSum, a, axes, keepdims);
+}
+Array prod(const Array& a, AxisArg axes, bool keepdims) {
+  return reduce(Prim::kProd, a, axes, keepdims);
 }
 Array max(const Array& a, AxisArg axes, bool keepdims) {
   return reduce(Prim::kMax, a, axes, keepdims);

@@ -31,7 +31,7 @@ inline constexpr std::size_t kNumPrims = 0
     ;
 
 enum class PrimFamily : std::uint8_t {
-  kUnary, kBinary, kWhere, kAstype, kReduce, kArgReduce, kMatmul, kLayout,
+  kUnary, kBinary, kWhere, kAstype, kReduce, kArgReduce, kScan, kMatmul, kLayout,
   kIndex, kCreation, kIdentity
 };
 
@@ -86,9 +86,10 @@ struct Params {
   Shape shape;   // reshape/broadcast_to/full/arange: result shape
   Shape starts;  // slice: per-axis start (normalised, >= 0)
   Shape steps;   // slice: per-axis step (> 0); result extents are in `shape`
-  std::int64_t axis = 0;   // concatenate, take, take_along_axis, argmax, one_hot
+  std::int64_t axis = 0;   // concatenate, take(_along_axis), scatters, argmax, one_hot, scans
   std::int64_t depth = 0;  // one_hot
   bool keepdims = false;
+  bool reverse = false;    // cumsum/cumprod: accumulate from the end
   DType dtype = DType::kF32;  // astype/bitcast target, creation dtype
   double value = 0.0;         // full: fill value; arange: start
   double step = 1.0;          // arange: step

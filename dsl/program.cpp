@@ -47,6 +47,10 @@ std::string params_string(Prim p, const Params& q) {
       parts.push_back(detail::str_cat("axis=", q.axis));
       if (q.keepdims) parts.push_back("keepdims=true");
       break;
+    case PrimFamily::kScan:
+      parts.push_back(detail::str_cat("axis=", q.axis));
+      if (q.reverse) parts.push_back("reverse=true");
+      break;
     case PrimFamily::kAstype:
       parts.push_back(detail::str_cat("dtype=", name(q.dtype)));
       break;

@@ -138,6 +138,39 @@ std::vector<Array> vjp(const Equation& eq, std::span<const Array> in, const Arra
     case Prim::kAstype:
       return {is_inexact(x.dtype()) ? astype(g, x.dtype()) : Array()};
     case Prim::kSum: return {expand_reduced(g, eq.params, x.shape())};
+    case Prim::kProd: {
+      // d/dx_i prod(x) = prod of the others, exact at zeros: with no zero in
+      // the reduced run it is prod / x_i; with exactly one, only that zero's
+      // entry is non-zero (the product of the rest); with more, all are 0.
+      const Array zero = zeros_like(x);
+      const Array is0 = x == 0.0;
+      const Array safe = where(is0, ones_like(x), x);
+      const Array count = broadcast_to(sum(as_float(is0, dt), eq.params.axes, true), x.shape());
+      const Array rest = broadcast_to(prod(safe, eq.params.axes, true), x.shape());
+      const Array yb = expand_reduced(y, eq.params, x.shape());
+      const Array d = where(count == 0.0, yb / safe,
+                            where(logical_and(count == 1.0, is0), rest, zero));
+      return {expand_reduced(g, eq.params, x.shape()) * d};
+    }
+    case Prim::kCumsum:
+      return {cumsum(g, eq.params.axis, !eq.params.reverse)};
+    case Prim::kCumprod: {
+      // grad_i = sum_{j >= i} g_j * prod_{k <= j, k != i} x_k (j, k in scan
+      // order). Exact at zeros, with z_j the zeros among x_0..x_j:
+      //   x_i != 0: only z_j == 0 terms survive, each y_j / x_i;
+      //   x_i == 0: only z_j == 1 terms survive (x_i the one zero), each the
+      //   product of the prefix with the zero taken as 1.
+      const std::int64_t axis = eq.params.axis;
+      const bool rev = eq.params.reverse;
+      const Array zero = zeros_like(x);
+      const Array is0 = x == 0.0;
+      const Array safe = where(is0, ones_like(x), x);
+      const Array z = cumsum(as_float(is0, dt), axis, rev);
+      const Array nonzero = cumsum(g * where(z == 0.0, y, zero), axis, !rev) / safe;
+      const Array prefix = cumprod(safe, axis, rev);
+      const Array at_zero = cumsum(g * where(z == 1.0, prefix, zero), axis, !rev);
+      return {where(is0, at_zero, nonzero)};
+    }
     case Prim::kMax:
     case Prim::kMin: {
       Array yb = expand_reduced(y, eq.params, x.shape());

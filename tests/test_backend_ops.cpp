@@ -314,6 +314,59 @@ std::vector<Case> cases_for(Prim p) {
       }
       return out;
     }
+    case Prim::kProd: {
+      // Factors near 1 (no overflow over 1027 of them); zeros exercise the
+      // exact gradient at zeros (one zero in a row, two zeros in a row).
+      const auto near1 = [](const Shape& s) { return uniform(s, 0.97, 1.03); };
+      const Array one_zero = Array::from_data<float>(std::vector<float>{0.5f, 0.0f, 2.0f, 1.5f, -1.0f, 3.0f}, {2, 3});
+      const Array two_zeros = Array::from_data<float>(std::vector<float>{0.0f, 2.0f, 0.0f, 1.5f, -1.0f, 0.0f}, {2, 3});
+      return {one("f32 (17) all", {near1({17})}, [](Inputs x, Device) { return prod(x[0]); }),
+              one("f32 (4,33) last keepdims", {near1({4, 33})},
+                  [](Inputs x, Device) { return prod(x[0], -1, true); }),
+              one("f32 (2,3,5) first", {near1({2, 3, 5})}, [](Inputs x, Device) { return prod(x[0], 0); }),
+              one("f64 (1027) all", {uniform({1027}, 0.99, 1.01, f64)},
+                  [](Inputs x, Device) { return prod(x[0]); }),
+              one("f32 one zero per row", {one_zero}, [](Inputs x, Device) { return prod(x[0], 1); }),
+              one("f32 two zeros, column", {two_zeros}, [](Inputs x, Device) { return prod(x[0], 0); }),
+              one("f32 zeros in (2,3) all", {two_zeros}, [](Inputs x, Device) { return prod(x[0]); }),
+              one("i32 (4,5) wraps", {integers({4, 5}, -9, 9)},
+                  [](Inputs x, Device) { return prod(x[0], 1); }),
+              one("u32 (33)", {integers({33}, 0, 3, u32)}, [](Inputs x, Device) { return prod(x[0]); }),
+              one("f32 (0,3) over 0: ones", {zeros({0, 3}, f32, Device::cpu())},
+                  [](Inputs x, Device) { return prod(x[0], 0); })};
+    }
+    case Prim::kCumsum:
+    case Prim::kCumprod: {
+      using Scan = Array (*)(const Array&, std::int64_t, bool);
+      const Scan f = p == Prim::kCumsum ? static_cast<Scan>(cumsum) : static_cast<Scan>(cumprod);
+      const double lo = p == Prim::kCumsum ? -2 : 0.9, hi = p == Prim::kCumsum ? 2 : 1.1;
+      std::vector<Case> out;
+      for (const Shape& s : {Shape{17}, Shape{4, 33}, Shape{2, 3, 5}, Shape{1}, Shape{0, 3}}) {
+        for (std::int64_t axis = 0; axis < static_cast<std::int64_t>(s.size()); ++axis) {
+          for (bool rev : {false, true}) {
+            out.push_back(one(detail::str_cat("f32", shape_text(s), " axis ", axis, rev ? " reverse" : ""),
+                              {uniform(s, lo, hi)},
+                              [f, axis, rev](Inputs x, Device) { return f(x[0], axis, rev); }));
+          }
+        }
+      }
+      out.push_back(one("f64 (1027)", {uniform({1027}, lo, hi, f64)},
+                        [f](Inputs x, Device) { return f(x[0], 0, false); }));
+      out.push_back(one("i32 (4,9) axis 1 wraps", {integers({4, 9}, -40, 40)},
+                        [f](Inputs x, Device) { return f(x[0], 1, false); }));
+      out.push_back(one("u32 (9,4) axis 0 reverse", {integers({9, 4}, 0, 9, u32)},
+                        [f](Inputs x, Device) { return f(x[0], 0, true); }));
+      if (p == Prim::kCumprod) {  // the exact gradient at zeros
+        out.push_back(one("f32 zeros", {Array::from_data<float>(std::vector<float>{0.5f, 0.0f, 2.0f, 0.0f, 1.5f, -1.0f,
+                                                                 3.0f, 0.0f, 1.25f, 2.0f}, {2, 5})},
+                          [f](Inputs x, Device) { return f(x[0], 1, false); }));
+        out.push_back(one("f32 zeros reverse", {Array::from_data<float>(std::vector<float>{0.5f, 0.0f, 2.0f, 0.0f, 1.5f,
+                                                                         -1.0f, 3.0f, 0.0f, 1.25f, 2.0f},
+                                                                        {2, 5})},
+                          [f](Inputs x, Device) { return f(x[0], 1, true); }));
+      }
+      return out;
+    }
     case Prim::kArgmax:
     case Prim::kArgmin: {
       using ArgReduce = Array (*)(const Array&, std::int64_t, bool);

@@ -344,3 +344,50 @@ TEST_CASE("reduction errors name the op, the dtype or axes, and the shape") {
   CHECK_THROWS_WITH_AS(mean(Array()),
                        "[mean] argument 1 is None (a null Array; a field left out of its struct's KILN_MODULE(...) is None after grad or filter_jit)", ValueError);
 }
+
+TEST_CASE("prod multiplies over axes; an empty product is 1; i32 wraps") {
+  Array a = array<float>({1, 2, 3, 4, 5, 6}, {2, 3});
+  CHECK(prod(a).item<float>() == 720.0f);
+  CHECK(prod(a, 0).to_vector<float>() == std::vector<float>{4, 10, 18});
+  CHECK(prod(a, 1, true).shape() == Shape{2, 1});
+  CHECK(prod(a, 1, true).to_vector<float>() == std::vector<float>{6, 120});
+  CHECK(prod(zeros({0, 3}), 0).to_vector<float>() == std::vector<float>{1, 1, 1});
+  // 65536 * 65536 wraps to 0 in i32, as numpy's int32 product does.
+  CHECK(prod(array<std::int32_t>({65536, 65536, 7})).item<std::int32_t>() == 0);
+  CHECK_THROWS_WITH_AS(prod(array<bool>({true})), doctest::Contains("[prod] requires a numeric dtype"),
+                       DTypeError);
+}
+
+TEST_CASE("cumsum and cumprod scan along an axis, forward or from the end") {
+  Array a = array<float>({1, 2, 3, 4, 5, 6}, {2, 3});
+  CHECK(cumsum(a, 1).to_vector<float>() == std::vector<float>{1, 3, 6, 4, 9, 15});
+  CHECK(cumsum(a, 0).to_vector<float>() == std::vector<float>{1, 2, 3, 5, 7, 9});
+  CHECK(cumsum(a, -1, true).to_vector<float>() == std::vector<float>{6, 5, 3, 15, 11, 6});
+  CHECK(cumprod(a, 1).to_vector<float>() == std::vector<float>{1, 2, 6, 4, 20, 120});
+  CHECK(cumprod(a, 0, true).to_vector<float>() == std::vector<float>{4, 10, 18, 4, 5, 6});
+  // Without an axis: the flattened array (jnp.cumsum(a)).
+  CHECK(cumsum(a).shape() == Shape{6});
+  CHECK(cumsum(a).to_vector<float>() == std::vector<float>{1, 3, 6, 10, 15, 21});
+  // bool counts as i32; i32 wraps.
+  CHECK(cumsum(array<bool>({true, false, true})).to_vector<std::int32_t>() ==
+        std::vector<std::int32_t>{1, 1, 2});
+  CHECK(cumsum(array<std::int32_t>({2147483647, 1})).to_vector<std::int32_t>() ==
+        std::vector<std::int32_t>{2147483647, -2147483648});
+  CHECK(cumsum(zeros({0, 2}), 0).shape() == Shape{0, 2});
+  // -0.0 stays -0.0 at the start of a scan (it is copied, not added to 0).
+  CHECK(std::signbit(cumsum(array<float>({-0.0f, 1.0f}), 0).to_vector<float>()[0]));
+  CHECK_THROWS_WITH_AS(cumsum(a, 2), doctest::Contains("[cumsum]"), Error);
+}
+
+TEST_CASE("the gradients of prod and cumprod are exact at zeros") {
+  // d/dx prod([2, 0, 3]) = [0, 6, 0]; with two zeros, all 0.
+  auto p = [](const Array& x) { return prod(x); };
+  CHECK(grad(p)(array<float>({2, 0, 3})).to_vector<float>() == std::vector<float>{0, 6, 0});
+  CHECK(grad(p)(array<float>({0, 2, 0})).to_vector<float>() == std::vector<float>{0, 0, 0});
+  CHECK(grad(p)(array<float>({2, 4, 3})).to_vector<float>() == std::vector<float>{12, 6, 8});
+  // cumprod([2, 0, 3]) = [2, 0, 0]; d sum / dx = [1 + 0 + 0, 2 + 2*3, 0].
+  auto c = [](const Array& x) { return sum(cumprod(x, 0)); };
+  CHECK(grad(c)(array<float>({2, 0, 3})).to_vector<float>() == std::vector<float>{1, 8, 0});
+  auto cs = [](const Array& x) { return sum(cumsum(x, 0) * array<float>({1, 10, 100})); };
+  CHECK(grad(cs)(array<float>({5, 6, 7})).to_vector<float>() == std::vector<float>{111, 110, 100});
+}

@@ -29,6 +29,8 @@ std::shared_ptr<Buffer> CpuBackend::eval(Prim p, const Params& params,
       return eval_layout(p, params, inputs, out);
     case PrimFamily::kIndex:
       return eval_index(p, params, inputs, out);
+    case PrimFamily::kScan:
+      return eval_scan(p, params, inputs, out);
     case PrimFamily::kCreation:
       return eval_creation(p, params, inputs, out);
     case PrimFamily::kIdentity:  // arrays are immutable: share the buffer

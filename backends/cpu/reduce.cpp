@@ -1,4 +1,4 @@
-// CPU kernels for reductions (sum, max, min over axes) and index reductions
+// CPU kernels for reductions (sum, prod, max, min over axes) and index reductions
 // (argmax, argmin along one axis).
 //
 // A reduction of a contiguous row-major array depends only on the runs of
@@ -45,6 +45,16 @@ struct Plus {
     return x + y;
   }
 };
+struct Times {
+  template <class T>
+  T operator()(T x, T y) const {
+    return static_cast<T>(x * y);
+  }
+  template <class B>
+  B simd_apply(const B& x, const B& y) const {
+    return x * y;
+  }
+};
 using NanMax = NanMaximum;  // NaN wins, as numpy.max
 using NanMin = NanMinimum;
 
@@ -55,6 +65,8 @@ constexpr T identity() {
   using L = std::numeric_limits<T>;
   if constexpr (std::is_same_v<Op, Plus>) {
     return T(0);
+  } else if constexpr (std::is_same_v<Op, Times>) {
+    return T(1);
   } else if constexpr (std::is_same_v<Op, NanMax>) {
     return L::has_infinity ? -L::infinity() : L::lowest();
   } else {
@@ -68,7 +80,8 @@ template <class T, class Op>
 using Stored =
     std::conditional_t<std::is_same_v<T, bool>, std::uint8_t,
                        std::conditional_t<std::is_same_v<T, std::int32_t> &&
-                                              std::is_same_v<Op, Plus>,
+                                              (std::is_same_v<Op, Plus> ||
+                                               std::is_same_v<Op, Times>),
                                           std::uint32_t, T>>;
 
 template <class S>
@@ -246,19 +259,25 @@ std::shared_ptr<Buffer> eval_reduce(Prim p, const Params& params,
   auto buf = allocate(out);
   const auto out_size = static_cast<std::size_t>(numel(out.shape));
   if (out_size == 0) return buf;
-  if (a.size() ==
-      0) {  // sum over an empty extent (max/min were refused by the op)
-    std::memset(buf->host_data(), 0, buf->nbytes());
+  if (a.size() == 0) {  // sum/prod over an empty extent (max/min were refused by the op)
+    if (p == Prim::kProd) {
+      visit_dtype(out.dtype, [&](auto zero) {
+        using T = decltype(zero);
+        std::fill_n(static_cast<T*>(buf->host_data()), out_size, T{1});
+      });
+    } else {
+      std::memset(buf->host_data(), 0, buf->nbytes());
+    }
     return buf;
   }
   const Collapsed c = collapse(a.shape(), params.axes);
   const auto run = [&]<class Op>(Op) {
     visit_dtype(a.dtype(), [&](auto zero) {
       using S = Stored<decltype(zero), Op>;
-      if constexpr (std::is_same_v<Op, Plus> &&
+      if constexpr ((std::is_same_v<Op, Plus> || std::is_same_v<Op, Times>) &&
                     std::is_same_v<decltype(zero), bool>) {
-        throw DTypeError(
-            "[sum] the CPU backend does not sum bool; astype first");
+        throw DTypeError(detail::str_cat("[", name(p),
+                                         "] the CPU backend does not reduce bool; astype first"));
       } else {
         reduce_kernel<Op>(elements<S>(a), static_cast<S*>(buf->host_data()),
                           out_size, c);
@@ -274,6 +293,9 @@ std::shared_ptr<Buffer> eval_reduce(Prim p, const Params& params,
       break;
     case Prim::kMin:
       run(NanMin{});
+      break;
+    case Prim::kProd:
+      run(Times{});
       break;
     default:
       throw Error(detail::str_cat("[", name(p), "] is not a reduction"));

@@ -81,6 +81,7 @@ namespace {
 double identity(Prim op, Ty t) {
   const double inf = std::numeric_limits<double>::infinity();
   if (op == Prim::kSum) return 0;
+  if (op == Prim::kProd) return 1;
   const bool mx = op == Prim::kMax;
   switch (t) {
     case Ty::kBool: return mx ? 0 : 1;
@@ -91,8 +92,10 @@ double identity(Prim op, Ty t) {
 }
 
 Val combine(Builder& b, Prim op, const Val& x, const Val& y, DType in) {
-  const Prim p = op == Prim::kSum ? Prim::kAdd : op == Prim::kMax ? Prim::kMaximum
-                                                                  : Prim::kMinimum;
+  const Prim p = op == Prim::kSum    ? Prim::kAdd
+                 : op == Prim::kProd ? Prim::kMul
+                 : op == Prim::kMax  ? Prim::kMaximum
+                                     : Prim::kMinimum;
   const Val args[] = {x, y};
   return emit_elementwise(b, p, Params{}, args, in, in);
 }

@@ -153,7 +153,8 @@ struct MatmulSpec {
 MatmulSpec matmul_spec(const Shape& a, const Shape& b, const Aval& out);
 Launch matmul_kernel(Context& ctx, const MatmulSpec& spec, std::uint32_t addressed);
 
-// ---- scatters: result[o, idx, q] (+)= updates[o, k, q], the result viewed as
+// ---- column kernels (kernel_columns.cpp) ----
+// Scatters: result[o, idx, q] (+)= updates[o, k, q], the result viewed as
 // (outer, n, inner) and the updates as (outer, k, inner); bindings: indices,
 // updates, result (read and written; it holds the operand already). Indices
 // are one per k, or with per_element one per update (shaped like them).
@@ -164,5 +165,15 @@ struct ScatterSpec {
   bool per_element = false;
 };
 Launch scatter_kernel(Context& ctx, const ScatterSpec& spec, std::uint32_t addressed);
+
+// ---- inclusive scans down each column of (outer, n, inner): op is kCumsum or
+// kCumprod; bindings: input, result.
+struct ScanSpec {
+  Prim op = Prim::kCumsum;
+  std::int64_t outer = 1, n = 0, inner = 1;
+  DType dtype = DType::kF32;
+  bool reverse = false;
+};
+Launch scan_kernel(Context& ctx, const ScanSpec& spec, std::uint32_t addressed);
 
 }  // namespace kiln::vk

@@ -236,6 +236,24 @@ std::shared_ptr<Buffer> reduce(Context& ctx, Prim p, const Params& params,
   return buf;
 }
 
+std::shared_ptr<Buffer> scan(Context& ctx, Prim p, const Params& params,
+                             std::span<const Array> inputs, const Aval& out) {
+  const Array& a = inputs[0];
+  ctx.require_dtype(a.dtype(), std::string(name(p)).c_str());
+  auto buf = allocate(ctx, out, p, inputs);
+  if (numel(out.shape) == 0) return buf;
+  const auto axis = static_cast<std::size_t>(params.axis);
+  ScanSpec s;
+  s.op = p;
+  s.n = a.shape()[axis];
+  for (std::size_t d = 0; d < axis; ++d) s.outer *= a.shape()[d];
+  for (std::size_t d = axis + 1; d < a.shape().size(); ++d) s.inner *= a.shape()[d];
+  s.dtype = a.dtype();
+  s.reverse = params.reverse;
+  launch(ctx, scan_kernel(ctx, s, addressed(ctx, inputs, buf)), inputs, buf);
+  return buf;
+}
+
 std::shared_ptr<Buffer> matmul(Context& ctx, std::span<const Array> inputs, const Aval& out) {
   const Array& a = inputs[0];
   const Array& b = inputs[1];
@@ -425,6 +443,8 @@ std::shared_ptr<Buffer> VulkanBackend::eval(Prim p, const Params& params,
       return layout(ctx_, p, params, inputs, out);
     case PrimFamily::kIndex:
       return index(ctx_, p, params, inputs, out);
+    case PrimFamily::kScan:
+      return scan(ctx_, p, params, inputs, out);
     case PrimFamily::kCreation:
       if (p == Prim::kFull) return elementwise(ctx_, p, params, inputs, out);
       // arange: start + i * step in double, as the CPU computes it.

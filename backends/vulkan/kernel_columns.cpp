@@ -1,0 +1,125 @@
+// Column kernels: an array viewed as (outer, n, inner) and one invocation per
+// (outer, inner) column, which walks its column in order. No two invocations
+// touch one element, so there are no atomics and results are deterministic:
+// the same bits as the CPU's loops, which run in the same order.
+//   - scatters apply a column's updates in index order (k ascending); the
+//     result already holds the operand (the backend copies it in first);
+//   - scans (cumsum, cumprod) accumulate down the column, or up it.
+#include "kiln/backends/vulkan/context.hpp"
+#include "kiln/backends/vulkan/kernels.hpp"
+#include "kiln/runtime/strings.hpp"
+
+namespace kiln::vk {
+
+using spv::Builder;
+using spv::Ty;
+using spv::Val;
+
+namespace {
+
+// Where the driver caps loop iterations, several steps per iteration.
+std::uint32_t loop_unroll(const Context& ctx, std::int64_t trips) {
+  std::uint32_t unroll = 1;
+  if (const std::uint64_t limit = ctx.quirks().max_loop_iterations; limit > 0) {
+    while (static_cast<std::uint64_t>(trips) > limit * unroll) unroll *= 2;
+  }
+  return unroll;
+}
+
+// One invocation per column; push word 0 is the column count.
+Launch column_launch(const Context& ctx, const Pipeline& p, std::int64_t outer,
+                     std::int64_t inner, const char* what) {
+  Launch l;
+  l.pipeline = &p;
+  const std::uint64_t columns = static_cast<std::uint64_t>(outer) * static_cast<std::uint64_t>(inner);
+  l.push = {static_cast<std::uint32_t>(columns)};
+  l.groups = grid_for(ctx, (columns + local_size(ctx) - 1) / local_size(ctx), what);
+  return l;
+}
+
+}  // namespace
+
+Launch scatter_kernel(Context& ctx, const ScatterSpec& s, std::uint32_t addressed) {
+  const std::uint32_t local = local_size(ctx);
+  const auto u = [](std::int64_t x) { return static_cast<std::uint32_t>(x); };
+  const std::uint32_t unroll = loop_unroll(ctx, s.k);
+  std::string key = detail::str_cat("scatter|", s.add ? "add" : "set", s.per_element ? "|elem" : "",
+                                    "|", name(s.dtype), "|", name(s.index), "|o=", s.outer,
+                                    "|n=", s.n, "|k=", s.k, "|i=", s.inner, "|u", unroll);
+  if (addressed != 0) key += detail::str_cat("|addr=", addressed);
+  const Pipeline& p = ctx.pipelines().get(key, [&] {
+    Builder b(local, 1, addressed);
+    const int idx = b.buffer(s.index, true);
+    const int upd = b.buffer(s.dtype, true);
+    const int out = b.buffer(s.dtype, false);
+    const Val c = b.global_index();
+    b.if_then(b.op("OpULessThan", Ty::kBool, {c, b.push(0)}), [&] {
+      const Val inner = b.u32(u(s.inner));
+      const Val o = b.op("OpUDiv", Ty::kU32, {c, inner});
+      const Val q = b.op("OpUMod", Ty::kU32, {c, inner});
+      // The column's first element in the result and in the updates.
+      const Val out_base = b.op("OpIAdd", Ty::kU32, {b.op("OpIMul", Ty::kU32, {o, b.u32(u(s.n * s.inner))}), q});
+      const Val upd_base = b.op("OpIAdd", Ty::kU32, {b.op("OpIMul", Ty::kU32, {o, b.u32(u(s.k * s.inner))}), q});
+      b.loop(b.u32(0), b.u32(u(s.k)), b.u32(1), [&](const Val& k) {
+        const Val at = b.op("OpIAdd", Ty::kU32, {upd_base, b.op("OpIMul", Ty::kU32, {k, inner})});
+        Val i = b.load(idx, s.per_element ? at : k);
+        if (spv::is_signed(i.ty)) {  // [-n, n) -> [0, n)
+          const Val neg = b.op("OpSLessThan", Ty::kBool, {i, b.constant(Ty::kI32, 0)});
+          const Val w = b.bitcast(i, Ty::kU32);
+          i = b.select(neg, b.op("OpIAdd", Ty::kU32, {w, b.u32(u(s.n))}), w);
+        }
+        const Val dst = b.op("OpIAdd", Ty::kU32, {out_base, b.op("OpIMul", Ty::kU32, {i, inner})});
+        Val v = b.load(upd, at);
+        if (s.add) {
+          const Ty t = spv::compute_type(s.dtype);
+          v = b.op(spv::is_float(t) ? "OpFAdd" : "OpIAdd", t, {b.load(out, dst), v});
+        }
+        b.store(out, dst, v);
+      }, unroll);
+    });
+    return KernelSource{b.finish(), 3, 1, 0, VK_FORMAT_UNDEFINED, addressed};
+  });
+  return column_launch(ctx, p, s.outer, s.inner, "scatter");
+}
+
+Launch scan_kernel(Context& ctx, const ScanSpec& s, std::uint32_t addressed) {
+  const std::uint32_t local = local_size(ctx);
+  const auto u = [](std::int64_t x) { return static_cast<std::uint32_t>(x); };
+  const std::uint32_t unroll = loop_unroll(ctx, s.n);
+  std::string key = detail::str_cat("scan|", name(s.op), s.reverse ? "|rev" : "", "|",
+                                    name(s.dtype), "|o=", s.outer, "|n=", s.n, "|i=", s.inner,
+                                    "|u", unroll);
+  if (addressed != 0) key += detail::str_cat("|addr=", addressed);
+  const Pipeline& p = ctx.pipelines().get(key, [&] {
+    Builder b(local, 1, addressed);
+    const int in = b.buffer(s.dtype, true);
+    const int out = b.buffer(s.dtype, false);
+    const Ty t = spv::compute_type(s.dtype);
+    const Val c = b.global_index();
+    b.if_then(b.op("OpULessThan", Ty::kBool, {c, b.push(0)}), [&] {
+      const Val inner = b.u32(u(s.inner));
+      const Val o = b.op("OpUDiv", Ty::kU32, {c, inner});
+      const Val q = b.op("OpUMod", Ty::kU32, {c, inner});
+      const Val base = b.op("OpIAdd", Ty::kU32, {b.op("OpIMul", Ty::kU32, {o, b.u32(u(s.n * s.inner))}), q});
+      spv::Var acc = b.variable(t);
+      b.set(acc, b.constant(t, s.op == Prim::kCumprod ? 1 : 0));
+      const Prim combine = s.op == Prim::kCumprod ? Prim::kMul : Prim::kAdd;
+      b.loop(b.u32(0), b.u32(u(s.n)), b.u32(1), [&](const Val& step) {
+        const Val j = s.reverse ? b.op("OpISub", Ty::kU32, {b.u32(u(s.n - 1)), step}) : step;
+        const Val at = b.op("OpIAdd", Ty::kU32, {base, b.op("OpIMul", Ty::kU32, {j, inner})});
+        const Val args[] = {b.get(acc), b.load(in, at)};
+        // The first element is taken as it is (the CPU copies it), not
+        // combined with the identity: 0 + -0.0 would give +0.0.
+        const Val first = b.op("OpIEqual", Ty::kBool, {step, b.u32(0)});
+        const Val next = b.select(first, args[1],
+                                  emit_elementwise(b, combine, Params{}, args, s.dtype, s.dtype));
+        b.set(acc, next);
+        b.store(out, at, next);
+      }, unroll);
+    });
+    return KernelSource{b.finish(), 2, 1, 0, VK_FORMAT_UNDEFINED, addressed};
+  });
+  return column_launch(ctx, p, s.outer, s.inner, "scan");
+}
+
+}  // namespace kiln::vk
