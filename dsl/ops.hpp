@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "kiln/runtime/array.hpp"
@@ -207,6 +208,16 @@ Array scatter(const Array& a, const Array& indices, const Array& updates,
 // along `axis`; out[.., indices[.., k, ..], ..] += updates[.., k, ..].
 Array scatter_add_along_axis(const Array& a, const Array& indices,
                              const Array& updates, std::int64_t axis);
+
+// ---- sorting ----
+// Stable: equal values keep their index order (also descending, as lax.top_k);
+// NaN is the largest value (last ascending, first descending); -0.0 == 0.0.
+// argsort gives i32 indices; sort and top_k gather with them (so they have
+// gradients). top_k is over the last axis: the k largest values, largest
+// first, and their indices.
+Array argsort(const Array& a, std::int64_t axis = -1, bool descending = false);
+Array sort(const Array& a, std::int64_t axis = -1, bool descending = false);
+std::pair<Array, Array> top_k(const Array& a, std::int64_t k);
 
 // ---- C++ operators ----
 Array operator-(const Array& a);

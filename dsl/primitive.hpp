@@ -31,7 +31,7 @@ inline constexpr std::size_t kNumPrims = 0
     ;
 
 enum class PrimFamily : std::uint8_t {
-  kUnary, kBinary, kWhere, kAstype, kReduce, kArgReduce, kScan, kMatmul, kLayout,
+  kUnary, kBinary, kWhere, kAstype, kReduce, kArgReduce, kScan, kSort, kMatmul, kLayout,
   kIndex, kCreation, kIdentity
 };
 
@@ -89,7 +89,7 @@ struct Params {
   std::int64_t axis = 0;   // concatenate, take(_along_axis), scatters, argmax, one_hot, scans
   std::int64_t depth = 0;  // one_hot
   bool keepdims = false;
-  bool reverse = false;    // cumsum/cumprod: accumulate from the end
+  bool reverse = false;    // cumsum/cumprod: from the end; argsort: descending
   DType dtype = DType::kF32;  // astype/bitcast target, creation dtype
   double value = 0.0;         // full: fill value; arange: start
   double step = 1.0;          // arange: step

@@ -51,6 +51,10 @@ std::string params_string(Prim p, const Params& q) {
       parts.push_back(detail::str_cat("axis=", q.axis));
       if (q.reverse) parts.push_back("reverse=true");
       break;
+    case PrimFamily::kSort:
+      parts.push_back(detail::str_cat("axis=", q.axis));
+      if (q.reverse) parts.push_back("descending=true");
+      break;
     case PrimFamily::kAstype:
       parts.push_back(detail::str_cat("dtype=", name(q.dtype)));
       break;

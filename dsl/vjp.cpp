@@ -245,7 +245,7 @@ std::vector<Array> vjp(const Equation& eq, std::span<const Array> in, const Arra
     case Prim::kLogicalNot: case Prim::kEq: case Prim::kNe: case Prim::kLt:
     case Prim::kLe: case Prim::kGt: case Prim::kGe: case Prim::kLogicalAnd:
     case Prim::kLogicalOr: case Prim::kArgmax: case Prim::kArgmin:
-    case Prim::kOneHot: case Prim::kFull: case Prim::kArange:
+    case Prim::kOneHot: case Prim::kFull: case Prim::kArange: case Prim::kArgsort:
     case Prim::kStopGradient: case Prim::kBitwiseNot: case Prim::kBitwiseAnd:
     case Prim::kBitwiseOr: case Prim::kBitwiseXor: case Prim::kShiftLeft:
     case Prim::kShiftRightLogical: case Prim::kBitcast:

@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <kiln/kiln.hpp>
 #include <random>
 #include <span>
@@ -365,6 +366,32 @@ std::vector<Case> cases_for(Prim p) {
                                                                         {2, 5})},
                           [f](Inputs x, Device) { return f(x[0], 1, true); }));
       }
+      return out;
+    }
+    case Prim::kArgsort: {
+      // Ties (small integers), NaN, infinities and -0.0 / 0.0; lengths that
+      // pad to the next power of two; every axis; both directions.
+      const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+      const Array special = Array::from_data<float>(
+          std::vector<float>{1, nan, -0.0f, 0.0f, -inf, 2, nan, inf, 1, -0.0f, -3}, {11});
+      std::vector<Case> out;
+      for (bool desc : {false, true}) {
+        const std::string dir = desc ? " descending" : "";
+        out.push_back(one("f32 specials" + dir, {special},
+                          [desc](Inputs x, Device) { return argsort(x[0], 0, desc); }, false));
+        out.push_back(one("i32 ties (1027)" + dir, {integers({1027}, -9, 9)},
+                          [desc](Inputs x, Device) { return argsort(x[0], 0, desc); }, false));
+        out.push_back(one("u32 (4,33) axis 0" + dir, {integers({4, 33}, 0, 5, u32)},
+                          [desc](Inputs x, Device) { return argsort(x[0], 0, desc); }, false));
+        out.push_back(one("f32 (2,3,5) axis 1" + dir, {uniform({2, 3, 5}, -1, 1)},
+                          [desc](Inputs x, Device) { return argsort(x[0], 1, desc); }, false));
+        out.push_back(one("bool (17)" + dir, {booleans({17})},
+                          [desc](Inputs x, Device) { return argsort(x[0], -1, desc); }, false));
+      }
+      out.push_back(one("f32 (1)", {uniform({1}, -1, 1)},
+                        [](Inputs x, Device) { return argsort(x[0]); }, false));
+      out.push_back(one("f32 (3,0)", {zeros({3, 0}, f32, Device::cpu())},
+                        [](Inputs x, Device) { return argsort(x[0]); }, false));
       return out;
     }
     case Prim::kArgmax:

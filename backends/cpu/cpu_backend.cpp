@@ -31,6 +31,8 @@ std::shared_ptr<Buffer> CpuBackend::eval(Prim p, const Params& params,
       return eval_index(p, params, inputs, out);
     case PrimFamily::kScan:
       return eval_scan(p, params, inputs, out);
+    case PrimFamily::kSort:
+      return eval_sort(p, params, inputs, out);
     case PrimFamily::kCreation:
       return eval_creation(p, params, inputs, out);
     case PrimFamily::kIdentity:  // arrays are immutable: share the buffer

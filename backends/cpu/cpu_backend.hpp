@@ -41,6 +41,7 @@ EvalFn eval_astype;      // elementwise.cpp
 EvalFn eval_reduce;      // reduce.cpp
 EvalFn eval_arg_reduce;  // reduce.cpp
 EvalFn eval_scan;        // scan.cpp
+EvalFn eval_sort;        // sort.cpp
 EvalFn eval_matmul;      // matmul.cpp
 EvalFn eval_layout;      // layout.cpp
 EvalFn eval_index;       // index.cpp

@@ -254,6 +254,42 @@ std::shared_ptr<Buffer> scan(Context& ctx, Prim p, const Params& params,
   return buf;
 }
 
+// argsort: keys, the bitonic passes, the result (kernel_sort.cpp).
+std::shared_ptr<Buffer> argsort(Context& ctx, const Params& params, std::span<const Array> inputs,
+                                const Aval& out) {
+  const Array& a = inputs[0];
+  ctx.require_dtype(a.dtype(), "argsort");
+  auto buf = allocate(ctx, out, Prim::kArgsort, inputs);
+  if (numel(out.shape) == 0) return buf;
+  const auto axis = static_cast<std::size_t>(params.axis);
+  SortSpec s;
+  s.n = a.shape()[axis];
+  s.inner = 1;
+  for (std::size_t d = axis + 1; d < a.shape().size(); ++d) s.inner *= a.shape()[d];
+  s.lines = a.size() / s.n;
+  while (s.m < s.n) s.m *= 2;
+  s.m = std::max<std::int64_t>(s.m, 2);
+  s.dtype = a.dtype();
+  s.descending = params.reverse;
+  const Aval scratch{DType::kU32, Shape{s.lines * s.m}};
+  const Array keys(DType::kU32, scratch.shape, allocate(ctx, scratch, Prim::kArgsort, inputs));
+  const Array idx(DType::kU32, scratch.shape, allocate(ctx, scratch, Prim::kArgsort, inputs));
+  const std::shared_ptr<Buffer> pair[] = {keys.buffer(), idx.buffer()};
+  launch(ctx, sort_keys_kernel(ctx, s, addressed(ctx, inputs, pair)), inputs, pair);
+  Launch pass = sort_pass_kernel(ctx, s, addressed(ctx, {}, pair));
+  pass.push.resize(3);
+  for (std::int64_t k = 2; k <= s.m; k *= 2) {
+    for (std::int64_t j = k / 2; j > 0; j /= 2) {
+      pass.push[1] = static_cast<std::uint32_t>(j);
+      pass.push[2] = static_cast<std::uint32_t>(k);
+      launch(ctx, pass, {}, pair);
+    }
+  }
+  const Array order[] = {idx};
+  launch(ctx, sort_result_kernel(ctx, s, addressed(ctx, order, buf)), order, buf);
+  return buf;
+}
+
 std::shared_ptr<Buffer> matmul(Context& ctx, std::span<const Array> inputs, const Aval& out) {
   const Array& a = inputs[0];
   const Array& b = inputs[1];
@@ -445,6 +481,8 @@ std::shared_ptr<Buffer> VulkanBackend::eval(Prim p, const Params& params,
       return index(ctx_, p, params, inputs, out);
     case PrimFamily::kScan:
       return scan(ctx_, p, params, inputs, out);
+    case PrimFamily::kSort:
+      return argsort(ctx_, params, inputs, out);
     case PrimFamily::kCreation:
       if (p == Prim::kFull) return elementwise(ctx_, p, params, inputs, out);
       // arange: start + i * step in double, as the CPU computes it.

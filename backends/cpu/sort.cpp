@@ -1,0 +1,69 @@
+// CPU kernel for argsort along one axis: a stable sort of each line's indices
+// by value (std::stable_sort), ascending or descending. NaN counts as the
+// largest value (last ascending, first descending, as numpy / jnp); -0.0 and
+// 0.0 are equal, so they keep their order. Ties keep their index order in both
+// directions (lax.top_k's rule), the order the Vulkan kernel's (key, index)
+// comparison gives.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <type_traits>
+#include <vector>
+
+#include "kiln/backends/cpu/cpu_backend.hpp"
+#include "kiln/runtime/error.hpp"
+#include "kiln/runtime/strings.hpp"
+
+namespace kiln::cpu {
+
+std::shared_ptr<Buffer> eval_sort(Prim p, const Params& params, std::span<const Array> inputs,
+                                  const Aval& out) {
+  const Array& a = inputs[0];
+  if (a.dtype() == DType::kF16) {
+    throw DTypeError(detail::str_cat("[", name(p), "] the CPU backend does not sort f16; "
+                                     "astype to f32 first"));
+  }
+  auto buf = allocate(out);
+  if (numel(out.shape) == 0) return buf;
+  const auto axis = static_cast<std::size_t>(params.axis);
+  std::size_t outer = 1, inner = 1;
+  for (std::size_t d = 0; d < axis; ++d) outer *= static_cast<std::size_t>(a.shape()[d]);
+  for (std::size_t d = axis + 1; d < a.shape().size(); ++d) {
+    inner *= static_cast<std::size_t>(a.shape()[d]);
+  }
+  const auto n = static_cast<std::size_t>(a.shape()[axis]);
+  auto* dst = static_cast<std::int32_t*>(buf->host_data());
+  visit_dtype(a.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* src = a.data<T>();
+    // a < b in the order above (NaN largest).
+    const auto less = [](T x, T y) {
+      if constexpr (std::is_floating_point_v<T>) {
+        if (std::isnan(x)) return false;
+        if (std::isnan(y)) return true;
+      }
+      return x < y;
+    };
+    std::vector<T> line(n);
+    std::vector<std::int32_t> order(n);
+    for (std::size_t o = 0; o < outer; ++o) {
+      for (std::size_t q = 0; q < inner; ++q) {
+        const T* base = src + o * n * inner + q;
+        for (std::size_t j = 0; j < n; ++j) line[j] = base[j * inner];
+        std::iota(order.begin(), order.end(), 0);
+        if (params.reverse) {
+          std::stable_sort(order.begin(), order.end(),
+                           [&](std::int32_t i, std::int32_t k) { return less(line[k], line[i]); });
+        } else {
+          std::stable_sort(order.begin(), order.end(),
+                           [&](std::int32_t i, std::int32_t k) { return less(line[i], line[k]); });
+        }
+        std::int32_t* out_line = dst + o * n * inner + q;
+        for (std::size_t j = 0; j < n; ++j) out_line[j * inner] = order[j];
+      }
+    }
+  });
+  return buf;
+}
+
+}  // namespace kiln::cpu

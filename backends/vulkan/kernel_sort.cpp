@@ -1,0 +1,184 @@
+// argsort as a bitonic sorting network over (key, index) pairs: each line of
+// the array (its elements along the axis) is padded to a power of two m and
+// sorted by three kinds of kernel:
+//   - keys: the line's values mapped to u32 keys whose unsigned order is the
+//     sort order (floats by their bits with the sign folded, NaN largest,
+//     -0.0 as 0.0; i32 with the sign bit flipped; descending: the keys
+//     inverted), and their indices; padding gets key 0xffffffff and an index
+//     past the line, so it sorts last;
+//   - passes: one compare-exchange step of the network per dispatch (push
+//     words j and k), log2(m) (log2(m) + 1) / 2 of them;
+//   - result: the first n indices of each line, where the result wants them.
+// Comparing (key, index) makes every pair distinct, so the network's result is
+// the stable order: the CPU's std::stable_sort gives the same indices.
+#include "kiln/backends/vulkan/context.hpp"
+#include "kiln/backends/vulkan/kernels.hpp"
+#include "kiln/runtime/error.hpp"
+#include "kiln/runtime/strings.hpp"
+
+namespace kiln::vk {
+
+using spv::Builder;
+using spv::Ty;
+using spv::Val;
+
+namespace {
+
+Launch launch_for(const Context& ctx, const Pipeline& p, std::uint64_t items, const char* what) {
+  Launch l;
+  l.pipeline = &p;
+  l.push = {static_cast<std::uint32_t>(items)};
+  l.groups = grid_for(ctx, (items + local_size(ctx) - 1) / local_size(ctx), what);
+  return l;
+}
+
+// The element of the (outer, n, inner) input for (line, pos): line = o * inner + q.
+Val element_offset(Builder& b, const Val& line, const Val& pos, const SortSpec& s) {
+  const auto u = [](std::int64_t x) { return static_cast<std::uint32_t>(x); };
+  const Val inner = b.u32(u(s.inner));
+  const Val o = b.op("OpUDiv", Ty::kU32, {line, inner});
+  const Val q = b.op("OpUMod", Ty::kU32, {line, inner});
+  const Val row = b.op("OpIAdd", Ty::kU32, {b.op("OpIMul", Ty::kU32, {o, b.u32(u(s.n))}), pos});
+  return b.op("OpIAdd", Ty::kU32, {b.op("OpIMul", Ty::kU32, {row, inner}), q});
+}
+
+// A value's u32 sort key (ascending).
+Val sort_key(Builder& b, const Val& v) {
+  switch (v.ty) {
+    case Ty::kBool:
+      return b.select(v, b.u32(1), b.u32(0));
+    case Ty::kU32:
+      return v;
+    case Ty::kI32:
+      return b.op("OpBitwiseXor", Ty::kU32, {b.bitcast(v, Ty::kU32), b.u32(0x80000000u)});
+    default: {  // f32 (f16 loads as f32)
+      const Val zero = b.constant(Ty::kF32, 0);
+      const Val canon = b.select(b.op("OpFOrdEqual", Ty::kBool, {v, zero}), zero, v);
+      const Val bits = b.bitcast(canon, Ty::kU32);
+      const Val neg = b.op("OpSLessThan", Ty::kBool, {b.bitcast(canon, Ty::kI32), b.constant(Ty::kI32, 0)});
+      const Val key = b.select(neg, b.op("OpNot", Ty::kU32, {bits}),
+                               b.op("OpBitwiseOr", Ty::kU32, {bits, b.u32(0x80000000u)}));
+      return b.select(b.op("OpIsNan", Ty::kBool, {v}), b.u32(0xffffffffu), key);
+    }
+  }
+}
+
+}  // namespace
+
+namespace {
+std::string shape_key(const SortSpec& s, std::uint32_t addressed) {
+  return detail::str_cat("|n=", s.n, "|m=", s.m, "|i=", s.inner, "|l=", s.lines, "|addr=", addressed);
+}
+}  // namespace
+
+// keys: bindings input, keys, indices; one invocation per padded element.
+Launch sort_keys_kernel(Context& ctx, const SortSpec& s, std::uint32_t addressed) {
+  if (s.dtype == DType::kF64) {
+    throw DTypeError(detail::str_cat("[argsort] f64 keys are not supported on ",
+                                     ctx.device().to_string(), "; astype to f32 or use the cpu device"));
+  }
+  const std::uint32_t local = local_size(ctx);
+  const auto u = [](std::int64_t x) { return static_cast<std::uint32_t>(x); };
+  {
+    std::string key = detail::str_cat("sort.keys|", name(s.dtype), s.descending ? "|desc" : "",
+                                      shape_key(s, addressed));
+    const Pipeline& p = ctx.pipelines().get(key, [&] {
+      Builder b(local, 1, addressed);
+      const int in = b.buffer(s.dtype, true);
+      const int keys = b.buffer(DType::kU32, false);
+      const int idx = b.buffer(DType::kU32, false);
+      const Val e = b.global_index();
+      b.if_then(b.op("OpULessThan", Ty::kBool, {e, b.push(0)}), [&] {
+        const Val m = b.u32(u(s.m));
+        const Val line = b.op("OpUDiv", Ty::kU32, {e, m});
+        const Val pos = b.op("OpUMod", Ty::kU32, {e, m});
+        const Val real = b.op("OpULessThan", Ty::kBool, {pos, b.u32(u(s.n))});
+        b.store(keys, e, b.u32(0xffffffffu));
+        b.store(idx, e, pos);
+        b.if_then(real, [&] {
+          Val k = sort_key(b, b.load(in, element_offset(b, line, pos, s)));
+          if (s.descending) k = b.op("OpNot", Ty::kU32, {k});
+          b.store(keys, e, k);
+        });
+      });
+      return KernelSource{b.finish(), 3, 1, 0, VK_FORMAT_UNDEFINED, addressed};
+    });
+    return launch_for(ctx, p, static_cast<std::uint64_t>(s.lines) * static_cast<std::uint64_t>(s.m),
+                      "argsort");
+  }
+}
+
+// passes: bindings keys, indices (read and written); push: pairs, j, k.
+Launch sort_pass_kernel(Context& ctx, const SortSpec& s, std::uint32_t addressed) {
+  const std::uint32_t local = local_size(ctx);
+  const auto u = [](std::int64_t x) { return static_cast<std::uint32_t>(x); };
+  {
+    const std::string key = detail::str_cat("sort.pass", shape_key(s, addressed));
+    const Pipeline& p = ctx.pipelines().get(key, [&] {
+      Builder b(local, 3, addressed);
+      const int keys = b.buffer(DType::kU32, false);
+      const int idx = b.buffer(DType::kU32, false);
+      const Val t = b.global_index();
+      b.if_then(b.op("OpULessThan", Ty::kBool, {t, b.push(0)}), [&] {
+        const Val j = b.push(1);
+        const Val k = b.push(2);
+        const Val half = b.u32(u(s.m / 2));
+        const Val line = b.op("OpUDiv", Ty::kU32, {t, half});
+        const Val r = b.op("OpUMod", Ty::kU32, {t, half});
+        const Val mask = b.op("OpISub", Ty::kU32, {j, b.u32(1)});
+        const Val hi_bits = b.op("OpBitwiseAnd", Ty::kU32, {r, b.op("OpNot", Ty::kU32, {mask})});
+        const Val low_in_line = b.op("OpBitwiseOr", Ty::kU32,
+                                     {b.op("OpShiftLeftLogical", Ty::kU32, {hi_bits, b.u32(1)}),
+                                      b.op("OpBitwiseAnd", Ty::kU32, {r, mask})});
+        const Val base = b.op("OpIMul", Ty::kU32, {line, b.u32(u(s.m))});
+        const Val lo = b.op("OpIAdd", Ty::kU32, {base, low_in_line});
+        const Val hi = b.op("OpIAdd", Ty::kU32, {lo, j});
+        const Val ascending = b.op("OpIEqual", Ty::kBool,
+                                   {b.op("OpBitwiseAnd", Ty::kU32, {low_in_line, k}), b.u32(0)});
+        const Val ka = b.load(keys, lo), kb = b.load(keys, hi);
+        const Val ia = b.load(idx, lo), ib = b.load(idx, hi);
+        const Val greater = b.op(
+            "OpLogicalOr", Ty::kBool,
+            {b.op("OpUGreaterThan", Ty::kBool, {ka, kb}),
+             b.op("OpLogicalAnd", Ty::kBool,
+                  {b.op("OpIEqual", Ty::kBool, {ka, kb}), b.op("OpUGreaterThan", Ty::kBool, {ia, ib})})});
+        b.if_then(b.op("OpLogicalEqual", Ty::kBool, {greater, ascending}), [&] {
+          b.store(keys, lo, kb);
+          b.store(keys, hi, ka);
+          b.store(idx, lo, ib);
+          b.store(idx, hi, ia);
+        });
+      });
+      return KernelSource{b.finish(), 2, 3, 0, VK_FORMAT_UNDEFINED, addressed};
+    });
+    return launch_for(ctx, p, static_cast<std::uint64_t>(s.lines) * static_cast<std::uint64_t>(s.m / 2),
+                      "argsort");
+  }
+}
+
+// result: bindings indices, result (i32); one invocation per element.
+Launch sort_result_kernel(Context& ctx, const SortSpec& s, std::uint32_t addressed) {
+  const std::uint32_t local = local_size(ctx);
+  const auto u = [](std::int64_t x) { return static_cast<std::uint32_t>(x); };
+  {
+    std::string key = detail::str_cat("sort.result", shape_key(s, addressed));
+    const Pipeline& p = ctx.pipelines().get(key, [&] {
+      Builder b(local, 1, addressed);
+      const int idx = b.buffer(DType::kU32, true);
+      const int res = b.buffer(DType::kI32, false);
+      const Val e = b.global_index();
+      b.if_then(b.op("OpULessThan", Ty::kBool, {e, b.push(0)}), [&] {
+        const Val n = b.u32(u(s.n));
+        const Val line = b.op("OpUDiv", Ty::kU32, {e, n});
+        const Val pos = b.op("OpUMod", Ty::kU32, {e, n});
+        const Val from = b.op("OpIAdd", Ty::kU32, {b.op("OpIMul", Ty::kU32, {line, b.u32(u(s.m))}), pos});
+        b.store(res, element_offset(b, line, pos, s), b.bitcast(b.load(idx, from), Ty::kI32));
+      });
+      return KernelSource{b.finish(), 2, 1, 0, VK_FORMAT_UNDEFINED, addressed};
+    });
+    return launch_for(ctx, p, static_cast<std::uint64_t>(s.lines) * static_cast<std::uint64_t>(s.n),
+                      "argsort");
+  }
+}
+
+}  // namespace kiln::vk
