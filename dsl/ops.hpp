@@ -9,8 +9,11 @@
 
 #include <concepts>
 #include <cstdint>
+#include <array>
 #include <initializer_list>
+#include <optional>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "kiln/runtime/array.hpp"
@@ -175,6 +178,54 @@ Array slice_axis(const Array& a, std::int64_t axis, std::int64_t start,
 // Per-axis slice over the leading starts.size() axes.
 Array slice(const Array& a, const Shape& starts, const Shape& stops,
             const Shape& steps = {});
+
+// ---- layout composites (dsl/ops_layout_composite.cpp) ----
+// Joins same-shape arrays along a new axis (numpy.stack).
+Array stack(std::span<const Array> arrays, std::int64_t axis = 0);
+Array stack(std::initializer_list<Array> arrays, std::int64_t axis = 0);
+// numpy.split: `sections` equal parts (an error if the axis does not divide), or
+// the pieces between `indices` (Python slice bounds: clamped, may be empty).
+std::vector<Array> split(const Array& a, std::int64_t sections,
+                         std::int64_t axis = 0);
+std::vector<Array> split(const Array& a, const Shape& indices,
+                         std::int64_t axis = 0);
+// split(a, {2}) splits at index 2 (without this overload it would mean 2 parts).
+std::vector<Array> split(const Array& a,
+                         std::initializer_list<std::int64_t> indices,
+                         std::int64_t axis = 0);
+Array flip(const Array& a, AxisArg axes = {});  // reverses; default: every axis
+// numpy.tile: a repeated reps[i] times along axis i (reps and a.ndim() are
+// matched by prepending 1s to the shorter).
+Array tile(const Array& a, const Shape& reps);
+// Each element `repeats` times along `axis` (numpy.repeat); no axis: flattened.
+Array repeat(const Array& a, std::int64_t repeats,
+             std::optional<std::int64_t> axis = std::nullopt);
+// Elements shifted by `shift` along `axis`, wrapping; no axis: flattened.
+Array roll(const Array& a, std::int64_t shift,
+           std::optional<std::int64_t> axis = std::nullopt);
+// (before, after) per axis; a single entry applies to every axis.
+using PadWidth = std::vector<std::array<std::int64_t, 2>>;
+// numpy.pad with mode "constant" (constant_value), "edge" (repeats the border)
+// or "reflect" (mirrors without repeating the border).
+Array pad(const Array& a, const PadWidth& pad_width,
+          std::string_view mode = "constant", double constant_value = 0.0);
+// Zeros above (tril) / below (triu) the k-th diagonal of the last two axes.
+Array tril(const Array& a, std::int64_t k = 0);
+Array triu(const Array& a, std::int64_t k = 0);
+// The offset diagonal of the (axis1, axis2) planes, as a new last axis.
+Array diagonal(const Array& a, std::int64_t offset = 0, std::int64_t axis1 = 0,
+               std::int64_t axis2 = 1);
+// Coordinate arrays from 1-D arrays; "xy" swaps the first two output axes.
+std::vector<Array> meshgrid(std::span<const Array> xs,
+                            std::string_view indexing = "xy");
+std::vector<Array> meshgrid(std::initializer_list<Array> xs,
+                            std::string_view indexing = "xy");
+// `num` evenly spaced values from start to stop (included unless !endpoint).
+Array linspace(double start, double stop, std::int64_t num = 50,
+               bool endpoint = true, DType dtype = f32);
+// (n, m) with ones on the k-th diagonal; m < 0 means m = n.
+Array eye(std::int64_t n, std::int64_t m = -1, std::int64_t k = 0,
+          DType dtype = f32);
 
 // ---- indexing ----
 // numpy.take(a, indices, axis): result shape a.shape[:axis] + indices.shape +
