@@ -156,6 +156,31 @@ Array argmax(const Array& a, std::int64_t axis, bool keepdims = false);
 Array argmin(const Array& a);
 Array argmin(const Array& a, std::int64_t axis, bool keepdims = false);
 
+// ---- reduction composites (dsl/ops_reduce_composite.cpp) ----
+// log(sum(exp(a))) shifted by the max (jax.nn.logsumexp): rows of -inf give
+// -inf, an empty reduction gives -inf; floating.
+Array logsumexp(const Array& a, AxisArg axes = {}, bool keepdims = false);
+// Variance mean((a - mean(a))^2) with divisor max(N - ddof, 0); floating.
+Array var(const Array& a, AxisArg axes = {}, std::int64_t ddof = 0,
+          bool keepdims = false);
+// sqrt(var(...)). Call it kiln::std: under `using namespace kiln` an
+// unqualified std(x) is ambiguous with namespace std (std::vector still works).
+Array std(const Array& a, AxisArg axes = {}, std::int64_t ddof = 0,
+          bool keepdims = false);
+// var(a, axes, true) would silently read keepdims as ddof = 1.
+template <class B>
+  requires std::same_as<B, bool>
+Array var(const Array& a, AxisArg axes, B keepdims) = delete;
+template <class B>
+  requires std::same_as<B, bool>
+Array std(const Array& a, AxisArg axes, B keepdims) = delete;
+// Whether any / every element is nonzero (NaN counts as nonzero): bool results;
+// any of nothing is false, all of nothing is true.
+Array any(const Array& a, AxisArg axes = {}, bool keepdims = false);
+Array all(const Array& a, AxisArg axes = {}, bool keepdims = false);
+Array count_nonzero(const Array& a, AxisArg axes = {},
+                    bool keepdims = false);  // i32
+
 // ---- linear algebra ----
 // numpy.matmul: 1-D operands are promoted (and the added dim removed after),
 // leading (batch) dims broadcast. Floating dtypes; 2-D goes through BLAS.

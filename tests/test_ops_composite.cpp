@@ -371,3 +371,94 @@ TEST_CASE("composite linspace and eye create as numpy does") {
   CHECK(eye(1, -1, 0, bool_).to_vector<bool>() == std::vector<bool>{true});
   CHECK_THROWS_WITH_AS(eye(-2), "[eye] n must be >= 0, got -2", ValueError);
 }
+
+// ---- reductions ----
+
+TEST_CASE("composite logsumexp is stable, gives -inf for -inf rows and empty reductions") {
+  const Array x = array<double>({0.5, -1, 2, 3, 0.25, -2}, {2, 3});
+  check_close(logsumexp(x), {3.43109769}, 1e-8);
+  check_close(logsumexp(x, 1), {2.241311296657157, 3.0682807056157664});
+  check_close(logsumexp(x, -2), {3.0788897342925496, 0.501929081345373, 2.01814992791781});
+  Array k = logsumexp(x, 1, true);
+  CHECK(k.shape() == Shape{2, 1});
+  check_close(logsumexp(astype(x, f32), {0, 1}), {3.43109769});
+  // No overflow where exp would: log(2 e^1000) = 1000 + log 2.
+  check_close(logsumexp(array<float>({1000, 1000})), {1000.6931471805599});
+  check_close(logsumexp(array<double>({-kInf, -kInf, 0, -kInf}, {2, 2}), 1), {-kInf, 0});
+  check_close(logsumexp(array<double>({kInf, 1, kNaN, 1}, {2, 2}), 1), {kInf, kNaN});
+  check_close(logsumexp(zeros({2, 0}), 1), {-kInf, -kInf});
+  CHECK(logsumexp(zeros({2, 0}), 1, true).shape() == Shape{2, 1});
+  check_close(logsumexp(zeros({0})), {-kInf});
+  check_close(logsumexp(scalar(2.5)), {2.5});
+  CHECK_THROWS_WITH_AS(logsumexp(arange(3)),
+                       doctest::Contains("[logsumexp] requires a floating dtype, got i32"),
+                       DTypeError);
+  CHECK_THROWS_WITH_AS(logsumexp(x, 2),
+                       "[logsumexp] axis 2 is out of range for an array of rank 2", ShapeError);
+  // The gradient is softmax.
+  check_fd([](const Array& v) { return weighted(logsumexp(v, 1)); }, test_matrix(3, 4));
+  check_fd([](const Array& v) { return logsumexp(v); }, test_matrix(2, 3));
+  const Array g = grad([](const Array& v) { return logsumexp(v); })(x);
+  const double lse = 3.43109769;
+  std::vector<double> softmax;
+  for (double v : x.to_vector<double>()) softmax.push_back(std::exp(v - lse));
+  check_close(g, softmax, 1e-7);
+}
+
+TEST_CASE("composite var and std with ddof and keepdims, as numpy") {
+  const Array x = array<double>({0.5, -1, 2, 3, 0.25, -2}, {2, 3});
+  check_close(var(x), {2.8420138888888893});
+  check_close(var(x, 1), {1.5, 4.180555555555555});
+  check_close(var(x, 0, 1), {3.125, 0.78125, 8.0});
+  check_close(kiln::std(x, -1), {1.224744871391589, 2.0446406910642163});
+  CHECK(var(x, 1, 0, true).shape() == Shape{2, 1});
+  CHECK(kiln::std(x, {0, 1}, 0, true).shape() == Shape{1, 1});
+  check_close(var(astype(x, f32), 1), {1.5, 4.180555555555555});
+  check_close(var(scalar(3.0)), {0});
+  // N - ddof <= 0 divides by 0: NaN (0 / 0), as numpy; empty: NaN.
+  check_close(var(array<double>({1.0}), {}, 1), {kNaN});
+  check_close(var(zeros({0})), {kNaN});
+  CHECK_THROWS_WITH_AS(var(arange(4)),
+                       doctest::Contains("[var] requires a floating dtype, got i32"), DTypeError);
+  CHECK_THROWS_WITH_AS(kiln::std(arange(4)),
+                       doctest::Contains("[std] requires a floating dtype, got i32"), DTypeError);
+  CHECK_THROWS_WITH_AS(var(x, {1, 1}), "[var] repeated axis in (1, 1)", ShapeError);
+  check_fd([](const Array& v) { return weighted(var(v, 1, 1)); }, test_matrix(3, 4));
+  check_fd([](const Array& v) { return weighted(kiln::std(v, 0)); }, test_matrix(3, 4));
+  // d var / dx = 2 (x - mean) / N.
+  const Array g = grad([](const Array& v) { return var(v); })(array<double>({1, 2, 6}));
+  check_close(g, {2.0 * -2 / 3, 2.0 * -1 / 3, 2.0 * 3 / 3});
+}
+
+TEST_CASE("composite any, all and count_nonzero count nonzero elements") {
+  const Array x = astype(array<double>({0, 1, 0, 0, 0, 0, kNaN, 2, 3}, {3, 3}), f32);
+  Array r = any(x);
+  CHECK(r.dtype() == bool_);
+  CHECK(r.item<bool>());
+  CHECK(any(x, 1).to_vector<bool>() == std::vector<bool>{true, false, true});
+  CHECK(all(x, 1).to_vector<bool>() == std::vector<bool>{false, false, true});
+  CHECK(all(x, 0, true).shape() == Shape{1, 3});
+  CHECK(all(x, 0).to_vector<bool>() == std::vector<bool>{false, false, false});
+  CHECK_FALSE(all(x).item<bool>());
+  CHECK(any(array<bool>({false, true})).item<bool>());
+  CHECK(all(array<bool>({true, true})).item<bool>());
+  CHECK(any(array<I>({0, -3}), 0).item<bool>());
+  // Empty: any is false, all is true, the count is 0.
+  CHECK_FALSE(any(zeros({0})).item<bool>());
+  CHECK(all(zeros({0})).item<bool>());
+  CHECK(all(zeros({2, 0}), 1).to_vector<bool>() == std::vector<bool>{true, true});
+
+  Array c = count_nonzero(x);
+  CHECK(c.dtype() == i32);
+  CHECK(c.item<I>() == 4);
+  CHECK(count_nonzero(x, -1).to_vector<I>() == std::vector<I>{1, 0, 3});
+  CHECK(count_nonzero(x, 0, true).to_vector<I>() == std::vector<I>{1, 2, 1});
+  CHECK(count_nonzero(array<bool>({true, false, true})).item<I>() == 2);
+  CHECK(count_nonzero(zeros({0}, u32)).item<I>() == 0);
+  CHECK_THROWS_WITH_AS(any(x, 2), "[any] axis 2 is out of range for an array of rank 2",
+                       ShapeError);
+  CHECK_THROWS_WITH_AS(all(x, -3), "[all] axis -3 is out of range for an array of rank 2",
+                       ShapeError);
+  CHECK_THROWS_WITH_AS(count_nonzero(Array()), doctest::Contains("[count_nonzero] argument 1 is None"),
+                       ValueError);
+}
