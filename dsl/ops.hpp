@@ -105,6 +105,18 @@ Array isinf(const Array& a);
 Array isfinite(const Array& a);
 // log(exp(a) + exp(b)) without overflow, as jnp.logaddexp; floating.
 Array logaddexp(const Array& a, const Array& b);
+// NaN -> nan, +inf -> posinf, -inf -> neginf (default: the dtype's largest and
+// lowest finite values), as numpy.nan_to_num; integer and bool arrays unchanged.
+Array nan_to_num(const Array& a, double nan = 0.0,
+                 std::optional<double> posinf = std::nullopt,
+                 std::optional<double> neginf = std::nullopt);
+// Python's a // b and a % b (numpy.floor_divide / numpy.remainder): the quotient
+// rounds toward -inf and the remainder takes the divisor's sign. Integers: x // 0
+// and x % 0 give 0 (as numpy). Floats: as numpy's divmod, with fmod(a, b)
+// computed as a - trunc(a / b) * b (exact unless a / b rounds to an integer).
+Array floor_divide(const Array& a, const Array& b);
+Array mod(const Array& a, const Array& b);
+Array remainder(const Array& a, const Array& b);  // = mod
 
 // ---- binary elementwise with numpy broadcasting ----
 Array add(const Array& a, const Array& b);
@@ -310,6 +322,9 @@ KILN_SCALAR_BINARY_(multiply, multiply)
 KILN_SCALAR_BINARY_(divide, divide)
 KILN_SCALAR_BINARY_(power, power)
 KILN_SCALAR_BINARY_(maximum, maximum)
+KILN_SCALAR_BINARY_(floor_divide, floor_divide)
+KILN_SCALAR_BINARY_(mod, mod)
+KILN_SCALAR_BINARY_(remainder, remainder)
 KILN_SCALAR_BINARY_(minimum, minimum)
 KILN_SCALAR_BINARY_(bitwise_and, bitwise_and)
 KILN_SCALAR_BINARY_(bitwise_or, bitwise_or)

@@ -462,3 +462,50 @@ TEST_CASE("composite any, all and count_nonzero count nonzero elements") {
   CHECK_THROWS_WITH_AS(count_nonzero(Array()), doctest::Contains("[count_nonzero] argument 1 is None"),
                        ValueError);
 }
+
+// ---- elementwise ----
+
+TEST_CASE("composite nan_to_num replaces NaN and infinities") {
+  const Array x = astype(array<double>({kNaN, kInf, -kInf, 1.5}), f32);
+  check_close(nan_to_num(x), {0, std::numeric_limits<float>::max(),
+                              std::numeric_limits<float>::lowest(), 1.5});
+  check_close(nan_to_num(astype(x, f64), -1, 10, -10), {-1, 10, -10, 1.5});
+  check_close(nan_to_num(astype(x, f64)), {0, std::numeric_limits<double>::max(),
+                                           std::numeric_limits<double>::lowest(), 1.5});
+  CHECK(nan_to_num(array<I>({1, 2})).to_vector<I>() == std::vector<I>{1, 2});
+  CHECK(nan_to_num(zeros({0})).shape() == Shape{0});
+  CHECK_THROWS_WITH_AS(nan_to_num(Array()), doctest::Contains("[nan_to_num] argument 1 is None"),
+                       ValueError);
+}
+
+TEST_CASE("composite floor_divide and mod follow Python: the remainder has the divisor's sign") {
+  const Array a = array<I>({7, -7, 7, -7, 0, 5, -5, 3});
+  const Array b = array<I>({2, 2, -2, -2, 3, 0, 0, -4});
+  CHECK(floor_divide(a, b).to_vector<I>() == std::vector<I>{3, -4, -4, 3, 0, 0, 0, -1});
+  CHECK(mod(a, b).to_vector<I>() == std::vector<I>{1, 1, -1, -1, 0, 0, 0, -1});
+  CHECK(remainder(a, b).to_vector<I>() == mod(a, b).to_vector<I>());
+  CHECK(mod(a, 3).to_vector<I>() == std::vector<I>{1, 2, 1, 2, 0, 2, 1, 0});
+  CHECK(floor_divide(-7, array<I>({2})).to_vector<I>() == std::vector<I>{-4});
+  const Array ua = array<std::uint32_t>({7, 9, 4});
+  const Array ub = array<std::uint32_t>({2, 0, 5});
+  CHECK(floor_divide(ua, ub).to_vector<std::uint32_t>() == std::vector<std::uint32_t>{3, 0, 0});
+  CHECK(mod(ua, ub).to_vector<std::uint32_t>() == std::vector<std::uint32_t>{1, 0, 4});
+
+  const Array fa = array<double>({7.5, -7.5, 7.5, -7.5, 1.0, -1.0, 1.0, 0.0, 5.0, -3.0});
+  const Array fb = array<double>({2, 2, -2, -2, kInf, kInf, 0, 3, -2.5, 1.5});
+  check_close(floor_divide(fa, fb), {3, -4, -4, 3, 0, -1, kInf, 0, -2, -2});
+  check_close(mod(fa, fb), {1.5, 0.5, -0.5, -1.5, 1, kInf, kNaN, 0, 0, 0});
+  check_close(mod(astype(fa, f32), astype(fb, f32)), {1.5, 0.5, -0.5, -1.5, 1, kInf, kNaN, 0, 0, 0});
+  check_close(floor_divide(reshape(fa, {2, 5}), array<double>({2.0, -3.0}, {2, 1})),
+              {3, -4, 3, -4, 0, 0, -1, 0, -2, 1});
+  CHECK(mod(zeros({0}), 2.0).shape() == Shape{0});
+
+  CHECK_THROWS_WITH_AS(mod(a, fa), doctest::Contains("[mod] dtype mismatch: i32 and f64"),
+                       DTypeError);
+  CHECK_THROWS_WITH_AS(floor_divide(array<bool>({true}), array<bool>({true})),
+                       doctest::Contains("[floor_divide] requires a numeric dtype, got bool"),
+                       DTypeError);
+  CHECK_THROWS_WITH_AS(remainder(a, zeros({3}, i32)),
+                       doctest::Contains("[remainder] shapes (8,) and (3,) cannot be broadcast"),
+                       ShapeError);
+}
