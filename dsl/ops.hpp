@@ -197,6 +197,12 @@ Array count_nonzero(const Array& a, AxisArg axes = {},
 // numpy.matmul: 1-D operands are promoted (and the added dim removed after),
 // leading (batch) dims broadcast. Floating dtypes; 2-D goes through BLAS.
 Array matmul(const Array& a, const Array& b);
+// numpy.einsum over 1 to 3 operands ("ij,jk->ik", or implicit "ij,jk": the letters
+// seen once, sorted); a letter repeated in one operand takes its diagonal. No
+// ellipsis. Lowered to transposes, reshapes, sums and (batched) matmul; integer
+// and f16 operands multiply and sum instead (dsl/einsum.cpp).
+Array einsum(std::string_view subscripts, std::span<const Array> operands);
+Array einsum(std::string_view subscripts, std::initializer_list<Array> operands);
 
 // ---- layout ----
 Array reshape(const Array& a, const Shape& shape);  // one dim may be -1

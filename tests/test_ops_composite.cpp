@@ -509,3 +509,99 @@ TEST_CASE("composite floor_divide and mod follow Python: the remainder has the d
                        doctest::Contains("[remainder] shapes (8,) and (3,) cannot be broadcast"),
                        ShapeError);
 }
+
+// ---- einsum ----
+
+TEST_CASE("composite einsum matches numpy for matmul, batches, outer products and traces") {
+  const Array a = reshape(arange(6.0, f64), {2, 3});
+  const Array b = reshape(arange(12.0, f64), {3, 4});
+  Array r = einsum("ij,jk->ik", {a, b});
+  CHECK(r.shape() == Shape{2, 4});
+  check_close(r, {20, 23, 26, 29, 56, 68, 80, 92});
+  check_close(einsum("ij,jk", {a, b}), {20, 23, 26, 29, 56, 68, 80, 92});  // implicit
+  check_close(einsum(" ij , jk -> ki ", {a, b}), {20, 56, 23, 68, 26, 80, 29, 92});
+
+  const Array A = reshape(arange(24.0, f64), {2, 3, 4});
+  const Array B = reshape(arange(40.0, f64), {2, 4, 5}) * 0.5;
+  r = einsum("bij,bjk->bik", {A, B});
+  CHECK(r.shape() == Shape{2, 3, 5});
+  check_close(r, {35, 38, 41, 44, 47, 95, 106, 117, 128, 139, 155, 174, 193, 212, 231,
+                  755, 782, 809, 836, 863, 975, 1010, 1045, 1080, 1115, 1195, 1238, 1281, 1324,
+                  1367});
+  r = einsum("bij,bjk", {A, B});  // implicit: b is repeated, so it is summed
+  CHECK(r.shape() == Shape{3, 5});
+  check_close(slice_axis(reshape(r, {-1}), 0, 0, 5), {790, 820, 850, 880, 910});
+
+  // Three operands: a chain, and batch letters shared by the first and last.
+  check_close(einsum("ij,jk,kl->il", {a, b * 0.25, reshape(arange(8.0, f64), {4, 2}) - 1.0}),
+              {56.5, 81, 178, 252});
+  check_close(einsum("bij,jk,bk->bi",
+                     {A, reshape(arange(20.0, f64), {4, 5}) * 0.1, reshape(arange(10.0, f64), {2, 5})}),
+              {88, 256, 424, 1937, 2485, 3033});
+
+  // One operand: transpose, sums, traces and diagonals (repeated letters).
+  check_close(einsum("ij->ji", {a}), {0, 3, 1, 4, 2, 5});
+  check_close(einsum("ij->", {a}), {15});
+  check_close(einsum("ij->j", {a}), {3, 5, 7});
+  const Array sq = reshape(arange(9.0, f64), {3, 3});
+  check_close(einsum("ii", {sq}), {12});
+  check_close(einsum("ii->i", {sq}), {0, 4, 8});
+  check_close(einsum("ij,jj->i", {a, sq}), {0 * 0 + 1 * 4 + 2 * 8, 3 * 0 + 4 * 4 + 5 * 8});
+
+  check_close(einsum("i,j->ij", {array<double>({1, 2}), array<double>({3, 4, 5})}),
+              {3, 4, 5, 6, 8, 10});
+  check_close(einsum("i,i", {array<float>({1, 2, 3}), array<float>({4, 5, 6})}), {32});
+  check_close(einsum("ba,bc", {reshape(arange(6.0, f64), {3, 2}), reshape(arange(12.0, f64), {3, 4})}),
+              {40, 46, 52, 58, 52, 61, 70, 79});
+  // Integer operands multiply and sum (no integer matmul).
+  CHECK(einsum("ij,jk->ik", {astype(a, i32), astype(b, i32)}).to_vector<I>() ==
+        std::vector<I>{20, 23, 26, 29, 56, 68, 80, 92});
+  CHECK(einsum("bij,bjk->bik", {astype(A, i32), astype(B * 2.0, i32)}).shape() == Shape{2, 3, 5});
+  // Size 0: a contraction over nothing is 0.
+  check_close(einsum("ij,jk->ik", {zeros({2, 0}, f64), zeros({0, 3}, f64)}), std::vector<double>(6, 0));
+  CHECK(einsum("ij,jk->ik", {zeros({0, 2}), zeros({2, 3})}).shape() == Shape{0, 3});
+}
+
+TEST_CASE("composite einsum gradients match finite differences") {
+  const Array b = test_matrix(3, 4);
+  check_fd([&](const Array& v) { return weighted(einsum("ij,jk->ik", {v, b})); }, test_matrix(2, 3));
+  check_fd([&](const Array& v) { return weighted(einsum("ij,jk->ki", {b, v})); }, test_matrix(4, 2));
+  const Array batch = reshape(test_matrix(6, 4), {2, 3, 4});
+  check_fd([&](const Array& v) {
+    return weighted(einsum("bij,bjk->bik", {batch, reshape(v, {2, 4, 2})}));
+  }, test_matrix(8, 2));
+  check_fd([&](const Array& v) { return weighted(einsum("ii->i", {v})); }, test_matrix(3, 3));
+  check_fd([&](const Array& v) { return einsum("ij,jk,ki", {v, b, test_matrix(4, 2)}); },
+           test_matrix(2, 3));
+}
+
+TEST_CASE("composite einsum errors name the problem") {
+  const Array a = zeros({2, 3});
+  const Array b = zeros({4, 5});
+  CHECK_THROWS_WITH_AS(einsum("ij,jk->ik", {a, b}),
+                       doctest::Contains("[einsum] letter 'j' has size 3 in operand 0 (shape (2, 3)) "
+                                         "but size 4 in operand 1 (shape (4, 5))"),
+                       ShapeError);
+  CHECK_THROWS_WITH_AS(einsum("ijk->i", {a}),
+                       doctest::Contains("[einsum] operand 0 has shape (2, 3) (rank 2) but its "
+                                         "subscripts \"ijk\" name 3 axes"),
+                       ShapeError);
+  CHECK_THROWS_WITH_AS(einsum("ij,jk->ik", {a}),
+                       "[einsum] \"ij,jk->ik\" names 2 operands but 1 were given", ValueError);
+  CHECK_THROWS_WITH_AS(einsum("ij->iz", {a}),
+                       "[einsum] output letter 'z' is in no operand of \"ij->iz\"", ValueError);
+  CHECK_THROWS_WITH_AS(einsum("ij->ii", {a}),
+                       "[einsum] output letter 'i' appears more than once in \"ij->ii\"",
+                       ValueError);
+  CHECK_THROWS_WITH_AS(einsum("...j->j", {a}),
+                       doctest::Contains("[einsum] ellipsis ('...') is not supported"), ValueError);
+  CHECK_THROWS_WITH_AS(einsum("i1->i", {a}), doctest::Contains("[einsum] invalid character '1'"),
+                       ValueError);
+  CHECK_THROWS_WITH_AS(einsum("ij,jk->ik", {a, zeros({3, 2}, f64)}),
+                       doctest::Contains("[einsum] operand 1 has dtype f64 but operand 0 has dtype f32"),
+                       DTypeError);
+  CHECK_THROWS_WITH_AS(einsum("i,i,i,i", {zeros({1}), zeros({1}), zeros({1}), zeros({1})}),
+                       "[einsum] takes 1 to 3 operands, got 4", ValueError);
+  CHECK_THROWS_WITH_AS(einsum("ii", {a}),
+                       doctest::Contains("[einsum] letter 'i' has size 2 in operand 0"), ShapeError);
+}
