@@ -605,3 +605,31 @@ TEST_CASE("composite einsum errors name the problem") {
   CHECK_THROWS_WITH_AS(einsum("ii", {a}),
                        doctest::Contains("[einsum] letter 'i' has size 2 in operand 0"), ShapeError);
 }
+
+// ---- under filter_jit ----
+
+TEST_CASE("composite ops give their eager values when jitted and fused") {
+  auto body = [](const Array& x) {
+    return std::vector<Array>{tril(x, 1),
+                              pad(x, {{1, 2}, {2, 1}}, "reflect"),
+                              flip(roll(x, 1, 0), 1),
+                              logsumexp(x * 2.0, 1),
+                              var(x, 0, 1),
+                              mod(x, 0.75),
+                              count_nonzero(x > 0.0, 1),
+                              einsum("ij,kj->ik", {x, x})};
+  };
+  auto jitted = filter_jit(body);
+  for (int call = 0; call < 2; ++call) {
+    CAPTURE(call);
+    const Array x = test_matrix(3, 4) * (1.0 + call);
+    const std::vector<Array> eager = body(x);
+    const std::vector<Array> jit = jitted(x);
+    REQUIRE(jit.size() == eager.size());
+    for (std::size_t i = 0; i < eager.size(); ++i) {
+      CAPTURE(i);
+      CHECK(jit[i].shape() == eager[i].shape());
+      check_close(jit[i], as_doubles(eager[i]), 1e-12);
+    }
+  }
+}
