@@ -33,9 +33,7 @@ Term transposed(const Term& t, const std::string& letters) {
   return {transpose(t.value, perm), letters};
 }
 
-std::int64_t size_of(const Term& t, char c) {
-  return t.value.shape()[t.letters.find(c)];
-}
+std::int64_t size_of(const Term& t, char c) { return t.value.shape()[t.letters.find(c)]; }
 
 // Replaces each repeated letter by one axis: the diagonal of its two axes.
 Term take_diagonals(Term t) {
@@ -152,11 +150,11 @@ Array einsum(std::string_view subscripts, std::span<const Array> operands) {
     if (c == ',') {
       inputs.emplace_back();
     } else if (c == '.') {
-      throw ValueError(detail::str_cat("[einsum] ellipsis ('...') is not supported, in \"",
-                                       subscripts, "\""));
+      throw ValueError(
+          detail::str_cat("[einsum] ellipsis ('...') is not supported, in \"", subscripts, "\""));
     } else if (!is_letter(c)) {
-      throw ValueError(detail::str_cat("[einsum] invalid character '", c, "' in \"",
-                                       subscripts, "\": subscripts are letters a-z, A-Z"));
+      throw ValueError(detail::str_cat("[einsum] invalid character '", c, "' in \"", subscripts,
+                                       "\": subscripts are letters a-z, A-Z"));
     } else {
       inputs.back() += c;
     }
@@ -180,16 +178,16 @@ Array einsum(std::string_view subscripts, std::span<const Array> operands) {
     for (std::size_t i = 0; i < output.size(); ++i) {
       const char c = output[i];
       if (!is_letter(c)) {
-        throw ValueError(detail::str_cat("[einsum] invalid character '", c,
-                                         "' in the output of \"", subscripts, "\""));
+        throw ValueError(detail::str_cat("[einsum] invalid character '", c, "' in the output of \"",
+                                         subscripts, "\""));
       }
       if (output.find(c, i + 1) != std::string::npos) {
         throw ValueError(detail::str_cat("[einsum] output letter '", c,
                                          "' appears more than once in \"", subscripts, "\""));
       }
       if (lhs.find(c) == std::string::npos) {
-        throw ValueError(detail::str_cat("[einsum] output letter '", c,
-                                         "' is in no operand of \"", subscripts, "\""));
+        throw ValueError(detail::str_cat("[einsum] output letter '", c, "' is in no operand of \"",
+                                         subscripts, "\""));
       }
     }
   }
@@ -199,10 +197,9 @@ Array einsum(std::string_view subscripts, std::span<const Array> operands) {
     const Array& x = operands[i];
     detail::check_not_none("einsum", x, detail::str_cat("operand ", i));
     if (static_cast<std::size_t>(x.ndim()) != inputs[i].size()) {
-      throw ShapeError(detail::str_cat("[einsum] operand ", i, " has shape ",
-                                       to_string(x.shape()), " (rank ", x.ndim(),
-                                       ") but its subscripts \"", inputs[i], "\" name ",
-                                       inputs[i].size(), " axes"));
+      throw ShapeError(detail::str_cat("[einsum] operand ", i, " has shape ", to_string(x.shape()),
+                                       " (rank ", x.ndim(), ") but its subscripts \"", inputs[i],
+                                       "\" name ", inputs[i].size(), " axes"));
     }
     if (x.dtype() != operands[0].dtype()) {
       throw DTypeError(detail::str_cat("[einsum] operand ", i, " has dtype ", name(x.dtype()),
@@ -223,10 +220,10 @@ Array einsum(std::string_view subscripts, std::span<const Array> operands) {
         const std::int64_t here = operands[i].shape()[p];
         const std::int64_t there = operands[j].shape()[q];
         if (here != there) {
-          throw ShapeError(detail::str_cat(
-              "[einsum] letter '", c, "' has size ", there, " in operand ", j, " (shape ",
-              to_string(operands[j].shape()), ") but size ", here, " in operand ", i,
-              " (shape ", to_string(operands[i].shape()), ")"));
+          throw ShapeError(
+              detail::str_cat("[einsum] letter '", c, "' has size ", there, " in operand ", j,
+                              " (shape ", to_string(operands[j].shape()), ") but size ", here,
+                              " in operand ", i, " (shape ", to_string(operands[i].shape()), ")"));
         }
       }
     }

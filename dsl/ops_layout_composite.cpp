@@ -16,15 +16,12 @@
 namespace kiln {
 namespace {
 
-void check_input(const char* op, const Array& a) {
-  detail::check_not_none(op, a, "input");
-}
+void check_input(const char* op, const Array& a) { detail::check_not_none(op, a, "input"); }
 
 // An i32 index array on `a`'s device (a constant of the program when tracing).
 Array index_array(const Array& a, const std::vector<std::int32_t>& idx) {
-  return to_device(Array::from_data<std::int32_t>(
-                       std::span<const std::int32_t>(idx),
-                       Shape{static_cast<std::int64_t>(idx.size())}),
+  return to_device(Array::from_data<std::int32_t>(std::span<const std::int32_t>(idx),
+                                                  Shape{static_cast<std::int64_t>(idx.size())}),
                    a.device());
 }
 
@@ -42,9 +39,7 @@ Array iota(const Array& a, std::int64_t n) {
   return index_array(a, v);
 }
 
-Array flatten(const Array& a) {
-  return a.ndim() == 1 ? a : reshape(a, Shape{a.size()});
-}
+Array flatten(const Array& a) { return a.ndim() == 1 ? a : reshape(a, Shape{a.size()}); }
 
 // The (rows, cols) position mask of the last two axes: col - row compared with k.
 Array diagonal_mask(const char* op, const Array& a, std::int64_t k, bool lower) {
@@ -83,9 +78,8 @@ Array stack(std::span<const Array> arrays, std::int64_t axis) {
                                        to_string(first), ": all must have the same shape"));
     }
     if (arrays[i].dtype() != arrays[0].dtype()) {
-      throw DTypeError(detail::str_cat("[stack] array ", i, " has dtype ",
-                                       name(arrays[i].dtype()), " but array 0 has dtype ",
-                                       name(arrays[0].dtype())));
+      throw DTypeError(detail::str_cat("[stack] array ", i, " has dtype ", name(arrays[i].dtype()),
+                                       " but array 0 has dtype ", name(arrays[0].dtype())));
     }
     expanded.push_back(expand_dims(arrays[i], ax));
   }
@@ -102,8 +96,7 @@ std::vector<Array> split(const Array& a, std::int64_t sections, std::int64_t axi
   const std::int64_t ax = normalize_axis("split", axis, a.ndim());
   const std::int64_t n = a.shape()[ax];
   if (sections <= 0) {
-    throw ValueError(detail::str_cat("[split] the number of sections must be > 0, got ",
-                                     sections));
+    throw ValueError(detail::str_cat("[split] the number of sections must be > 0, got ", sections));
   }
   if (n % sections != 0) {
     throw ValueError(detail::str_cat("[split] axis ", ax, " of shape ", to_string(a.shape()),
@@ -210,8 +203,7 @@ Array roll(const Array& a, std::int64_t shift, std::optional<std::int64_t> axis)
   return concatenate({slice_axis(a, ax, n - s, n), slice_axis(a, ax, 0, n - s)}, ax);
 }
 
-Array pad(const Array& a, const PadWidth& pad_width, std::string_view mode,
-          double constant_value) {
+Array pad(const Array& a, const PadWidth& pad_width, std::string_view mode, double constant_value) {
   check_input("pad", a);
   enum class Mode { kConstant, kEdge, kReflect };
   Mode m;
@@ -222,23 +214,22 @@ Array pad(const Array& a, const PadWidth& pad_width, std::string_view mode,
   } else if (mode == "reflect") {
     m = Mode::kReflect;
   } else {
-    throw ValueError(detail::str_cat("[pad] mode '", mode,
-                                     "' is not supported; use constant, edge or reflect"));
+    throw ValueError(
+        detail::str_cat("[pad] mode '", mode, "' is not supported; use constant, edge or reflect"));
   }
   if (m == Mode::kConstant) scalar_like(a, constant_value, "pad");  // representable?
   const std::int64_t rank = a.ndim();
   if (pad_width.size() != 1 && static_cast<std::int64_t>(pad_width.size()) != rank) {
-    throw ShapeError(detail::str_cat("[pad] pad_width has ", pad_width.size(),
-                                     " entries for an array of rank ", rank,
-                                     " (shape ", to_string(a.shape()),
-                                     "): give one (before, after) per axis, or one for all"));
+    throw ShapeError(detail::str_cat(
+        "[pad] pad_width has ", pad_width.size(), " entries for an array of rank ", rank,
+        " (shape ", to_string(a.shape()), "): give one (before, after) per axis, or one for all"));
   }
   Array out = a;
   for (std::int64_t ax = 0; ax < rank; ++ax) {
     const auto [before, after] = pad_width.size() == 1 ? pad_width[0] : pad_width[ax];
     if (before < 0 || after < 0) {
-      throw ValueError(detail::str_cat("[pad] pad widths must be >= 0, got (", before, ", ",
-                                       after, ") for axis ", ax));
+      throw ValueError(detail::str_cat("[pad] pad widths must be >= 0, got (", before, ", ", after,
+                                       ") for axis ", ax));
     }
     if (before == 0 && after == 0) continue;
     const std::int64_t n = a.shape()[ax];
@@ -309,9 +300,8 @@ Array diagonal(const Array& a, std::int64_t offset, std::int64_t axis1, std::int
   const std::int64_t rows = a.shape()[ax1];
   const std::int64_t cols = a.shape()[ax2];
   // Element i of the diagonal is (i, i + offset), or (i - offset, i) below it.
-  const std::int64_t len =
-      std::max<std::int64_t>(0, offset >= 0 ? std::min(rows, cols - offset)
-                                            : std::min(rows + offset, cols));
+  const std::int64_t len = std::max<std::int64_t>(
+      0, offset >= 0 ? std::min(rows, cols - offset) : std::min(rows + offset, cols));
   // In the flattened (rows * cols) plane the diagonal is a strided slice: it
   // starts at (0, offset) or (-offset, 0) and steps by cols + 1.
   const std::int64_t start = offset >= 0 ? offset : -offset * cols;
@@ -323,8 +313,8 @@ Array diagonal(const Array& a, std::int64_t offset, std::int64_t axis1, std::int
 
 std::vector<Array> meshgrid(std::span<const Array> xs, std::string_view indexing) {
   if (indexing != "xy" && indexing != "ij") {
-    throw ValueError(detail::str_cat("[meshgrid] indexing must be \"xy\" or \"ij\", got \"",
-                                     indexing, "\""));
+    throw ValueError(
+        detail::str_cat("[meshgrid] indexing must be \"xy\" or \"ij\", got \"", indexing, "\""));
   }
   Shape shape;
   for (std::size_t i = 0; i < xs.size(); ++i) {

@@ -17,9 +17,9 @@ namespace {
 void check_floating(std::string_view op, const Array& a) {
   detail::check_not_none(op, a, "argument 1");
   if (!is_inexact(a.dtype())) {
-    throw DTypeError(detail::str_cat("[", op, "] requires a floating dtype, got ",
-                                     name(a.dtype()), " for an operand of shape ",
-                                     to_string(a.shape()), "; convert with astype(x, f32)"));
+    throw DTypeError(detail::str_cat("[", op, "] requires a floating dtype, got ", name(a.dtype()),
+                                     " for an operand of shape ", to_string(a.shape()),
+                                     "; convert with astype(x, f32)"));
   }
 }
 
@@ -65,8 +65,8 @@ Array logsumexp(const Array& a, AxisArg axes, bool keepdims) {
   check_floating("logsumexp", a);
   const Axes ax = resolve_axes("logsumexp", a, axes);
   if (reduced_count(a, ax) == 0) {  // log(0); max() has no identity
-    return full(reduced_shape(a.shape(), ax, keepdims),
-                -std::numeric_limits<double>::infinity(), a.dtype(), a.device());
+    return full(reduced_shape(a.shape(), ax, keepdims), -std::numeric_limits<double>::infinity(),
+                a.dtype(), a.device());
   }
   // Shifted by the max so exp cannot overflow; an infinite (or NaN) max shifts
   // by 0 instead, so that rows of -inf give log(0) = -inf rather than
@@ -102,8 +102,7 @@ Array any(const Array& a, AxisArg axes, bool keepdims) {
 Array all(const Array& a, AxisArg axes, bool keepdims) {
   detail::check_not_none("all", a, "argument 1");
   resolve_axes("all", a, axes);
-  const Array zeros_found =
-      sum(astype(a == scalar_like(a, 0.0, "all"), i32), axes, keepdims);
+  const Array zeros_found = sum(astype(a == scalar_like(a, 0.0, "all"), i32), axes, keepdims);
   return zeros_found == scalar_like(zeros_found, 0.0, "all");
 }
 

@@ -123,9 +123,9 @@ TEST_CASE("composite split into equal sections or at indices, as numpy.split") {
 TEST_CASE("composite stack and split errors name the op") {
   CHECK_THROWS_WITH_AS(stack(std::span<const Array>{}), "[stack] needs at least one array",
                        ValueError);
-  CHECK_THROWS_WITH_AS(stack({zeros({2}), zeros({3})}),
-                       doctest::Contains("[stack] array 1 has shape (3,) but array 0 has shape (2,)"),
-                       ShapeError);
+  CHECK_THROWS_WITH_AS(
+      stack({zeros({2}), zeros({3})}),
+      doctest::Contains("[stack] array 1 has shape (3,) but array 0 has shape (2,)"), ShapeError);
   CHECK_THROWS_WITH_AS(stack({zeros({2}), zeros({2}, i32)}),
                        "[stack] array 1 has dtype i32 but array 0 has dtype f32", DTypeError);
   CHECK_THROWS_WITH_AS(stack({zeros({2})}, 2),
@@ -134,18 +134,21 @@ TEST_CASE("composite stack and split errors name the op") {
                        doctest::Contains("[split] axis 0 of shape (5,) (length 5) does not "
                                          "divide into 2 equal sections"),
                        ValueError);
-  CHECK_THROWS_WITH_AS(split(arange(4), 0),
-                       "[split] the number of sections must be > 0, got 0", ValueError);
+  CHECK_THROWS_WITH_AS(split(arange(4), 0), "[split] the number of sections must be > 0, got 0",
+                       ValueError);
   CHECK_THROWS_WITH_AS(split(scalar(1.0f), 1),
                        "[split] axis 0 is out of range for an array of rank 0", ShapeError);
 }
 
 TEST_CASE("composite stack and split gradients are the pieces of the cotangent") {
   const Array x = test_matrix(2, 6);
-  check_fd([](const Array& v) {
-    std::vector<Array> p = split(v, {1, 4}, 1);
-    return weighted(stack({p[0] * 2.0, slice_axis(p[1], 1, 0, 1), slice_axis(p[2], 1, 1, 2)}, 1));
-  }, x);
+  check_fd(
+      [](const Array& v) {
+        std::vector<Array> p = split(v, {1, 4}, 1);
+        return weighted(
+            stack({p[0] * 2.0, slice_axis(p[1], 1, 0, 1), slice_axis(p[2], 1, 1, 2)}, 1));
+      },
+      x);
 }
 
 TEST_CASE("composite flip reverses all axes or the given ones") {
@@ -169,8 +172,8 @@ TEST_CASE("composite tile and repeat follow numpy.tile and numpy.repeat") {
   const Array x = array<I>({1, 2, 3, 4}, {2, 2});
   Array t = tile(x, {2, 3});
   CHECK(t.shape() == Shape{4, 6});
-  CHECK(t.to_vector<I>() == std::vector<I>{1, 2, 1, 2, 1, 2, 3, 4, 3, 4, 3, 4,
-                                           1, 2, 1, 2, 1, 2, 3, 4, 3, 4, 3, 4});
+  CHECK(t.to_vector<I>() ==
+        std::vector<I>{1, 2, 1, 2, 1, 2, 3, 4, 3, 4, 3, 4, 1, 2, 1, 2, 1, 2, 3, 4, 3, 4, 3, 4});
   // Fewer reps than dims: leading 1s; more: a's shape gets leading 1s.
   CHECK(tile(x, {2}).to_vector<I>() == std::vector<I>{1, 2, 1, 2, 3, 4, 3, 4});
   t = tile(array<I>({5, 6}), {2, 1, 2});
@@ -190,8 +193,8 @@ TEST_CASE("composite tile and repeat follow numpy.tile and numpy.repeat") {
 
   CHECK_THROWS_WITH_AS(tile(x, {2, -1}), "[tile] reps must be >= 0, got (2, -1)", ValueError);
   CHECK_THROWS_WITH_AS(repeat(x, -1), "[repeat] repeats must be >= 0, got -1", ValueError);
-  CHECK_THROWS_WITH_AS(repeat(x, 2, 2),
-                       "[repeat] axis 2 is out of range for an array of rank 2", ShapeError);
+  CHECK_THROWS_WITH_AS(repeat(x, 2, 2), "[repeat] axis 2 is out of range for an array of rank 2",
+                       ShapeError);
   // Gradients sum the copies.
   check_fd([](const Array& v) { return weighted(tile(v, {2, 1, 2})); }, test_matrix(2, 3));
   check_fd([](const Array& v) { return weighted(repeat(v, 3, 1)); }, test_matrix(2, 3));
@@ -251,35 +254,31 @@ TEST_CASE("composite pad in constant, edge and reflect modes, as numpy.pad") {
                        doctest::Contains("[pad] cannot extend the empty axis 0 of shape (0,)"),
                        ValueError);
   CHECK_THROWS_WITH_AS(pad(x, {{1, 1}}, "constant", 0.5),
-                       "[pad] scalar 0.5 cannot be represented in dtype i32",
-                       DTypeError);
+                       "[pad] scalar 0.5 cannot be represented in dtype i32", DTypeError);
   for (const char* mode : {"constant", "edge", "reflect"}) {
     CAPTURE(mode);
-    check_fd([&](const Array& v) { return weighted(pad(v, {{2, 1}, {1, 3}}, mode, 0.5)); },
-             test_matrix(2, 3));
+    check_fd(
+        [&](const Array& v) {
+          return weighted(pad(v, {{2, 1}, {1, 3}}, mode, 0.5));
+        },
+        test_matrix(2, 3));
   }
 }
 
 TEST_CASE("composite tril and triu keep a triangle of the last two axes") {
   const Array x = reshape(arange(1.0, 13.0, 1.0, f32), {3, 4});
-  CHECK(tril(x).to_vector<float>() ==
-        std::vector<float>{1, 0, 0, 0, 5, 6, 0, 0, 9, 10, 11, 0});
-  CHECK(tril(x, 1).to_vector<float>() ==
-        std::vector<float>{1, 2, 0, 0, 5, 6, 7, 0, 9, 10, 11, 12});
-  CHECK(tril(x, -1).to_vector<float>() ==
-        std::vector<float>{0, 0, 0, 0, 5, 0, 0, 0, 9, 10, 0, 0});
-  CHECK(triu(x).to_vector<float>() ==
-        std::vector<float>{1, 2, 3, 4, 0, 6, 7, 8, 0, 0, 11, 12});
-  CHECK(triu(x, 2).to_vector<float>() ==
-        std::vector<float>{0, 0, 3, 4, 0, 0, 0, 8, 0, 0, 0, 0});
+  CHECK(tril(x).to_vector<float>() == std::vector<float>{1, 0, 0, 0, 5, 6, 0, 0, 9, 10, 11, 0});
+  CHECK(tril(x, 1).to_vector<float>() == std::vector<float>{1, 2, 0, 0, 5, 6, 7, 0, 9, 10, 11, 12});
+  CHECK(tril(x, -1).to_vector<float>() == std::vector<float>{0, 0, 0, 0, 5, 0, 0, 0, 9, 10, 0, 0});
+  CHECK(triu(x).to_vector<float>() == std::vector<float>{1, 2, 3, 4, 0, 6, 7, 8, 0, 0, 11, 12});
+  CHECK(triu(x, 2).to_vector<float>() == std::vector<float>{0, 0, 3, 4, 0, 0, 0, 8, 0, 0, 0, 0});
   CHECK(triu(x, -1).to_vector<float>() ==
         std::vector<float>{1, 2, 3, 4, 5, 6, 7, 8, 0, 10, 11, 12});
   CHECK(triu(x, 10).to_vector<float>() == std::vector<float>(12, 0));
   // Batched over leading axes; integer and bool dtypes.
   Array b = tril(reshape(arange(8), {2, 2, 2}));
   CHECK(b.to_vector<I>() == std::vector<I>{0, 0, 2, 3, 4, 0, 6, 7});
-  CHECK(triu(ones({2, 2}, bool_)).to_vector<bool>() ==
-        std::vector<bool>{true, true, false, true});
+  CHECK(triu(ones({2, 2}, bool_)).to_vector<bool>() == std::vector<bool>{true, true, false, true});
   CHECK(tril(zeros({0, 3})).shape() == Shape{0, 3});
   CHECK_THROWS_WITH_AS(tril(arange(3)), "[tril] needs an array of rank >= 2, got shape (3,)",
                        ShapeError);
@@ -393,8 +392,8 @@ TEST_CASE("composite logsumexp is stable, gives -inf for -inf rows and empty red
   CHECK_THROWS_WITH_AS(logsumexp(arange(3)),
                        doctest::Contains("[logsumexp] requires a floating dtype, got i32"),
                        DTypeError);
-  CHECK_THROWS_WITH_AS(logsumexp(x, 2),
-                       "[logsumexp] axis 2 is out of range for an array of rank 2", ShapeError);
+  CHECK_THROWS_WITH_AS(logsumexp(x, 2), "[logsumexp] axis 2 is out of range for an array of rank 2",
+                       ShapeError);
   // The gradient is softmax.
   check_fd([](const Array& v) { return weighted(logsumexp(v, 1)); }, test_matrix(3, 4));
   check_fd([](const Array& v) { return logsumexp(v); }, test_matrix(2, 3));
@@ -459,19 +458,19 @@ TEST_CASE("composite any, all and count_nonzero count nonzero elements") {
                        ShapeError);
   CHECK_THROWS_WITH_AS(all(x, -3), "[all] axis -3 is out of range for an array of rank 2",
                        ShapeError);
-  CHECK_THROWS_WITH_AS(count_nonzero(Array()), doctest::Contains("[count_nonzero] argument 1 is None"),
-                       ValueError);
+  CHECK_THROWS_WITH_AS(count_nonzero(Array()),
+                       doctest::Contains("[count_nonzero] argument 1 is None"), ValueError);
 }
 
 // ---- elementwise ----
 
 TEST_CASE("composite nan_to_num replaces NaN and infinities") {
   const Array x = astype(array<double>({kNaN, kInf, -kInf, 1.5}), f32);
-  check_close(nan_to_num(x), {0, std::numeric_limits<float>::max(),
-                              std::numeric_limits<float>::lowest(), 1.5});
+  check_close(nan_to_num(x),
+              {0, std::numeric_limits<float>::max(), std::numeric_limits<float>::lowest(), 1.5});
   check_close(nan_to_num(astype(x, f64), -1, 10, -10), {-1, 10, -10, 1.5});
-  check_close(nan_to_num(astype(x, f64)), {0, std::numeric_limits<double>::max(),
-                                           std::numeric_limits<double>::lowest(), 1.5});
+  check_close(nan_to_num(astype(x, f64)),
+              {0, std::numeric_limits<double>::max(), std::numeric_limits<double>::lowest(), 1.5});
   CHECK(nan_to_num(array<I>({1, 2})).to_vector<I>() == std::vector<I>{1, 2});
   CHECK(nan_to_num(zeros({0})).shape() == Shape{0});
   CHECK_THROWS_WITH_AS(nan_to_num(Array()), doctest::Contains("[nan_to_num] argument 1 is None"),
@@ -495,7 +494,8 @@ TEST_CASE("composite floor_divide and mod follow Python: the remainder has the d
   const Array fb = array<double>({2, 2, -2, -2, kInf, kInf, 0, 3, -2.5, 1.5});
   check_close(floor_divide(fa, fb), {3, -4, -4, 3, 0, -1, kInf, 0, -2, -2});
   check_close(mod(fa, fb), {1.5, 0.5, -0.5, -1.5, 1, kInf, kNaN, 0, 0, 0});
-  check_close(mod(astype(fa, f32), astype(fb, f32)), {1.5, 0.5, -0.5, -1.5, 1, kInf, kNaN, 0, 0, 0});
+  check_close(mod(astype(fa, f32), astype(fb, f32)),
+              {1.5, 0.5, -0.5, -1.5, 1, kInf, kNaN, 0, 0, 0});
   check_close(floor_divide(reshape(fa, {2, 5}), array<double>({2.0, -3.0}, {2, 1})),
               {3, -4, 3, -4, 0, 0, -1, 0, -2, 1});
   CHECK(mod(zeros({0}), 2.0).shape() == Shape{0});
@@ -525,9 +525,9 @@ TEST_CASE("composite einsum matches numpy for matmul, batches, outer products an
   const Array B = reshape(arange(40.0, f64), {2, 4, 5}) * 0.5;
   r = einsum("bij,bjk->bik", {A, B});
   CHECK(r.shape() == Shape{2, 3, 5});
-  check_close(r, {35, 38, 41, 44, 47, 95, 106, 117, 128, 139, 155, 174, 193, 212, 231,
-                  755, 782, 809, 836, 863, 975, 1010, 1045, 1080, 1115, 1195, 1238, 1281, 1324,
-                  1367});
+  check_close(r,
+              {35,  38,  41,  44,  47,  95,  106,  117,  128,  139,  155,  174,  193,  212,  231,
+               755, 782, 809, 836, 863, 975, 1010, 1045, 1080, 1115, 1195, 1238, 1281, 1324, 1367});
   r = einsum("bij,bjk", {A, B});  // implicit: b is repeated, so it is summed
   CHECK(r.shape() == Shape{3, 5});
   check_close(slice_axis(reshape(r, {-1}), 0, 0, 5), {790, 820, 850, 880, 910});
@@ -535,8 +535,8 @@ TEST_CASE("composite einsum matches numpy for matmul, batches, outer products an
   // Three operands: a chain, and batch letters shared by the first and last.
   check_close(einsum("ij,jk,kl->il", {a, b * 0.25, reshape(arange(8.0, f64), {4, 2}) - 1.0}),
               {56.5, 81, 178, 252});
-  check_close(einsum("bij,jk,bk->bi",
-                     {A, reshape(arange(20.0, f64), {4, 5}) * 0.1, reshape(arange(10.0, f64), {2, 5})}),
+  check_close(einsum("bij,jk,bk->bi", {A, reshape(arange(20.0, f64), {4, 5}) * 0.1,
+                                       reshape(arange(10.0, f64), {2, 5})}),
               {88, 256, 424, 1937, 2485, 3033});
 
   // One operand: transpose, sums, traces and diagonals (repeated letters).
@@ -551,37 +551,53 @@ TEST_CASE("composite einsum matches numpy for matmul, batches, outer products an
   check_close(einsum("i,j->ij", {array<double>({1, 2}), array<double>({3, 4, 5})}),
               {3, 4, 5, 6, 8, 10});
   check_close(einsum("i,i", {array<float>({1, 2, 3}), array<float>({4, 5, 6})}), {32});
-  check_close(einsum("ba,bc", {reshape(arange(6.0, f64), {3, 2}), reshape(arange(12.0, f64), {3, 4})}),
-              {40, 46, 52, 58, 52, 61, 70, 79});
+  check_close(
+      einsum("ba,bc", {reshape(arange(6.0, f64), {3, 2}), reshape(arange(12.0, f64), {3, 4})}),
+      {40, 46, 52, 58, 52, 61, 70, 79});
   // Integer operands multiply and sum (no integer matmul).
   CHECK(einsum("ij,jk->ik", {astype(a, i32), astype(b, i32)}).to_vector<I>() ==
         std::vector<I>{20, 23, 26, 29, 56, 68, 80, 92});
   CHECK(einsum("bij,bjk->bik", {astype(A, i32), astype(B * 2.0, i32)}).shape() == Shape{2, 3, 5});
   // Size 0: a contraction over nothing is 0.
-  check_close(einsum("ij,jk->ik", {zeros({2, 0}, f64), zeros({0, 3}, f64)}), std::vector<double>(6, 0));
+  check_close(einsum("ij,jk->ik", {zeros({2, 0}, f64), zeros({0, 3}, f64)}),
+              std::vector<double>(6, 0));
   CHECK(einsum("ij,jk->ik", {zeros({0, 2}), zeros({2, 3})}).shape() == Shape{0, 3});
 }
 
 TEST_CASE("composite einsum gradients match finite differences") {
   const Array b = test_matrix(3, 4);
-  check_fd([&](const Array& v) { return weighted(einsum("ij,jk->ik", {v, b})); }, test_matrix(2, 3));
-  check_fd([&](const Array& v) { return weighted(einsum("ij,jk->ki", {b, v})); }, test_matrix(4, 2));
+  check_fd(
+      [&](const Array& v) {
+        return weighted(einsum("ij,jk->ik", {v, b}));
+      },
+      test_matrix(2, 3));
+  check_fd(
+      [&](const Array& v) {
+        return weighted(einsum("ij,jk->ki", {b, v}));
+      },
+      test_matrix(4, 2));
   const Array batch = reshape(test_matrix(6, 4), {2, 3, 4});
-  check_fd([&](const Array& v) {
-    return weighted(einsum("bij,bjk->bik", {batch, reshape(v, {2, 4, 2})}));
-  }, test_matrix(8, 2));
+  check_fd(
+      [&](const Array& v) {
+        return weighted(einsum("bij,bjk->bik", {batch, reshape(v, {2, 4, 2})}));
+      },
+      test_matrix(8, 2));
   check_fd([&](const Array& v) { return weighted(einsum("ii->i", {v})); }, test_matrix(3, 3));
-  check_fd([&](const Array& v) { return einsum("ij,jk,ki", {v, b, test_matrix(4, 2)}); },
-           test_matrix(2, 3));
+  check_fd(
+      [&](const Array& v) {
+        return einsum("ij,jk,ki", {v, b, test_matrix(4, 2)});
+      },
+      test_matrix(2, 3));
 }
 
 TEST_CASE("composite einsum errors name the problem") {
   const Array a = zeros({2, 3});
   const Array b = zeros({4, 5});
-  CHECK_THROWS_WITH_AS(einsum("ij,jk->ik", {a, b}),
-                       doctest::Contains("[einsum] letter 'j' has size 3 in operand 0 (shape (2, 3)) "
-                                         "but size 4 in operand 1 (shape (4, 5))"),
-                       ShapeError);
+  CHECK_THROWS_WITH_AS(
+      einsum("ij,jk->ik", {a, b}),
+      doctest::Contains("[einsum] letter 'j' has size 3 in operand 0 (shape (2, 3)) "
+                        "but size 4 in operand 1 (shape (4, 5))"),
+      ShapeError);
   CHECK_THROWS_WITH_AS(einsum("ijk->i", {a}),
                        doctest::Contains("[einsum] operand 0 has shape (2, 3) (rank 2) but its "
                                          "subscripts \"ijk\" name 3 axes"),
@@ -597,13 +613,15 @@ TEST_CASE("composite einsum errors name the problem") {
                        doctest::Contains("[einsum] ellipsis ('...') is not supported"), ValueError);
   CHECK_THROWS_WITH_AS(einsum("i1->i", {a}), doctest::Contains("[einsum] invalid character '1'"),
                        ValueError);
-  CHECK_THROWS_WITH_AS(einsum("ij,jk->ik", {a, zeros({3, 2}, f64)}),
-                       doctest::Contains("[einsum] operand 1 has dtype f64 but operand 0 has dtype f32"),
-                       DTypeError);
+  CHECK_THROWS_WITH_AS(
+      einsum("ij,jk->ik", {a, zeros({3, 2}, f64)}),
+      doctest::Contains("[einsum] operand 1 has dtype f64 but operand 0 has dtype f32"),
+      DTypeError);
   CHECK_THROWS_WITH_AS(einsum("i,i,i,i", {zeros({1}), zeros({1}), zeros({1}), zeros({1})}),
                        "[einsum] takes 1 to 3 operands, got 4", ValueError);
   CHECK_THROWS_WITH_AS(einsum("ii", {a}),
-                       doctest::Contains("[einsum] letter 'i' has size 2 in operand 0"), ShapeError);
+                       doctest::Contains("[einsum] letter 'i' has size 2 in operand 0"),
+                       ShapeError);
 }
 
 // ---- under filter_jit ----
