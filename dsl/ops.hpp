@@ -9,9 +9,12 @@
 
 #include <concepts>
 #include <cstdint>
+#include <array>
 #include <initializer_list>
+#include <optional>
 #include <span>
 #include <utility>
+#include <string_view>
 #include <vector>
 
 #include "kiln/runtime/array.hpp"
@@ -103,6 +106,18 @@ Array isinf(const Array& a);
 Array isfinite(const Array& a);
 // log(exp(a) + exp(b)) without overflow, as jnp.logaddexp; floating.
 Array logaddexp(const Array& a, const Array& b);
+// NaN -> nan, +inf -> posinf, -inf -> neginf (default: the dtype's largest and
+// lowest finite values), as numpy.nan_to_num; integer and bool arrays unchanged.
+Array nan_to_num(const Array& a, double nan = 0.0,
+                 std::optional<double> posinf = std::nullopt,
+                 std::optional<double> neginf = std::nullopt);
+// Python's a // b and a % b (numpy.floor_divide / numpy.remainder): the quotient
+// rounds toward -inf and the remainder takes the divisor's sign. Integers: x // 0
+// and x % 0 give 0 (as numpy). Floats: as numpy's divmod, with fmod(a, b)
+// computed as a - trunc(a / b) * b (exact unless a / b rounds to an integer).
+Array floor_divide(const Array& a, const Array& b);
+Array mod(const Array& a, const Array& b);
+Array remainder(const Array& a, const Array& b);  // = mod
 
 // ---- binary elementwise with numpy broadcasting ----
 Array add(const Array& a, const Array& b);
@@ -162,10 +177,41 @@ Array cumsum(const Array& a);
 Array cumprod(const Array& a, std::int64_t axis, bool reverse = false);
 Array cumprod(const Array& a);
 
+// ---- reduction composites (dsl/ops_reduce_composite.cpp) ----
+// log(sum(exp(a))) shifted by the max (jax.nn.logsumexp): rows of -inf give
+// -inf, an empty reduction gives -inf; floating.
+Array logsumexp(const Array& a, AxisArg axes = {}, bool keepdims = false);
+// Variance mean((a - mean(a))^2) with divisor max(N - ddof, 0); floating.
+Array var(const Array& a, AxisArg axes = {}, std::int64_t ddof = 0,
+          bool keepdims = false);
+// sqrt(var(...)). Call it kiln::std: under `using namespace kiln` an
+// unqualified std(x) is ambiguous with namespace std (std::vector still works).
+Array std(const Array& a, AxisArg axes = {}, std::int64_t ddof = 0,
+          bool keepdims = false);
+// var(a, axes, true) would silently read keepdims as ddof = 1.
+template <class B>
+  requires std::same_as<B, bool>
+Array var(const Array& a, AxisArg axes, B keepdims) = delete;
+template <class B>
+  requires std::same_as<B, bool>
+Array std(const Array& a, AxisArg axes, B keepdims) = delete;
+// Whether any / every element is nonzero (NaN counts as nonzero): bool results;
+// any of nothing is false, all of nothing is true.
+Array any(const Array& a, AxisArg axes = {}, bool keepdims = false);
+Array all(const Array& a, AxisArg axes = {}, bool keepdims = false);
+Array count_nonzero(const Array& a, AxisArg axes = {},
+                    bool keepdims = false);  // i32
+
 // ---- linear algebra ----
 // numpy.matmul: 1-D operands are promoted (and the added dim removed after),
 // leading (batch) dims broadcast. Floating dtypes; 2-D goes through BLAS.
 Array matmul(const Array& a, const Array& b);
+// numpy.einsum over 1 to 3 operands ("ij,jk->ik", or implicit "ij,jk": the letters
+// seen once, sorted); a letter repeated in one operand takes its diagonal. No
+// ellipsis. Lowered to transposes, reshapes, sums and (batched) matmul; integer
+// and f16 operands multiply and sum instead (dsl/einsum.cpp).
+Array einsum(std::string_view subscripts, std::span<const Array> operands);
+Array einsum(std::string_view subscripts, std::initializer_list<Array> operands);
 
 // ---- layout ----
 Array reshape(const Array& a, const Shape& shape);  // one dim may be -1
@@ -184,6 +230,54 @@ Array slice_axis(const Array& a, std::int64_t axis, std::int64_t start,
 // Per-axis slice over the leading starts.size() axes.
 Array slice(const Array& a, const Shape& starts, const Shape& stops,
             const Shape& steps = {});
+
+// ---- layout composites (dsl/ops_layout_composite.cpp) ----
+// Joins same-shape arrays along a new axis (numpy.stack).
+Array stack(std::span<const Array> arrays, std::int64_t axis = 0);
+Array stack(std::initializer_list<Array> arrays, std::int64_t axis = 0);
+// numpy.split: `sections` equal parts (an error if the axis does not divide), or
+// the pieces between `indices` (Python slice bounds: clamped, may be empty).
+std::vector<Array> split(const Array& a, std::int64_t sections,
+                         std::int64_t axis = 0);
+std::vector<Array> split(const Array& a, const Shape& indices,
+                         std::int64_t axis = 0);
+// split(a, {2}) splits at index 2 (without this overload it would mean 2 parts).
+std::vector<Array> split(const Array& a,
+                         std::initializer_list<std::int64_t> indices,
+                         std::int64_t axis = 0);
+Array flip(const Array& a, AxisArg axes = {});  // reverses; default: every axis
+// numpy.tile: a repeated reps[i] times along axis i (reps and a.ndim() are
+// matched by prepending 1s to the shorter).
+Array tile(const Array& a, const Shape& reps);
+// Each element `repeats` times along `axis` (numpy.repeat); no axis: flattened.
+Array repeat(const Array& a, std::int64_t repeats,
+             std::optional<std::int64_t> axis = std::nullopt);
+// Elements shifted by `shift` along `axis`, wrapping; no axis: flattened.
+Array roll(const Array& a, std::int64_t shift,
+           std::optional<std::int64_t> axis = std::nullopt);
+// (before, after) per axis; a single entry applies to every axis.
+using PadWidth = std::vector<std::array<std::int64_t, 2>>;
+// numpy.pad with mode "constant" (constant_value), "edge" (repeats the border)
+// or "reflect" (mirrors without repeating the border).
+Array pad(const Array& a, const PadWidth& pad_width,
+          std::string_view mode = "constant", double constant_value = 0.0);
+// Zeros above (tril) / below (triu) the k-th diagonal of the last two axes.
+Array tril(const Array& a, std::int64_t k = 0);
+Array triu(const Array& a, std::int64_t k = 0);
+// The offset diagonal of the (axis1, axis2) planes, as a new last axis.
+Array diagonal(const Array& a, std::int64_t offset = 0, std::int64_t axis1 = 0,
+               std::int64_t axis2 = 1);
+// Coordinate arrays from 1-D arrays; "xy" swaps the first two output axes.
+std::vector<Array> meshgrid(std::span<const Array> xs,
+                            std::string_view indexing = "xy");
+std::vector<Array> meshgrid(std::initializer_list<Array> xs,
+                            std::string_view indexing = "xy");
+// `num` evenly spaced values from start to stop (included unless !endpoint).
+Array linspace(double start, double stop, std::int64_t num = 50,
+               bool endpoint = true, DType dtype = f32);
+// (n, m) with ones on the k-th diagonal; m < 0 means m = n.
+Array eye(std::int64_t n, std::int64_t m = -1, std::int64_t k = 0,
+          DType dtype = f32);
 
 // ---- indexing ----
 // numpy.take(a, indices, axis): result shape a.shape[:axis] + indices.shape +
@@ -266,6 +360,9 @@ KILN_SCALAR_BINARY_(multiply, multiply)
 KILN_SCALAR_BINARY_(divide, divide)
 KILN_SCALAR_BINARY_(power, power)
 KILN_SCALAR_BINARY_(maximum, maximum)
+KILN_SCALAR_BINARY_(floor_divide, floor_divide)
+KILN_SCALAR_BINARY_(mod, mod)
+KILN_SCALAR_BINARY_(remainder, remainder)
 KILN_SCALAR_BINARY_(minimum, minimum)
 KILN_SCALAR_BINARY_(bitwise_and, bitwise_and)
 KILN_SCALAR_BINARY_(bitwise_or, bitwise_or)

@@ -3,6 +3,7 @@
 // each into the kernel of its neighbours (tinygrad's lesson). Promote one to a
 // primitive when a measurement says so (docs/ARCHITECTURE.md, "Primitives").
 #include <limits>
+#include <utility>
 
 #include "kiln/dsl/check.hpp"
 #include "kiln/dsl/ops.hpp"
@@ -62,5 +63,78 @@ Array logaddexp(const Array& a, const Array& b) {
   const Array stable = maximum(a, b) + log1p(exp(-abs(delta)));
   return where(delta != delta, a + b, stable);
 }
+
+Array nan_to_num(const Array& a, double nan, std::optional<double> posinf,
+                 std::optional<double> neginf) {
+  detail::check_not_none("nan_to_num", a, "argument 1");
+  if (!is_inexact(a.dtype())) return a;  // nothing to replace (numpy too)
+  const double largest = a.dtype() == DType::kF16   ? 65504.0
+                         : a.dtype() == DType::kF32 ? std::numeric_limits<float>::max()
+                                                    : std::numeric_limits<double>::max();
+  const double inf = std::numeric_limits<double>::infinity();
+  const Array big = scalar_like(a, posinf.value_or(largest), "nan_to_num");
+  const Array low = scalar_like(a, neginf.value_or(-largest), "nan_to_num");
+  return where(a != a, scalar_like(a, nan, "nan_to_num"),
+               where(a == inf, big, where(a == -inf, low, a)));
+}
+
+namespace {
+
+void check_divmod(std::string_view op, const Array& a, const Array& b) {
+  detail::check_not_none(op, a, "argument 1");
+  detail::check_not_none(op, b, "argument 2");
+  if (a.dtype() != b.dtype()) {
+    throw DTypeError(detail::str_cat("[", op, "] dtype mismatch: ", name(a.dtype()), " and ",
+                                     name(b.dtype()), " (kiln does not promote; use astype)"));
+  }
+  if (a.dtype() == DType::kBool) {
+    throw DTypeError(detail::str_cat("[", op, "] requires a numeric dtype, got bool; "
+                                     "convert with astype(x, i32)"));
+  }
+  broadcast_shapes(op, a.shape(), b.shape());  // so that a mismatch names `op`
+}
+
+// numpy's npy_divmod for floats, with fmod(a, b) as a - trunc(a / b) * b (where
+// the quotient truncates to 0, fmod is a itself: also right for infinite b).
+std::pair<Array, Array> float_divmod(const Array& a, const Array& b) {
+  const Array zero = scalar_like(a, 0.0, "floor_divide");
+  const Array t = trunc(a / b);
+  const Array fmod = where(t == zero, a, a - t * b);
+  const Array div = (a - fmod) / b;
+  // A nonzero remainder with the wrong sign moves one divisor down.
+  const Array wrong_sign = (fmod != zero) & ((b < zero) != (fmod < zero));
+  const Array mod = where(wrong_sign, fmod + b, fmod);
+  const Array q = where(wrong_sign, div - 1.0, div);
+  // div is an integer up to rounding: round it as numpy does.
+  const Array fl = floor(q);
+  Array floordiv = where(q - fl > 0.5, fl + 1.0, fl);
+  floordiv = where(q == zero, a / b * zero, floordiv);  // signed zero of a / b
+  // x // 0 is a / 0 (inf or NaN), as numpy.
+  return {where(b == zero, a / b, floordiv), mod};
+}
+
+// Integers: kiln's divide truncates and gives 0 for x / 0; numpy gives 0 for
+// both x // 0 and x % 0.
+std::pair<Array, Array> int_divmod(const Array& a, const Array& b) {
+  const Array zero = scalar_like(a, 0.0, "floor_divide");
+  const Array q = a / b;
+  const Array r = a - q * b;
+  if (a.dtype() == DType::kU32) return {q, where(b == zero, zero, r)};
+  const Array wrong_sign = (r != zero) & ((r < zero) != (b < zero));
+  const Array by_zero = b == zero;
+  return {where(by_zero, zero, where(wrong_sign, q - 1, q)),
+          where(by_zero, zero, where(wrong_sign, r + b, r))};
+}
+
+std::pair<Array, Array> divmod(std::string_view op, const Array& a, const Array& b) {
+  check_divmod(op, a, b);
+  return is_inexact(a.dtype()) ? float_divmod(a, b) : int_divmod(a, b);
+}
+
+}  // namespace
+
+Array floor_divide(const Array& a, const Array& b) { return divmod("floor_divide", a, b).first; }
+Array mod(const Array& a, const Array& b) { return divmod("mod", a, b).second; }
+Array remainder(const Array& a, const Array& b) { return divmod("remainder", a, b).second; }
 
 }  // namespace kiln

@@ -237,7 +237,7 @@ Array randint(const Array& key, const Shape& shape, std::int64_t minval,
   multiplier = multiplier * multiplier;
   if (span != 0) multiplier %= span;
 
-  Array keys = split(key, 2);
+  Array keys = random::split(key, 2);  // qualified: ADL also finds kiln::split
   Array higher = bits(reshape(slice_axis(keys, 0, 0, 1), Shape{2}), shape);
   Array lower = bits(reshape(slice_axis(keys, 0, 1, 2), Shape{2}), shape);
   Array offset =
@@ -268,7 +268,7 @@ Array permutation(const Array& key, std::int64_t n) {
   Array index_row = reshape(index, Shape{1, n});
   Array k = key;
   for (int round = 0; round < rounds; ++round) {
-    Array keys = split(k, 2);
+    Array keys = random::split(k, 2);
     k = reshape(slice_axis(keys, 0, 0, 1), Shape{2});
     Array sort_keys = bits(reshape(slice_axis(keys, 0, 1, 2), Shape{2}), {n});
     // Stable ascending sort: element i goes to rank[i] = #{j : s_j < s_i} +
