@@ -272,7 +272,8 @@ std::vector<Array> meshgrid(std::span<const Array> xs,
                             std::string_view indexing = "xy");
 std::vector<Array> meshgrid(std::initializer_list<Array> xs,
                             std::string_view indexing = "xy");
-// `num` evenly spaced values from start to stop (included unless !endpoint).
+// `num` evenly spaced values from start to stop (included unless !endpoint,
+// and then exactly `stop`); integer dtypes floor, as numpy >= 2.
 Array linspace(double start, double stop, std::int64_t num = 50,
                bool endpoint = true, DType dtype = f32);
 // (n, m) with ones on the k-th diagonal; m < 0 means m = n.
