@@ -400,6 +400,8 @@ std::shared_ptr<Buffer> index(Context& ctx, Prim p, const Params& params,
   spec.inputs = {a.dtype(), idx.dtype()};
   const Shape astr = contiguous_strides(a.shape());
   const std::int64_t axis_stride = astr[axis];
+  // The body bakes in the axis length (negative indices wrap by it) and stride.
+  spec.key += detail::str_cat("/n=", n, "/stride=", axis_stride);
   if (p == Prim::kTake) {
     // out dims: a[:axis] ++ idx.shape ++ a[axis+1:]
     const std::size_t ir = idx.shape().size();
