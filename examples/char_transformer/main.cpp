@@ -191,8 +191,9 @@ int run(Config cfg) {
         double(k);
     std::cout << "step " << std::setw(5) << done << "/" << cfg.steps << "  loss " << std::fixed
               << std::setprecision(4) << losses.back() << " (mean of last " << k << ": "
-              << recent << ")  " << std::setprecision(1) << median(step_ms) << " ms/step\n"
-              << std::defaultfloat << std::flush;
+              << recent << ")";
+    if (!step_ms.empty()) std::cout << std::setprecision(1) << "  " << median(step_ms) << " ms/step";
+    std::cout << "\n" << std::defaultfloat << std::flush;
   };
   for (std::int64_t s = 0; s < cfg.steps; ++s) {
     Array loss;
