@@ -263,24 +263,13 @@ Array permutation(const Array& key, std::int64_t n) {
       std::log(static_cast<double>(std::numeric_limits<std::uint32_t>::max()))));
   Array x = arange(0.0, static_cast<double>(n), 1.0, i32);
   if (n == 0) return x;
-  Array index = arange(0.0, static_cast<double>(n), 1.0, i32);
-  Array index_col = reshape(index, Shape{n, 1});
-  Array index_row = reshape(index, Shape{1, n});
   Array k = key;
   for (int round = 0; round < rounds; ++round) {
     Array keys = random::split(k, 2);
     k = reshape(slice_axis(keys, 0, 0, 1), Shape{2});
     Array sort_keys = bits(reshape(slice_axis(keys, 0, 1, 2), Shape{2}), {n});
-    // Stable ascending sort: element i goes to rank[i] = #{j : s_j < s_i} +
-    // #{j < i : s_j == s_i}; [i, j] below compares s_i with s_j.
-    Array si = reshape(sort_keys, Shape{n, 1});
-    Array sj = reshape(sort_keys, Shape{1, n});
-    Array before = logical_or(less(sj, si),
-                              logical_and(equal(sj, si), index_row < index_col));
-    Array rank = sum(astype(before, i32), 1);
-    // order[r] = the i with rank[i] == r.
-    Array at_rank = astype(equal(reshape(rank, Shape{n, 1}), index_row), i32);
-    Array order = sum(at_rank * index_col, 0);
+    // A stable ascending sort by the u32 keys, as JAX's sort_key_val.
+    Array order = argsort(sort_keys);
     x = take(x, order, 0);
   }
   return x;

@@ -50,8 +50,7 @@ Array bernoulli(const Array& key, double p, const Shape& shape);
 Array randint(const Array& key, const Shape& shape, std::int64_t minval,
               std::int64_t maxval, DType dtype = i32);
 // A uniformly random permutation of 0..n-1, i32 (jax.random.permutation(key, n)).
-// JAX sorts by random u32 keys; kiln has no sort primitive, so the stable sort is
-// done with ranks from an n x n comparison: O(n^2) time and memory, traceable.
+// As JAX: rounds of a stable sort (argsort) by random u32 keys; O(n log n).
 Array permutation(const Array& key, std::int64_t n);
 
 // Inverse error function of f32 x in [-1, 1] (XLA's ErfInv32, Giles' single

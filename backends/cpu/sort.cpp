@@ -1,12 +1,13 @@
-// CPU kernel for argsort along one axis: a stable sort of each line's indices
-// by value (std::stable_sort), ascending or descending. NaN counts as the
+// CPU kernel for argsort along one axis: each line's (value, index) pairs
+// sorted by value then index, which is the stable order, ascending or
+// descending. NaN counts as the
 // largest value (last ascending, first descending, as numpy / jnp); -0.0 and
 // 0.0 are equal, so they keep their order. Ties keep their index order in both
 // directions (lax.top_k's rule), the order the Vulkan kernel's (key, index)
 // comparison gives.
 #include <algorithm>
 #include <cmath>
-#include <numeric>
+#include <utility>
 #include <type_traits>
 #include <vector>
 
@@ -44,22 +45,25 @@ std::shared_ptr<Buffer> eval_sort(Prim p, const Params& params, std::span<const 
       }
       return x < y;
     };
-    std::vector<T> line(n);
-    std::vector<std::int32_t> order(n);
+    // (value, index) pairs, contiguous: comparing the index too makes every
+    // pair distinct, so std::sort's result is the stable order.
+    std::vector<std::pair<T, std::int32_t>> line(n);
+    const auto before = [&](const std::pair<T, std::int32_t>& x,
+                            const std::pair<T, std::int32_t>& y) {
+      const bool lt = params.reverse ? less(y.first, x.first) : less(x.first, y.first);
+      if (lt) return true;
+      const bool gt = params.reverse ? less(x.first, y.first) : less(y.first, x.first);
+      return !gt && x.second < y.second;
+    };
     for (std::size_t o = 0; o < outer; ++o) {
       for (std::size_t q = 0; q < inner; ++q) {
         const T* base = src + o * n * inner + q;
-        for (std::size_t j = 0; j < n; ++j) line[j] = base[j * inner];
-        std::iota(order.begin(), order.end(), 0);
-        if (params.reverse) {
-          std::stable_sort(order.begin(), order.end(),
-                           [&](std::int32_t i, std::int32_t k) { return less(line[k], line[i]); });
-        } else {
-          std::stable_sort(order.begin(), order.end(),
-                           [&](std::int32_t i, std::int32_t k) { return less(line[i], line[k]); });
+        for (std::size_t j = 0; j < n; ++j) {
+          line[j] = {base[j * inner], static_cast<std::int32_t>(j)};
         }
+        std::sort(line.begin(), line.end(), before);
         std::int32_t* out_line = dst + o * n * inner + q;
-        for (std::size_t j = 0; j < n; ++j) out_line[j * inner] = order[j];
+        for (std::size_t j = 0; j < n; ++j) out_line[j * inner] = line[j].second;
       }
     }
   });
