@@ -51,6 +51,7 @@ Array full_like(const Array& a, double value);
 // [start, stop) by step, like numpy.arange.
 Array arange(double stop, DType dtype = i32);
 Array arange(double start, double stop, double step = 1.0, DType dtype = i32);
+Array arange(double start, double stop, double step, DType dtype, Device device);
 
 // From host data (copied) onto the default device.
 template <class T>
@@ -303,6 +304,14 @@ Array scatter(const Array& a, const Array& indices, const Array& updates,
 // along `axis`; out[.., indices[.., k, ..], ..] += updates[.., k, ..].
 Array scatter_add_along_axis(const Array& a, const Array& indices,
                              const Array& updates, std::int64_t axis);
+
+// jax.lax.dynamic_slice / dynamic_update_slice: the block of `sizes` (the
+// update's shape) at `starts`, one 0-d i32/u32 array per axis (traced values
+// allowed). Starts are clamped so the block fits, as XLA does.
+Array dynamic_slice(const Array& a, std::span<const Array> starts, const Shape& sizes);
+Array dynamic_slice(const Array& a, std::initializer_list<Array> starts, const Shape& sizes);
+Array dynamic_update_slice(const Array& a, const Array& update, std::span<const Array> starts);
+Array dynamic_update_slice(const Array& a, const Array& update, std::initializer_list<Array> starts);
 
 // ---- sorting ----
 // Stable: equal values keep their index order (also descending, as lax.top_k);

@@ -65,6 +65,10 @@ Array ones_like(const Array& a) { return full_like(a, 1.0); }
 Array arange(double stop, DType dtype) { return arange(0.0, stop, 1.0, dtype); }
 
 Array arange(double start, double stop, double step, DType dtype) {
+  return arange(start, stop, step, dtype, default_device());
+}
+
+Array arange(double start, double stop, double step, DType dtype, Device device) {
   if (step == 0 || !std::isfinite(step) || !std::isfinite(start) ||
       !std::isfinite(stop)) {
     throw ValueError(detail::str_cat("[arange] needs finite bounds and a non-zero step, got start=",
@@ -81,7 +85,7 @@ Array arange(double start, double stop, double step, DType dtype) {
   p.dtype = dtype;
   p.value = start;
   p.step = step;
-  p.device = default_device();
+  p.device = device;
   return detail::bind(Prim::kArange, p, {}, Aval{dtype, p.shape});
 }
 

@@ -22,15 +22,6 @@ Array swap_last(const Array& a) {
   return transpose(a, perm);
 }
 
-// 0, 1, ..., n - 1 (i32) on `device` (arange() creates on the default device).
-Array iota(std::int64_t n, Device device) {
-  Params p;
-  p.shape = Shape{n};
-  p.dtype = DType::kI32;
-  p.device = device;
-  return bind(Prim::kArange, p, {}, Aval{DType::kI32, p.shape});
-}
-
 // Transpose of a reduction: g (reduced shape) broadcast back to `shape`.
 Array expand_reduced(const Array& g, const Params& q, const Shape& shape) {
   Shape kept = shape;
@@ -235,7 +226,8 @@ std::vector<Array> vjp(const Equation& eq, std::span<const Array> in, const Arra
       const Array& idx = in[1];
       const Array& upd = in[2];
       const std::int64_t axis = eq.params.axis;
-      Array ids = reshape(iota(upd.size(), g.device()), upd.shape());
+      Array ids = reshape(arange(0, static_cast<double>(upd.size()), 1, DType::kI32, g.device()),
+                          upd.shape());
       Array winner = scatter(full(x.shape(), -1, DType::kI32, g.device()), idx, ids, axis);
       Array won = take(winner, idx, axis) == ids;
       Array gu = take(g, idx, axis);

@@ -272,3 +272,59 @@ TEST_CASE("take of arrays whose axes differ in length but give one result shape:
   CHECK(take_along_axis(astype(arange(7), f32), array<I>({-1, 0}), 0).to_vector<float>() ==
         std::vector<float>{6, 0});
 }
+
+TEST_CASE("dynamic_slice and dynamic_update_slice take array starts, clamped as XLA does") {
+  Array m = reshape(astype(arange(20), f32), {4, 5});  // m[i, j] = 5 i + j
+  Array s = dynamic_slice(m, {scalar<I>(1), scalar<I>(2)}, {2, 3});
+  CHECK(s.shape() == Shape{2, 3});
+  CHECK(s.to_vector<float>() == std::vector<float>{7, 8, 9, 12, 13, 14});
+  // Starts past the end (or negative) are clamped so the block fits.
+  CHECK(dynamic_slice(m, {scalar<I>(3), scalar<I>(-4)}, {2, 2}).to_vector<float>() ==
+        std::vector<float>{10, 11, 15, 16});
+  CHECK(dynamic_slice(m, {scalar<U>(9), scalar<U>(0)}, {1, 5}).to_vector<float>() ==
+        std::vector<float>{15, 16, 17, 18, 19});
+  Array u = dynamic_update_slice(m, full({2, 2}, -1), {scalar<I>(2), scalar<I>(4)});
+  // Clamped to start (2, 3): rows 2-3, columns 3-4.
+  CHECK(u.to_vector<float>() == std::vector<float>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9,
+                                                   10, 11, 12, -1, -1, 15, 16, 17, -1, -1});
+  CHECK(m.to_vector<float>()[13] == 13.0f);  // m itself is unchanged
+}
+
+TEST_CASE("dynamic_slice with a traced start compiles once for every start") {
+  Array v = astype(arange(10), f32);
+  int traces = 0;
+  auto window = filter_jit([&](const Array& x, const Array& at) {
+    ++traces;
+    return dynamic_slice(x, {at}, {3});
+  });
+  CHECK(window(v, scalar<I>(0)).to_vector<float>() == std::vector<float>{0, 1, 2});
+  CHECK(window(v, scalar<I>(4)).to_vector<float>() == std::vector<float>{4, 5, 6});
+  CHECK(window(v, scalar<I>(9)).to_vector<float>() == std::vector<float>{7, 8, 9});
+  CHECK(traces == 1);
+  // Gradients: the block's gradient lands where the block was read; the
+  // update's gradient is what survives of g at its position.
+  auto read = [](const Array& x) {
+    return sum(dynamic_slice(x, {scalar<I>(1)}, {2}) * array<float>({10, 100}));
+  };
+  CHECK(grad(read)(array<float>({1, 2, 3, 4})).to_vector<float>() == std::vector<float>{0, 10, 100, 0});
+  auto write = [](const Array& upd) {
+    Array base = zeros({4});
+    return sum(dynamic_update_slice(base, upd, {scalar<I>(2)}) * array<float>({1, 2, 3, 4}));
+  };
+  CHECK(grad(write)(array<float>({5, 6})).to_vector<float>() == std::vector<float>{3, 4});
+}
+
+TEST_CASE("dynamic slice errors name the op and what does not fit") {
+  Array m = zeros({4, 5});
+  CHECK_THROWS_WITH_AS(dynamic_slice(m, {scalar<I>(0)}, {1}),
+                       doctest::Contains("[dynamic_slice] got 1 start indices for an array of rank 2"),
+                       ValueError);
+  CHECK_THROWS_WITH_AS(dynamic_slice(m, {scalar<I>(0), scalar<I>(0)}, {5, 1}),
+                       doctest::Contains("[dynamic_slice] size 5 of axis 0 does not fit"), ShapeError);
+  CHECK_THROWS_WITH_AS(dynamic_slice(m, {scalar<float>(0), scalar<I>(0)}, {1, 1}),
+                       doctest::Contains("[dynamic_slice] start index 0 must be a 0-d i32 or u32 array"),
+                       DTypeError);
+  CHECK_THROWS_WITH_AS(dynamic_update_slice(m, zeros({5, 1}), {scalar<I>(0), scalar<I>(0)}),
+                       doctest::Contains("[dynamic_update_slice] an update of shape (5, 1) does not fit"),
+                       ShapeError);
+}
