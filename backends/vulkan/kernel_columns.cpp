@@ -54,6 +54,14 @@ Launch scatter_kernel(Context& ctx, const ScatterSpec& s, std::uint32_t addresse
     const int idx = b.buffer(s.index, true);
     const int upd = b.buffer(s.dtype, true);
     const int out = b.buffer(s.dtype, false);
+    // The result is read back by the invocation that wrote it. Without
+    // Coherent NVIDIA's driver (H100, 580) serves those loads from a cache
+    // that its own stores did not update: the copied operand was not seen and
+    // sums started from the memory's old contents. An addressed binding is
+    // not a variable to decorate; there a device-scope memory barrier after
+    // each store does the same (both measured correct on the H100).
+    const bool fence = b.addressed(out);
+    if (!fence) b.decorate_binding(out, "Coherent");
     const Val c = b.global_index();
     b.if_then(b.op("OpULessThan", Ty::kBool, {c, b.push(0)}), [&] {
       const Val inner = b.u32(u(s.inner));
@@ -68,6 +76,7 @@ Launch scatter_kernel(Context& ctx, const ScatterSpec& s, std::uint32_t addresse
         const Val at = b.op("OpIAdd", Ty::kU32, {out_base, b.op("OpIMul", Ty::kU32, {j, inner})});
         b.store(out, at, b.load(src, at));
       }, copy_unroll);
+      if (fence) b.memory_barrier();
       b.loop(b.u32(0), b.u32(u(s.k)), b.u32(1), [&](const Val& k) {
         const Val at = b.op("OpIAdd", Ty::kU32, {upd_base, b.op("OpIMul", Ty::kU32, {k, inner})});
         Val i = b.load(idx, s.per_element ? at : k);
@@ -83,6 +92,7 @@ Launch scatter_kernel(Context& ctx, const ScatterSpec& s, std::uint32_t addresse
           v = b.op(spv::is_float(t) ? "OpFAdd" : "OpIAdd", t, {b.load(out, dst), v});
         }
         b.store(out, dst, v);
+        if (fence) b.memory_barrier();
       }, unroll);
     });
     return KernelSource{b.finish(), 4, 1, 0, VK_FORMAT_UNDEFINED, addressed};

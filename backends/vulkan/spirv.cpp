@@ -488,6 +488,16 @@ Val Builder::round_f16(const Val& v) {
   return wide;
 }
 
+void Builder::decorate_binding(int binding, const char* decoration) {
+  decorations_.push_back(
+      detail::str_cat("OpDecorate ", bindings_[static_cast<std::size_t>(binding)].var, " ", decoration));
+}
+
+void Builder::memory_barrier() {
+  // Scope Device = 1; semantics AcquireRelease (0x8) | UniformMemory (0x40).
+  emit(detail::str_cat("OpMemoryBarrier ", u32(1).id, " ", u32(0x48).id));
+}
+
 void Builder::no_contraction(const Val& v) {
   decorations_.push_back(detail::str_cat("OpDecorate ", v.id, " NoContraction"));
 }

@@ -82,6 +82,10 @@ class Builder {
   // Forbids the driver to contract the instruction that made `v` (an OpFMul,
   // OpFAdd, ...) with another one (a * b + c into an fma).
   void no_contraction(const Val& v);
+  // Decorates binding `binding`'s variable (e.g. "Coherent").
+  void decorate_binding(int binding, const char* decoration);
+  // OpMemoryBarrier, device scope, acquire-release on storage-buffer memory.
+  void memory_barrier();
   // GLSL Frexp: the mantissa in [0.5, 1); the exponent goes to `exponent` (i32).
   Val frexp(const Val& x, const Var& exponent);
 
