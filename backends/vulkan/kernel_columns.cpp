@@ -2,8 +2,8 @@
 // (outer, inner) column, which walks its column in order. No two invocations
 // touch one element, so there are no atomics and results are deterministic:
 // the same bits as the CPU's loops, which run in the same order.
-//   - scatters copy their column of the operand into the result, then apply
-//     the column's updates in index order (k ascending);
+//   - scatters apply a column's updates in index order (k ascending) to the
+//     result, which already holds the operand (a parallel copy before);
 //   - scans (cumsum, cumprod) accumulate down the column, or up it.
 #include "kiln/backends/vulkan/context.hpp"
 #include "kiln/backends/vulkan/kernels.hpp"
@@ -43,21 +43,19 @@ Launch scatter_kernel(Context& ctx, const ScatterSpec& s, std::uint32_t addresse
   const std::uint32_t local = local_size(ctx);
   const auto u = [](std::int64_t x) { return static_cast<std::uint32_t>(x); };
   const std::uint32_t unroll = loop_unroll(ctx, s.k);
-  const std::uint32_t copy_unroll = loop_unroll(ctx, s.n);
   std::string key = detail::str_cat("scatter|", s.add ? "add" : "set", s.per_element ? "|elem" : "",
                                     "|", name(s.dtype), "|", name(s.index), "|o=", s.outer,
-                                    "|n=", s.n, "|k=", s.k, "|i=", s.inner, "|u", unroll, ",", copy_unroll);
+                                    "|n=", s.n, "|k=", s.k, "|i=", s.inner, "|u", unroll);
   if (addressed != 0) key += detail::str_cat("|addr=", addressed);
   const Pipeline& p = ctx.pipelines().get(key, [&] {
     Builder b(local, 1, addressed);
-    const int src = b.buffer(s.dtype, true);
     const int idx = b.buffer(s.index, true);
     const int upd = b.buffer(s.dtype, true);
     const int out = b.buffer(s.dtype, false);
-    // The result is read back by the invocation that wrote it. Without
-    // Coherent NVIDIA's driver (H100, 580) serves those loads from a cache
-    // that its own stores did not update: the copied operand was not seen and
-    // sums started from the memory's old contents. An addressed binding is
+    // The result is read back by the invocation that wrote it, after the
+    // copy kernel wrote it. Without Coherent NVIDIA's driver (H100, 580)
+    // served those loads from a cache that the stores had not updated: sums
+    // started from the memory's old contents. An addressed binding is
     // not a variable to decorate; there a device-scope memory barrier after
     // each store does the same (both measured correct on the H100).
     const bool fence = b.addressed(out);
@@ -70,13 +68,6 @@ Launch scatter_kernel(Context& ctx, const ScatterSpec& s, std::uint32_t addresse
       // The column's first element in the result and in the updates.
       const Val out_base = b.op("OpIAdd", Ty::kU32, {b.op("OpIMul", Ty::kU32, {o, b.u32(u(s.n * s.inner))}), q});
       const Val upd_base = b.op("OpIAdd", Ty::kU32, {b.op("OpIMul", Ty::kU32, {o, b.u32(u(s.k * s.inner))}), q});
-      // The column of the operand first: the result is only ever written and
-      // read back by the invocation that owns the column.
-      b.loop(b.u32(0), b.u32(u(s.n)), b.u32(1), [&](const Val& j) {
-        const Val at = b.op("OpIAdd", Ty::kU32, {out_base, b.op("OpIMul", Ty::kU32, {j, inner})});
-        b.store(out, at, b.load(src, at));
-      }, copy_unroll);
-      if (fence) b.memory_barrier();
       b.loop(b.u32(0), b.u32(u(s.k)), b.u32(1), [&](const Val& k) {
         const Val at = b.op("OpIAdd", Ty::kU32, {upd_base, b.op("OpIMul", Ty::kU32, {k, inner})});
         Val i = b.load(idx, s.per_element ? at : k);
@@ -95,7 +86,7 @@ Launch scatter_kernel(Context& ctx, const ScatterSpec& s, std::uint32_t addresse
         if (fence) b.memory_barrier();
       }, unroll);
     });
-    return KernelSource{b.finish(), 4, 1, 0, VK_FORMAT_UNDEFINED, addressed};
+    return KernelSource{b.finish(), 3, 1, 0, VK_FORMAT_UNDEFINED, addressed};
   });
   return column_launch(ctx, p, s.outer, s.inner, "scatter");
 }

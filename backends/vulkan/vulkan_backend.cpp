@@ -335,7 +335,7 @@ Val wrap_index(Builder& b, const Val& idx, std::int64_t n) {
   return b.select(neg, b.op("OpIAdd", Ty::kU32, {u, b.u32(static_cast<std::uint32_t>(n))}), u);
 }
 
-// The scatters: one scatter_kernel (it copies the operand's columns too).
+// The scatters: the operand copied into the result, then scatter_kernel.
 std::shared_ptr<Buffer> scatter(Context& ctx, Prim p, const Params& params,
                                 std::span<const Array> inputs, const Aval& out) {
   const Array& a = inputs[0];
@@ -347,14 +347,19 @@ std::shared_ptr<Buffer> scatter(Context& ctx, Prim p, const Params& params,
   check_indices(p, idx, params.axis, s.n);
   auto buf = allocate(ctx, out, p, inputs);
   if (numel(out.shape) == 0) return buf;
+  // The operand first, by a parallel copy (the scatter's parallelism is its
+  // columns only).
+  copy_view(ctx, a, a.shape(), View{0, contiguous_strides(a.shape())}, {}, buf, out.dtype);
   for (std::size_t d = 0; d < axis; ++d) s.outer *= a.shape()[d];
   for (std::size_t d = axis + 1; d < a.shape().size(); ++d) s.inner *= a.shape()[d];
   s.k = upd.size() / (s.outer * s.inner);
+  if (s.k == 0) return buf;
   s.dtype = out.dtype;
   s.index = idx.dtype();
   s.add = p != Prim::kScatter;
   s.per_element = p == Prim::kScatterAddAlongAxis;
-  launch(ctx, scatter_kernel(ctx, s, addressed(ctx, inputs, buf)), inputs, buf);
+  const Array reads[] = {idx, upd};
+  launch(ctx, scatter_kernel(ctx, s, addressed(ctx, reads, buf)), reads, buf);
   return buf;
 }
 
