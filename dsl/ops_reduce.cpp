@@ -10,11 +10,8 @@
 #include "kiln/runtime/strings.hpp"
 
 namespace kiln {
-namespace {
 
-void check_present(std::string_view op, const Array& a) {
-  detail::check_not_none(op, a, "argument 1");
-}
+namespace detail {
 
 Axes resolve_axes(std::string_view op, const Array& a, const AxisArg& axes) {
   if (!axes.all()) return normalize_axes(op, axes.axes(), a.ndim());
@@ -38,6 +35,18 @@ Shape reduced_shape(const Shape& shape, const Axes& axes, bool keepdims) {
   }
   return out;
 }
+
+}  // namespace detail
+
+namespace {
+
+using detail::reduced_shape;
+using detail::resolve_axes;
+
+void check_present(std::string_view op, const Array& a) {
+  detail::check_not_none(op, a, "argument 1");
+}
+
 
 // max/min/argmax/argmin have no identity, so every output element needs at
 // least one input element.

@@ -23,34 +23,14 @@ void check_floating(std::string_view op, const Array& a) {
   }
 }
 
-// The reduced axes, normalised and sorted (errors name `op`).
-Axes resolve_axes(std::string_view op, const Array& a, const AxisArg& axes) {
-  if (!axes.all()) return normalize_axes(op, axes.axes(), a.ndim());
-  Axes all_axes;
-  for (std::int64_t d = 0; d < a.ndim(); ++d) all_axes.push_back(d);
-  return all_axes;
-}
-
 std::int64_t reduced_count(const Array& a, const Axes& axes) {
   std::int64_t n = 1;
   for (std::int64_t ax : axes) n *= a.shape()[static_cast<std::size_t>(ax)];
   return n;
 }
 
-// The result shape of reducing `axes` (sorted) with keepdims.
-Shape reduced_shape(const Shape& shape, const Axes& axes, bool keepdims) {
-  Shape out;
-  for (std::size_t d = 0, k = 0; d < shape.size(); ++d) {
-    const bool reduced = k < axes.size() && axes[k] == static_cast<std::int64_t>(d);
-    if (reduced) ++k;
-    if (!reduced) {
-      out.push_back(shape[d]);
-    } else if (keepdims) {
-      out.push_back(1);
-    }
-  }
-  return out;
-}
+using detail::reduced_shape;
+using detail::resolve_axes;
 
 // The i32 count of nonzero elements (NaN is nonzero, as in numpy).
 Array nonzero_count(std::string_view op, const Array& a, const AxisArg& axes, bool keepdims) {

@@ -48,6 +48,19 @@ decltype(auto) visit_element_size(DType dtype, F&& f) {
       detail::str_cat("[cpu] no element mover for dtype ", name(dtype)));
 }
 
+// An array of `shape` seen as (outer, n, inner) around `axis`: the kernels
+// that walk one axis (scans, sorts, scatters) loop over outer and inner.
+struct AxisRuns {
+  std::size_t outer = 1, n = 1, inner = 1;
+};
+inline AxisRuns around_axis(const Shape& shape, std::size_t axis) {
+  AxisRuns r;
+  for (std::size_t d = 0; d < axis; ++d) r.outer *= static_cast<std::size_t>(shape[d]);
+  r.n = static_cast<std::size_t>(shape[axis]);
+  for (std::size_t d = axis + 1; d < shape.size(); ++d) r.inner *= static_cast<std::size_t>(shape[d]);
+  return r;
+}
+
 // The host elements of a CPU array reinterpreted as U (see visit_element_size).
 // Array::data<T>() would insist on the exact element type.
 template <class U>

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "kiln/backends/cpu/bits.hpp"
 #include "kiln/backends/cpu/cpu_backend.hpp"
 #include "kiln/runtime/error.hpp"
 #include "kiln/runtime/strings.hpp"
@@ -51,13 +52,7 @@ std::shared_ptr<Buffer> eval_scan(Prim p, const Params& params, std::span<const 
   }
   auto buf = allocate(out);
   if (numel(out.shape) == 0) return buf;
-  const auto axis = static_cast<std::size_t>(params.axis);
-  std::size_t outer = 1, inner = 1;
-  for (std::size_t d = 0; d < axis; ++d) outer *= static_cast<std::size_t>(a.shape()[d]);
-  for (std::size_t d = axis + 1; d < a.shape().size(); ++d) {
-    inner *= static_cast<std::size_t>(a.shape()[d]);
-  }
-  const auto n = static_cast<std::size_t>(a.shape()[axis]);
+  const auto [outer, n, inner] = around_axis(a.shape(), static_cast<std::size_t>(params.axis));
   visit_dtype(a.dtype(), [&](auto zero) {
     using T = decltype(zero);
     using S = std::conditional_t<std::is_same_v<T, std::int32_t>, std::uint32_t, T>;
