@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# Runs on the device machine (repo root = cwd of `run`): unpacks .gpu/bundle.tar.gz,
+# prints the GPU/Vulkan setup, runs kiln's Vulkan test binaries with the Khronos
+# validation layer on (CI's vulkan_env), then bench_vulkan via bench/run_vulkan.py,
+# then CI's extra Vulkan variants while time is left. Everything stays inside
+# DEADLINE seconds (default 470) so a `run` with timeout_s=540 ends cleanly.
+# Files back in $OUT: summary.txt (streamed), logs.tgz (refreshed after each
+# step; per-binary logs), bench.txt.
+set -u
+cd "$(dirname "$0")/../.."
+root=$PWD
+G=$root/.gpu
+OUT=${OUT:-/tmp/kiln-out}
+mkdir -p "$OUT"
+L=/tmp/kiln-logs
+rm -rf "$L" /tmp/kc && mkdir -p "$L" /tmp/kc
+DEADLINE=${DEADLINE:-470}
+S=$OUT/summary.txt
+say() { echo "$*" | tee -a "$S"; }
+left() { echo $((DEADLINE - SECONDS)); }
+pack_logs() { tar -C "$L" -czf "$OUT/logs.tgz.tmp" . && mv "$OUT/logs.tgz.tmp" "$OUT/logs.tgz"; }
+
+tar -xzf "$G/bundle.tar.gz" -C "$G" || { say "unpack failed"; exit 1; }
+# The image's libGLX_nvidia (the Vulkan ICD) needs glvnd: Debian's glvnd/loader
+# packages (.gpu/gl, from pack.sh), unpacked into / as the device README says.
+for f in "$G"/gl/*.deb; do dpkg -x "$f" /; done; ldconfig
+export LD_LIBRARY_PATH=$G/lib VK_LAYER_PATH=$G/layers
+ICD=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+{
+  echo "== uname: $(uname -a)"
+  echo "== nvidia-smi -L"; nvidia-smi -L
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv
+  if [ -f "$ICD" ]; then echo "== ICD $ICD"; cat "$ICD"; else
+    echo "== MISSING $ICD; candidates:"; find / -xdev -name 'nvidia_icd*.json' 2>/dev/null; fi
+  echo "== ldconfig libvulkan/libGLX_nvidia"; ldconfig -p | grep -E 'libvulkan|libGLX_nvidia|libnvidia-gpucomp' | head
+  echo "== ldd libGLX_nvidia (missing only)"; ldd /usr/local/nvidia/lib64/libGLX_nvidia.so.0 2>&1 | grep -E 'not found|GLdispatch'
+  echo "== nvidia lib64 vulkan-ish"; ls /usr/local/nvidia/lib64 2>&1 | grep -Ei 'glcore|gpucomp|spirv|glvk|GLX|vulkan|EGL' | tr '\n' ' '; echo
+  echo "== bundle ldd check"; for b in "$G"/bin/*; do ldd "$b" | grep 'not found' | sed "s#^#$b: #"; done
+} > "$L/00_env.log" 2>&1
+[ -f "$ICD" ] && export VK_DRIVER_FILES=$ICD
+{
+  if command -v vulkaninfo >/dev/null; then echo "== vulkaninfo --summary"; timeout 30 vulkaninfo --summary; else echo "== vulkaninfo: not installed"; fi
+  echo "== devinfo (bundled loader + VK_DRIVER_FILES=${VK_DRIVER_FILES:-unset})"
+  timeout 30 "$G/bin/devinfo"
+} >> "$L/00_env.log" 2>&1
+if ! grep -q 'deviceName=' "$L/00_env.log"; then
+  echo "== devinfo with VK_LOADER_DEBUG" >> "$L/00_env.log"
+  VK_LOADER_DEBUG=error,warn,driver timeout 30 "$G/bin/devinfo" >> "$L/00_env.log" 2>&1
+fi
+if ! grep -q 'deviceName=' "$L/00_env.log"; then
+  echo "== devinfo, system loader only (no bundle LD_LIBRARY_PATH)" >> "$L/00_env.log"
+  LD_LIBRARY_PATH= VK_LOADER_DEBUG=error,warn,driver timeout 30 "$G/bin/devinfo" >> "$L/00_env.log" 2>&1
+fi
+cat "$L/00_env.log" | tee -a "$S"
+pack_logs
+if ! grep -q 'deviceName=' "$L/00_env.log"; then say "== no Vulkan device: tests not run"; exit 2; fi
+
+export KILN_DEVICE=vulkan KILN_VALIDATION=1 KILN_VK_CHECK_KEYS=1 KILN_CACHE_DIR=/tmp/kc
+export KILN_GOLDEN_DIR=$root/tests/golden KILN_COMPILE_FAIL_DIR=$root/tests/compile_fail
+
+# run NAME CAP BINARY [args...] -- env for this run comes from the caller (env VAR=.. run ...)
+run_test() {
+  local name=$1 cap=$2 bin=$3; shift 3
+  local t=$(left); [ "$t" -gt "$cap" ] && t=$cap
+  if [ "$t" -lt 15 ]; then say "== $name: SKIPPED (no time left)"; return; fi
+  local log=$L/$name.log t0=$SECONDS
+  echo "== $name: $bin $* (timeout ${t}s) env: $(env | grep -E '^KILN_|^VK_' | sort | tr '\n' ' ')" > "$log"
+  timeout -k 5 "$t" "$G/bin/$bin" --reporters=console --no-intro "$@" >> "$log" 2>&1
+  local rc=$?
+  say "== $name: rc=$rc in $((SECONDS - t0))s$([ $rc = 124 ] && echo ' TIMEOUT')$([ $rc -gt 128 ] && echo " SIGNAL $((rc-128))")"
+  grep -E '^\[doctest\] (test cases|assertions)' "$log" | tee -a "$S"
+  local nval; nval=$(grep -c 'kiln: vulkan validation:' "$log"); say "   validation messages: $nval"
+  grep -E 'ERROR:|FATAL|CRASH|SIGSEGV|SIGABRT|Assertion|terminate called|TEST CASE:|skipped:' "$log" | head -16 | cut -c1-400 | sed 's/^/   /' | tee -a "$S"
+  pack_logs
+}
+
+say "== tests (deadline ${DEADLINE}s, $(left)s left)"
+run_test vulkan_stream 60 test_vulkan_stream
+run_test backend_ops 90 test_backend_ops
+run_test ops 90 test_ops
+run_test vulkan 150 test_vulkan
+run_test fusion 90 test_fusion
+run_test autodiff 90 test_autodiff
+run_test jit 90 test_jit
+run_test modules 90 test_modules
+
+# ops bench (kiln vulkan, bench/ops_bench) and its JAX peers (GPU, then CPU for
+# reference); no validation or key checks. Files: ops_bench.txt, jax_gpu.txt, jax_cpu.txt.
+run_step() {  # run_step NAME CAP OUTFILE cmd... (OUTFILE under $OUT; stdout+stderr)
+  local name=$1 cap=$2 f=$OUT/$3; shift 3
+  local t=$(left); [ "$t" -gt "$cap" ] && t=$cap
+  if [ "$t" -lt 20 ]; then say "== $name: SKIPPED ($(left)s left)"; return; fi
+  local t0=$SECONDS
+  KILN_VALIDATION=0 KILN_VK_CHECK_KEYS=0 PYTHONUNBUFFERED=1 timeout -k 5 "$t" "$@" > "$f" 2>&1
+  local rc=$?
+  say "== $name: rc=$rc in $((SECONDS - t0))s$([ $rc = 124 ] && echo ' TIMEOUT') (timeout ${t}s)"
+  grep -v '^{' "$f" | tail -6 | cut -c1-300 | sed 's/^/   /' | tee -a "$S"
+  grep '^{' "$f" | cut -c1-600 | sed 's/^/   /' | tee -a "$S"
+}
+run_step ops_bench 120 ops_bench.txt env KILN_DEVICE=vulkan "$G/bin/ops_bench" --reps 5
+run_step jax_ops_gpu 120 jax_gpu.txt python3 bench/peers/jax_ops.py --platform gpu --repetitions 5
+run_step jax_ops_cpu 90 jax_cpu.txt python3 bench/peers/jax_ops.py --platform cpu --repetitions 5
+
+# bench: no validation, no key checks (they would measure the layer).
+if [ "$(left)" -gt 70 ] && [ -x "$G/bin/bench_vulkan" ]; then
+  mkdir -p /tmp/bb/bench && ln -sf "$G/bin/bench_vulkan" /tmp/bb/bench/bench_vulkan
+  t=$(left); [ "$t" -gt 150 ] && t=150
+  say "== bench (run_vulkan.py --repetitions 3, timeout ${t}s)"
+  KILN_VALIDATION=0 KILN_VK_CHECK_KEYS=0 PYTHONUNBUFFERED=1 timeout -k 5 $((t - 5)) \
+    python3 bench/run_vulkan.py /tmp/bb --repetitions 3 > "$OUT/bench.txt" 2>&1
+  say "   rc=$?"; cat "$OUT/bench.txt" | tail -20 | tee -a "$S"
+else
+  say "== bench: SKIPPED ($(left)s left)"
+fi
+
+# CI's other Vulkan variants (tests/meson.build), while time is left.
+say "== CI variants"
+KILN_VK_FORCE_STAGING=1 KILN_VK_DISABLE_PUSH_DESCRIPTOR=1 run_test ops_staging 60 test_ops
+KILN_VK_MAX_STORAGE_BUFFER_RANGE=256 run_test ops_addresses 60 test_ops
+KILN_VK_FORCE_STAGING=1 KILN_VK_DISABLE_PUSH_DESCRIPTOR=1 run_test vulkan_stream_staging 45 test_vulkan_stream
+KILN_VK_MAX_STORAGE_BUFFER_RANGE=256 run_test vulkan_addresses 90 test_vulkan '-tc=*on Vulkan*,*maxStorageBufferRange*,*65535*,*around the 4-*,*4-wide*'
+KILN_VK_DISABLE_BUFFER_ADDRESS=1 run_test vulkan_no_addresses 45 test_vulkan '-tc=*refused*'
+KILN_VK_DISABLE_TEXEL_LOADS=1 KILN_VK_DISABLE_PUSH_DESCRIPTOR=1 run_test vulkan_matmul_buffers 45 test_vulkan '-tc=*matmul*'
+KILN_VK_MAX_STORAGE_BUFFER_RANGE=256 run_test fusion_addresses 60 test_fusion
+# ops_bench once under the validation layer and key checks (bitonic sort, scatter_add at size).
+run_test ops_bench_validated 60 ops_bench --reps 1
+say "== done at ${SECONDS}s"
+pack_logs
