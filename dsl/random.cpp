@@ -191,6 +191,24 @@ Array gumbel(const Array& key, const Shape& shape, DType dtype) {
   return -log(-log(u));
 }
 
+Array truncated_normal(const Array& key, double lower, double upper, const Shape& shape,
+                       DType dtype) {
+  check_key("random.truncated_normal", key);
+  check_f32("random.truncated_normal", dtype);
+  if (!(lower < upper)) {
+    throw ValueError(detail::str_cat("[random.truncated_normal] needs lower < upper, got lower=",
+                                     lower, " upper=", upper));
+  }
+  // In f32, as JAX computes it; the bounds' erf on the host (they are static).
+  const auto sqrt2 = static_cast<float>(std::sqrt(2.0));
+  const auto lo = static_cast<float>(lower);
+  const auto hi = static_cast<float>(upper);
+  const Array u = uniform(key, shape, f32, std::erf(lo / sqrt2), std::erf(hi / sqrt2));
+  const float inf = std::numeric_limits<float>::infinity();
+  return clip(erfinv(u) * static_cast<double>(sqrt2), std::nextafter(lo, inf),
+              std::nextafter(hi, -inf));
+}
+
 Array categorical(const Array& key, const Array& logits, std::int64_t axis) {
   check_key("random.categorical", key);
   detail::check_not_none("random.categorical", logits, "logits");

@@ -37,6 +37,11 @@ Array normal(const Array& key, const Shape& shape, DType dtype = f32);
 // Standard Gumbel samples, -log(-log(u)) for u uniform on [tiny, 1)
 // (jax.random.gumbel). f32 only.
 Array gumbel(const Array& key, const Shape& shape, DType dtype = f32);
+// Standard normal values truncated to the open interval (lower, upper), either
+// bound may be infinite (jax.random.truncated_normal: the inverse CDF of a
+// uniform between erf(lower / sqrt 2) and erf(upper / sqrt 2)). f32 only.
+Array truncated_normal(const Array& key, double lower, double upper, const Shape& shape,
+                       DType dtype = f32);
 // Indices (i32) drawn from the categorical distributions whose unnormalised log
 // probabilities lie along `axis` of `logits`: argmax(logits + gumbel) over axis,
 // as jax.random.categorical (the result has logits' shape without `axis`).

@@ -109,11 +109,17 @@ TEST_CASE("randint and permutation match jax.random bit for bit") {
                             "permutation_6_10");
 }
 
-TEST_CASE("subkey, gumbel and categorical match jax.random") {
+TEST_CASE("subkey, gumbel, truncated_normal and categorical match jax.random") {
   const Array keys = random::split(random::key(42), 4);
   check_exact<U32>(random::subkey(keys, 2), "subkey_42_4_2");
   check_exact<U32>(random::subkey(keys, -2), "subkey_42_4_2");
   check_f32(random::gumbel(random::key(3), {6}), "gumbel_3_6", 1e-5, 1e-6);
+  check_f32(random::truncated_normal(random::key(9), -2.0, 1.0, {8}), "truncated_normal_9_m2_1",
+            1e-5, 1e-6);
+  check_f32(random::truncated_normal(random::key(10), 0.0, std::numeric_limits<double>::infinity(), {6}),
+            "truncated_normal_10_0_inf", 1e-5, 1e-6);
+  CHECK_THROWS_WITH_AS(random::truncated_normal(random::key(1), 1.0, 1.0, {2}),
+                       doctest::Contains("[random.truncated_normal] needs lower < upper"), ValueError);
   const float inf = std::numeric_limits<float>::infinity();
   const Array logits = array<float>({0.1f, -1.0f, 2.0f, 0.5f, -0.3f,  //
                                      1.0f, 1.0f, 1.0f, 1.0f, 1.0f,    //

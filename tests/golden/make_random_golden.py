@@ -65,6 +65,8 @@ cases = {
     "permutation_6_10": jax.random.permutation(K(6), 10),
     "subkey_42_4_2": jax.random.split(K(42), 4)[2],
     "gumbel_3_6": jax.random.gumbel(K(3), (6,)),
+    "truncated_normal_9_m2_1": jax.random.truncated_normal(K(9), -2.0, 1.0, (8,)),
+    "truncated_normal_10_0_inf": jax.random.truncated_normal(K(10), 0.0, float("inf"), (6,)),
     "categorical_7_last": jax.random.categorical(K(7), LOGITS),
     "categorical_7_first": jax.random.categorical(K(7), LOGITS, axis=0),
     "categorical_8_many": jax.random.categorical(K(8), jnp.zeros((64, 3), jnp.float32)),
