@@ -328,3 +328,9 @@ TEST_CASE("dynamic slice errors name the op and what does not fit") {
                        doctest::Contains("[dynamic_update_slice] an update of shape (5, 1) does not fit"),
                        ShapeError);
 }
+
+TEST_CASE("dynamic_update_slice refuses an update of another dtype, naming both") {
+  CHECK_THROWS_WITH_AS(dynamic_update_slice(zeros({4}), zeros({2}, i32), {scalar<I>(0)}),
+                       doctest::Contains("[dynamic_update_slice] the update is i32 but the array is f32"),
+                       DTypeError);
+}

@@ -21,6 +21,14 @@ using spv::Builder;
 using spv::Ty;
 using spv::Val;
 
+// The product of shape[from, to): the outer and inner extents of the kernels
+// that walk one axis (scatters, scans, argsort).
+std::int64_t extent(const Shape& shape, std::size_t from, std::size_t to) {
+  std::int64_t n = 1;
+  for (std::size_t d = from; d < to; ++d) n *= shape[d];
+  return n;
+}
+
 const VulkanBuffer& vbuf(const Array& a) {
   return static_cast<const VulkanBuffer&>(*a.buffer());
 }
@@ -246,8 +254,8 @@ std::shared_ptr<Buffer> scan(Context& ctx, Prim p, const Params& params,
   ScanSpec s;
   s.op = p;
   s.n = a.shape()[axis];
-  for (std::size_t d = 0; d < axis; ++d) s.outer *= a.shape()[d];
-  for (std::size_t d = axis + 1; d < a.shape().size(); ++d) s.inner *= a.shape()[d];
+  s.outer = extent(a.shape(), 0, axis);
+  s.inner = extent(a.shape(), axis + 1, a.shape().size());
   s.dtype = a.dtype();
   s.reverse = params.reverse;
   launch(ctx, scan_kernel(ctx, s, addressed(ctx, inputs, buf)), inputs, buf);
@@ -264,8 +272,7 @@ std::shared_ptr<Buffer> argsort(Context& ctx, const Params& params, std::span<co
   const auto axis = static_cast<std::size_t>(params.axis);
   SortSpec s;
   s.n = a.shape()[axis];
-  s.inner = 1;
-  for (std::size_t d = axis + 1; d < a.shape().size(); ++d) s.inner *= a.shape()[d];
+  s.inner = extent(a.shape(), axis + 1, a.shape().size());
   s.lines = a.size() / s.n;
   while (s.m < s.n) s.m *= 2;
   s.m = std::max<std::int64_t>(s.m, 2);
@@ -350,8 +357,8 @@ std::shared_ptr<Buffer> scatter(Context& ctx, Prim p, const Params& params,
   // The operand first, by a parallel copy (the scatter's parallelism is its
   // columns only).
   copy_view(ctx, a, a.shape(), View{0, contiguous_strides(a.shape())}, {}, buf, out.dtype);
-  for (std::size_t d = 0; d < axis; ++d) s.outer *= a.shape()[d];
-  for (std::size_t d = axis + 1; d < a.shape().size(); ++d) s.inner *= a.shape()[d];
+  s.outer = extent(a.shape(), 0, axis);
+  s.inner = extent(a.shape(), axis + 1, a.shape().size());
   s.k = upd.size() / (s.outer * s.inner);
   if (s.k == 0) return buf;
   s.dtype = out.dtype;
