@@ -11,7 +11,7 @@ namespace kiln {
 
 Array stop_gradient(const Array& a) {
   detail::check_not_none("stop_gradient", a, "argument");
-  return detail::bind(Prim::kStopGradient, Params{}, {&a, 1}, a.aval());
+  return detail::bind<Prim::kStopGradient>({}, {&a, 1}, a.aval());
 }
 
 namespace detail {

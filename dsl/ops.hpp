@@ -74,25 +74,17 @@ Array rsqrt(const Array& a);  // floating only: 1/sqrt(a)
 Array sigmoid(const Array& a);  // floating only
 Array relu(const Array& a);   // numeric: max(a, 0)
 Array logical_not(const Array& a);  // bool only
-// Floating only (dsl/unary_math.hpp defines each: precision there). On Vulkan the
-// trigonometric, hyperbolic, log2/exp2 and log1p/expm1 ops take f32 only.
-Array sin(const Array& a);
-Array cos(const Array& a);
-Array tan(const Array& a);
-Array asin(const Array& a);
-Array acos(const Array& a);
-Array atan(const Array& a);
-Array sinh(const Array& a);
-Array cosh(const Array& a);
-Array log2(const Array& a);
-Array exp2(const Array& a);
-Array log1p(const Array& a);  // log(1 + a), accurate for small a
-Array expm1(const Array& a);  // exp(a) - 1, accurate for small a
-Array floor(const Array& a);
-Array ceil(const Array& a);
-Array trunc(const Array& a);
-Array round(const Array& a);  // half to even, as numpy.round
-Array sign(const Array& a);   // -1, 1, or a itself for zeros and NaN
+// Float math, one function per KILN_MATH row of dsl/primitives.inc: sin, cos,
+// tan, asin, acos, atan, sinh, cosh, log2, exp2, log1p (log(1 + a), accurate
+// for small a), expm1 (exp(a) - 1, likewise), floor, ceil, trunc, round (half
+// to even, as numpy.round), sign (-1, 1, or a itself for zeros and NaN), ...
+// Floating only; dsl/unary_math.hpp defines each (precision there). On Vulkan
+// the transcendental ones take f32 only.
+#define KILN_PRIM(id, name, family, params, traits)
+#define KILN_MATH(id, name, traits) Array name(const Array& a);
+#include "kiln/dsl/primitives.inc"
+#undef KILN_MATH
+#undef KILN_PRIM
 
 // ---- composites (dsl/ops_composite.cpp: written in the ops here, fused) ----
 // (No `square`: it is a * a, and a kiln::square would make every application's

@@ -38,12 +38,8 @@ void check_representable(const char* op, double value, DType dtype) {
 Array full(const Shape& shape, double value, DType dtype, Device device) {
   check_shape("full", shape);
   check_representable("full", value, dtype);
-  Params p;
-  p.shape = shape;
-  p.dtype = dtype;
-  p.value = value;
-  p.device = device;
-  return detail::bind(Prim::kFull, p, {}, Aval{dtype, shape});
+  return detail::bind<Prim::kFull>(FullParams{value, device}, {},
+                                   Aval{dtype, shape});
 }
 Array full(const Shape& shape, double value, DType dtype) {
   return full(shape, value, dtype, default_device());
@@ -80,13 +76,9 @@ Array arange(double start, double stop, double step, DType dtype, Device device)
   check_representable("arange", start, dtype);
   check_representable("arange", step, dtype);
   const double n = std::ceil((stop - start) / step);
-  Params p;
-  p.shape = Shape{n > 0 ? static_cast<std::int64_t>(n) : 0};
-  p.dtype = dtype;
-  p.value = start;
-  p.step = step;
-  p.device = device;
-  return detail::bind(Prim::kArange, p, {}, Aval{dtype, p.shape});
+  Shape shape{n > 0 ? static_cast<std::int64_t>(n) : 0};
+  return detail::bind<Prim::kArange>(ArangeParams{start, step, device}, {},
+                                     Aval{dtype, shape});
 }
 
 Array to_device(const Array& a, Device device) {

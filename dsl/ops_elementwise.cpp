@@ -22,7 +22,7 @@ enum class Accepts : unsigned char {
 };
 
 const Params& no_params() {
-  static const Params kNone;
+  static const Params kNone{NoParams{}};
   return kNone;
 }
 
@@ -133,23 +133,13 @@ Array abs(const Array& a) { return unary(Prim::kAbs, Accepts::kNumeric, a); }
 Array exp(const Array& a) { return unary(Prim::kExp, Accepts::kFloating, a); }
 Array log(const Array& a) { return unary(Prim::kLog, Accepts::kFloating, a); }
 Array tanh(const Array& a) { return unary(Prim::kTanh, Accepts::kFloating, a); }
-Array sin(const Array& a) { return unary(Prim::kSin, Accepts::kFloating, a); }
-Array cos(const Array& a) { return unary(Prim::kCos, Accepts::kFloating, a); }
-Array tan(const Array& a) { return unary(Prim::kTan, Accepts::kFloating, a); }
-Array asin(const Array& a) { return unary(Prim::kAsin, Accepts::kFloating, a); }
-Array acos(const Array& a) { return unary(Prim::kAcos, Accepts::kFloating, a); }
-Array atan(const Array& a) { return unary(Prim::kAtan, Accepts::kFloating, a); }
-Array sinh(const Array& a) { return unary(Prim::kSinh, Accepts::kFloating, a); }
-Array cosh(const Array& a) { return unary(Prim::kCosh, Accepts::kFloating, a); }
-Array log2(const Array& a) { return unary(Prim::kLog2, Accepts::kFloating, a); }
-Array exp2(const Array& a) { return unary(Prim::kExp2, Accepts::kFloating, a); }
-Array log1p(const Array& a) { return unary(Prim::kLog1p, Accepts::kFloating, a); }
-Array expm1(const Array& a) { return unary(Prim::kExpm1, Accepts::kFloating, a); }
-Array floor(const Array& a) { return unary(Prim::kFloor, Accepts::kFloating, a); }
-Array ceil(const Array& a) { return unary(Prim::kCeil, Accepts::kFloating, a); }
-Array trunc(const Array& a) { return unary(Prim::kTrunc, Accepts::kFloating, a); }
-Array round(const Array& a) { return unary(Prim::kRound, Accepts::kFloating, a); }
-Array sign(const Array& a) { return unary(Prim::kSign, Accepts::kFloating, a); }
+// The KILN_MATH rows of dsl/primitives.inc (MathDef<P> in dsl/unary_math.hpp).
+#define KILN_PRIM(id, name, family, params, traits)
+#define KILN_MATH(id, name, traits) \
+  Array name(const Array& a) { return unary(Prim::id, Accepts::kFloating, a); }
+#include "kiln/dsl/primitives.inc"
+#undef KILN_MATH
+#undef KILN_PRIM
 Array sqrt(const Array& a) { return unary(Prim::kSqrt, Accepts::kFloating, a); }
 Array rsqrt(const Array& a) {
   return unary(Prim::kRsqrt, Accepts::kFloating, a);
@@ -242,9 +232,7 @@ Array astype(const Array& a, DType dtype) {
   // Arrays are immutable, so the conversion to the same dtype is the array
   // itself.
   if (a.dtype() == dtype) return a;
-  Params p;
-  p.dtype = dtype;
-  return detail::bind(Prim::kAstype, p, std::span<const Array>(&a, 1),
+  return detail::bind<Prim::kAstype>(DTypeParams{dtype}, std::span<const Array>(&a, 1),
                       Aval{dtype, a.shape()});
 }
 
@@ -282,9 +270,7 @@ Array bitcast(const Array& a, DType dtype) {
         " for an operand of shape ", to_string(a.shape()),
         "; bitcast converts between f32, i32 and u32 (same element size)"));
   }
-  Params p;
-  p.dtype = dtype;
-  return detail::bind(Prim::kBitcast, p, std::span<const Array>(&a, 1),
+  return detail::bind<Prim::kBitcast>(DTypeParams{dtype}, std::span<const Array>(&a, 1),
                       Aval{dtype, a.shape()});
 }
 

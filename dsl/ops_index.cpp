@@ -34,10 +34,8 @@ Array take(const Array& a, const Array& indices, std::int64_t axis) {
   Shape out(in.begin(), in.begin() + ax);
   out.insert(out.end(), indices.shape().begin(), indices.shape().end());
   out.insert(out.end(), in.begin() + ax + 1, in.end());
-  Params p;
-  p.axis = ax;
   const Array inputs[] = {a, indices};
-  return detail::bind(Prim::kTake, p, inputs, Aval{a.dtype(), std::move(out)});
+  return detail::bind<Prim::kTake>(AxisParams{ax}, inputs, Aval{a.dtype(), std::move(out)});
 }
 
 Array take_along_axis(const Array& a, const Array& indices, std::int64_t axis) {
@@ -66,10 +64,8 @@ Array take_along_axis(const Array& a, const Array& indices, std::int64_t axis) {
                           d, ": ", is[d], " vs ", in[d], ")"));
     }
   }
-  Params p;
-  p.axis = ax;
   const Array inputs[] = {a, indices};
-  return detail::bind(Prim::kTakeAlongAxis, p, inputs,
+  return detail::bind<Prim::kTakeAlongAxis>(AxisParams{ax}, inputs,
                       Aval{a.dtype(), std::move(out)});
 }
 
@@ -85,12 +81,9 @@ Array one_hot(const Array& indices, std::int64_t depth, DType dtype) {
   }
   Shape out = indices.shape();
   out.push_back(depth);
-  Params p;
-  p.depth = depth;
-  p.dtype = dtype;
-  p.axis = static_cast<std::int64_t>(out.size()) - 1;
+  const OneHotParams p{static_cast<std::int64_t>(out.size()) - 1, depth, dtype};
   const Array inputs[] = {indices};
-  return detail::bind(Prim::kOneHot, p, inputs, Aval{dtype, std::move(out)});
+  return detail::bind<Prim::kOneHot>(p, inputs, Aval{dtype, std::move(out)});
 }
 
 namespace {
@@ -127,10 +120,8 @@ Array scatter_like_take(Prim p, const char* op, const Array& a, const Array& ind
   expected.insert(expected.end(), in.begin() + ax + 1, in.end());
   check_updates(op, a, updates, expected, "take's result shape for these indices");
   if (p != Prim::kScatter) check_addable(op, a);
-  Params params;
-  params.axis = ax;
   const Array inputs[] = {a, indices, updates};
-  return detail::bind(p, params, inputs, a.aval());
+  return detail::bind(p, AxisParams{ax}, inputs, a.aval());
 }
 
 }  // namespace
@@ -164,10 +155,8 @@ Array scatter_add_along_axis(const Array& a, const Array& indices, const Array& 
   }
   check_updates(op, a, updates, is, "the indices' shape");
   check_addable(op, a);
-  Params params;
-  params.axis = ax;
   const Array inputs[] = {a, indices, updates};
-  return detail::bind(Prim::kScatterAddAlongAxis, params, inputs, a.aval());
+  return detail::bind<Prim::kScatterAddAlongAxis>(AxisParams{ax}, inputs, a.aval());
 }
 
 }  // namespace kiln

@@ -57,9 +57,7 @@ Array reshape_as(const char* op, const Array& a, const Shape& shape) {
                                      " elements) into ", to_string(shape)));
   }
   if (out == a.shape()) return a;  // nothing to do (and nothing to record)
-  Params p;
-  p.shape = out;
-  return bind_unary(Prim::kReshape, p, a, std::move(out));
+  return bind_unary(Prim::kReshape, ShapeParams{out}, a, out);
 }
 
 Array transpose_as(const char* op, const Array& a, const Axes& perm) {
@@ -86,8 +84,7 @@ Array transpose_as(const char* op, const Array& a, const Axes& perm) {
   // Built in one expression: GCC 12 at -O1 with the sanitizers warned that a
   // default-constructed InlinedVector's storage "may be used uninitialized" when
   // moved over.
-  const Params p{.axes = std::move(axes)};
-  return bind_unary(Prim::kTranspose, p, a, std::move(out));
+  return bind_unary(Prim::kTranspose, TransposeParams{std::move(axes)}, a, std::move(out));
 }
 
 // Python slice bound semantics for a positive step: negative counts from the
@@ -133,9 +130,7 @@ Array broadcast_to(const Array& a, const Shape& shape) {
         to_string(shape),
         ": only size-1 dimensions and missing leading dimensions can grow"));
   }
-  Params p;
-  p.shape = shape;
-  return bind_unary(Prim::kBroadcastTo, p, a, shape);
+  return bind_unary(Prim::kBroadcastTo, ShapeParams{shape}, a, shape);
 }
 
 Array expand_dims(const Array& a, std::int64_t axis) {
@@ -212,10 +207,7 @@ Array concatenate(std::span<const Array> arrays, std::int64_t axis) {
     }
     out[ax] += x.shape()[ax];
   }
-  Params p;
-  p.axis = ax;
-  p.shape = out;
-  return detail::bind(Prim::kConcatenate, p, arrays, Aval{first.dtype(), out});
+  return detail::bind<Prim::kConcatenate>(AxisParams{ax}, arrays, Aval{first.dtype(), out});
 }
 
 Array concatenate(std::initializer_list<Array> arrays, std::int64_t axis) {
@@ -252,10 +244,7 @@ Array slice(const Array& a, const Shape& starts, const Shape& stops,
                                      " axes given for an array of shape ",
                                      to_string(in)));
   }
-  Params p;
-  p.starts = Shape(in.size(), 0);
-  p.steps = Shape(in.size(), 1);
-  p.shape = in;
+  SliceParams p{Shape(in.size(), 0), Shape(in.size(), 1), in};
   for (std::size_t d = 0; d < starts.size(); ++d) {
     const std::int64_t step = steps.empty() ? 1 : steps[d];
     if (step <= 0) {

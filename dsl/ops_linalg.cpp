@@ -56,7 +56,7 @@ Array matmul(const Array& a, const Array& b) {
   out.push_back(bs[bs.size() - 1]);
   const Array inputs[] = {a2, b2};
   Array result =
-      detail::bind(Prim::kMatmul, Params{}, inputs, Aval{a.dtype(), out});
+      detail::bind<Prim::kMatmul>({}, inputs, Aval{a.dtype(), out});
   if (a.ndim() > 1 && b.ndim() > 1) return result;
   // Remove the dims that the 1-D promotion added.
   Shape final_shape(out.begin(), out.end() - 2);

@@ -69,9 +69,7 @@ Array reduce(Prim p, const Array& a, const AxisArg& axis_arg, bool keepdims) {
         to_string(a.shape()),
         "; to count true values use sum(astype(x, i32))"));
   }
-  Params params;
-  params.axes = resolve_axes(op, a, axis_arg);
-  params.keepdims = keepdims;
+  ReduceParams params{resolve_axes(op, a, axis_arg), keepdims};
   if (p != Prim::kSum && p != Prim::kProd) check_not_empty(op, a, params.axes);
   Shape shape = reduced_shape(a.shape(), params.axes, keepdims);
   return detail::bind(p, params, std::span<const Array>(&a, 1),
@@ -80,9 +78,7 @@ Array reduce(Prim p, const Array& a, const AxisArg& axis_arg, bool keepdims) {
 
 Array arg_reduce(Prim p, const Array& a, std::int64_t axis, bool keepdims) {
   const std::string_view op = name(p);
-  Params params;
-  params.axis = normalize_axis(op, axis, a.ndim());
-  params.keepdims = keepdims;
+  const ArgReduceParams params{normalize_axis(op, axis, a.ndim()), keepdims};
   check_not_empty(op, a, Axes{params.axis});
   if (a.shape()[static_cast<std::size_t>(params.axis)] >
       std::numeric_limits<std::int32_t>::max()) {
@@ -113,9 +109,7 @@ namespace {
 
 Array scan(Prim p, const Array& a, std::int64_t axis, bool reverse) {
   check_present(name(p), a);
-  Params params;
-  params.axis = normalize_axis(name(p), axis, a.ndim());
-  params.reverse = reverse;
+  const ScanParams params{normalize_axis(name(p), axis, a.ndim()), reverse};
   const Array x = a.dtype() == DType::kBool ? astype(a, DType::kI32) : a;
   return detail::bind(p, params, std::span<const Array>(&x, 1), x.aval());
 }

@@ -14,15 +14,13 @@ Array argsort(const Array& a, std::int64_t axis, bool descending) {
   if (a.ndim() == 0) {
     throw ShapeError("[argsort] needs an array of rank >= 1, got a 0-d array");
   }
-  Params p;
-  p.axis = normalize_axis("argsort", axis, a.ndim());
-  p.reverse = descending;
+  const SortParams p{normalize_axis("argsort", axis, a.ndim()), descending};
   if (a.shape()[static_cast<std::size_t>(p.axis)] > (std::int64_t{1} << 30)) {
     throw ValueError(detail::str_cat("[argsort] axis ", axis, " of shape ", to_string(a.shape()),
                                      " is longer than 2^30 elements"));
   }
   const Array inputs[] = {a};
-  return detail::bind(Prim::kArgsort, p, inputs, Aval{DType::kI32, a.shape()});
+  return detail::bind<Prim::kArgsort>(p, inputs, Aval{DType::kI32, a.shape()});
 }
 
 Array sort(const Array& a, std::int64_t axis, bool descending) {

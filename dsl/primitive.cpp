@@ -19,8 +19,18 @@ void check_not_none(std::string_view op, const Array& a, std::string_view which)
   }
 }
 
+void not_in_family(Prim p, PrimFamily f) {
+  throw Error(str_cat("[kiln internal] ", name(p), " dispatched to the handler of family #",
+                      static_cast<int>(f), ", which is not its own"));
+}
+
+void not_a_prim(Prim p) {
+  throw Error(str_cat("[kiln internal] ", static_cast<int>(p), " is not a primitive"));
+}
+
 Array bind(Prim p, const Params& params, std::span<const Array> inputs,
            Aval out) {
+  if (params.index() != info(p).params) detail::wrong_params(params.index(), info(p).params);
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     if (inputs[i].is_donated()) {
       check_not_donated(name(p), inputs[i], str_cat("argument ", i + 1));
@@ -29,7 +39,8 @@ Array bind(Prim p, const Params& params, std::span<const Array> inputs,
   if (Trace* trace = current_trace()) {
     return trace->record(p, params, inputs, std::move(out));
   }
-  Device device = params.device;
+  const Device* made_on = creation_device(params);
+  Device device = made_on != nullptr ? *made_on : Device{};
   if (!inputs.empty()) {
     device = inputs[0].device();
     for (const Array& in : inputs.subspan(1)) {

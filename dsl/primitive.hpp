@@ -12,20 +12,20 @@
 #include <type_traits>
 #include <utility>
 
-#include "kiln/runtime/aggregate.hpp"
+#include "kiln/dsl/params.hpp"
 #include "kiln/runtime/array.hpp"
 
 namespace kiln {
 
 // The primitives, in the order of dsl/primitives.inc (the one list of them).
 enum class Prim : std::uint8_t {
-#define KILN_PRIM(id, name, family, traits) id,
+#define KILN_PRIM(id, name, family, params, traits) id,
 #include "kiln/dsl/primitives.inc"
 #undef KILN_PRIM
 };
 
 inline constexpr std::size_t kNumPrims = 0
-#define KILN_PRIM(id, name, family, traits) +1
+#define KILN_PRIM(id, name, family, params, traits) +1
 #include "kiln/dsl/primitives.inc"
 #undef KILN_PRIM
     ;
@@ -38,6 +38,7 @@ enum class PrimFamily : std::uint8_t {
 // Properties of a primitive that code outside its kernels asks about (see the
 // top of dsl/primitives.inc).
 enum class PrimTrait : std::uint32_t {
+  kNone = 0,
   kTranscendental = 1u << 0,
   kDifferentiable = 1u << 1,
   kFloatOnly = 1u << 2,
@@ -55,15 +56,16 @@ struct PrimInfo {
   std::string_view name;  // "add", "sum", ...
   PrimFamily family;
   std::uint32_t traits;   // PrimTrait bits
+  std::size_t params;     // index in ParamsVariant of the struct it takes
 };
 
 namespace detail {
 inline constexpr PrimInfo kPrimTable[] = {
-#define KILN_PRIM(id, name, family, traits)         \
-  {Prim::id, name, PrimFamily::family, [] {             \
-     using enum PrimTrait;                              \
-     return static_cast<std::uint32_t>(traits);         \
-   }()},
+#define KILN_PRIM(id, name, family, params, traits)        \
+  {Prim::id, name, PrimFamily::family, [] {                  \
+     using enum PrimTrait;                                   \
+     return static_cast<std::uint32_t>(traits);              \
+   }(), VariantIndex<params, ParamsVariant>::value},
 #include "kiln/dsl/primitives.inc"
 #undef KILN_PRIM
 };
@@ -79,69 +81,72 @@ constexpr bool has_trait(Prim p, PrimTrait t) {
 // Every primitive, in table order.
 constexpr std::span<const PrimInfo> all_prims() { return detail::kPrimTable; }
 
-// Static parameters of a primitive binding. Unused fields keep their defaults, so
-// two bindings are equal exactly when their parameters are.
-struct Params {
-  Axes axes;     // reductions: axes; transpose: permutation
-  Shape shape;   // reshape/broadcast_to/full/arange: result shape
-  Shape starts;  // slice: per-axis start (normalised, >= 0)
-  Shape steps;   // slice: per-axis step (> 0); result extents are in `shape`
-  std::int64_t axis = 0;   // concatenate, take(_along_axis), scatters, argmax, one_hot, scans
-  std::int64_t depth = 0;  // one_hot
-  bool keepdims = false;
-  bool reverse = false;    // cumsum/cumprod: from the end; argsort: descending
-  DType dtype = DType::kF32;  // astype/bitcast target, creation dtype
-  double value = 0.0;         // full: fill value; arange: start
-  double step = 1.0;          // arange: step
-  Device device;              // creation ops: where to create
-  // matmul: an operand is stored transposed in its last two axes. Set only by
-  // the compiler's layout pass (dsl/program.cpp), never by the public op, so
-  // autodiff never sees it.
-  bool transpose_a = false;
-  bool transpose_b = false;
+// How many primitives family f has (a backend whose family handler is a
+// single kernel asserts that it is 1).
+constexpr std::size_t prims_in(PrimFamily f) {
+  std::size_t n = 0;
+  for (const PrimInfo& i : detail::kPrimTable) n += i.family == f ? 1 : 0;
+  return n;
+}
 
-  // Over every field (for_each_field: a new field joins without edits), floats
-  // by bits: the one definition of "the same parameters" that CSE and the
-  // kernel caches key on. -0.0 and 0.0 differ (a fill of -0.0 divides to
-  // -inf); a NaN equals the same NaN.
-  friend bool operator==(const Params& a, const Params& b);
-  template <class H>
-  friend H AbslHashValue(H h, const Params& p);
-};
+// The parameter struct primitive P takes (its row's third column).
+template <Prim P>
+using ParamsOf = std::variant_alternative_t<info(P).params, ParamsVariant>;
+
+// ---- compile-time dispatch ----
+// A primitive as a type: code that handles primitives is written once as a
+// generic lambda over PrimC<P> and instantiated for every row, so a row
+// without a case is a compile error (the chain of `if constexpr (P == ...)`
+// ends in `static_assert(kUnhandled<P>, ...)`), never a run-time default.
+template <Prim P>
+using PrimC = std::integral_constant<Prim, P>;
+template <Prim P>
+inline constexpr bool kUnhandled = false;
 
 namespace detail {
-template <class T>
-auto param_key(const T& v) {
-  if constexpr (std::is_floating_point_v<T>) {
-    return std::bit_cast<std::uint64_t>(static_cast<double>(v));
-  } else if constexpr (std::is_same_v<T, Device>) {
-    return std::pair{static_cast<int>(v.kind), v.index};
-  } else {
-    return v;
-  }
-}
+[[noreturn]] void not_in_family(Prim p, PrimFamily f);
+[[noreturn]] void not_a_prim(Prim p);
 }  // namespace detail
 
-inline bool operator==(const Params& a, const Params& b) {
-  constexpr std::size_t n = detail::kFieldCount<Params>;
-  return detail::with_fields<n>(a, [&](auto, const auto&... fa) {
-    return detail::with_fields<n>(b, [&](auto, const auto&... fb) {
-      return ((detail::param_key(fa) == detail::param_key(fb)) && ...);
-    });
-  });
+// Calls f(PrimC<P>{}) for the P equal to p; f is instantiated for every
+// primitive of family F (F's handler must cover all of them) and p must be one.
+template <PrimFamily F, class Fn>
+decltype(auto) visit_family(Prim p, Fn&& f) {
+  switch (p) {
+#define KILN_PRIM(id, name, fam, params, traits)            \
+  case Prim::id:                                            \
+    if constexpr (PrimFamily::fam == F) return f(PrimC<Prim::id>{}); \
+    break;
+#include "kiln/dsl/primitives.inc"
+#undef KILN_PRIM
+  }
+  detail::not_in_family(p, F);
 }
-template <class H>
-H AbslHashValue(H h, const Params& p) {
-  detail::for_each_field(p, [&](const auto& f) { h = H::combine(std::move(h), detail::param_key(f)); });
-  return h;
+
+// Calls f(PrimC<P>{}) for the P equal to p; f is instantiated for every primitive.
+template <class Fn>
+decltype(auto) visit_prim(Prim p, Fn&& f) {
+  switch (p) {
+#define KILN_PRIM(id, name, fam, params, traits) \
+  case Prim::id:                                 \
+    return f(PrimC<Prim::id>{});
+#include "kiln/dsl/primitives.inc"
+#undef KILN_PRIM
+  }
+  detail::not_a_prim(p);
 }
 
 namespace detail {
 // Binds `p` to `inputs` producing an array with aval `out`. Inside a trace the
 // binding is recorded (dsl/trace.hpp); otherwise it runs now on the inputs'
-// device (all inputs must share one device).
+// device (all inputs must share one device). `params` must hold the struct of
+// p's row (an internal Error otherwise; bind<P> checks it at compile time).
 Array bind(Prim p, const Params& params, std::span<const Array> inputs,
            Aval out);
+template <Prim P>
+Array bind(ParamsOf<P> params, std::span<const Array> inputs, Aval out) {
+  return bind(P, Params(std::move(params)), inputs, std::move(out));
+}
 }  // namespace detail
 
 }  // namespace kiln

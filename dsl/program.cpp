@@ -33,64 +33,6 @@ std::string aval_string(const Aval& a) {
   return detail::str_cat(name(a.dtype), "[", detail::join(a.shape, ","), "]");
 }
 
-std::string tuple(const auto& xs) { return detail::str_cat("(", detail::join(xs, ", "), ")"); }
-
-// The static parameters that matter for `p`, as the program printer shows them.
-std::string params_string(Prim p, const Params& q) {
-  std::vector<std::string> parts;
-  switch (family(p)) {
-    case PrimFamily::kReduce:
-      parts.push_back("axes=" + tuple(q.axes));
-      if (q.keepdims) parts.push_back("keepdims=true");
-      break;
-    case PrimFamily::kArgReduce:
-      parts.push_back(detail::str_cat("axis=", q.axis));
-      if (q.keepdims) parts.push_back("keepdims=true");
-      break;
-    case PrimFamily::kScan:
-      parts.push_back(detail::str_cat("axis=", q.axis));
-      if (q.reverse) parts.push_back("reverse=true");
-      break;
-    case PrimFamily::kSort:
-      parts.push_back(detail::str_cat("axis=", q.axis));
-      if (q.reverse) parts.push_back("descending=true");
-      break;
-    case PrimFamily::kAstype:
-      parts.push_back(detail::str_cat("dtype=", name(q.dtype)));
-      break;
-    case PrimFamily::kLayout:
-      if (p == Prim::kTranspose) parts.push_back("perm=" + tuple(q.axes));
-      if (p == Prim::kReshape || p == Prim::kBroadcastTo) parts.push_back("shape=" + tuple(q.shape));
-      if (p == Prim::kConcatenate) parts.push_back(detail::str_cat("axis=", q.axis));
-      if (p == Prim::kSlice) {
-        parts.push_back("starts=" + tuple(q.starts));
-        parts.push_back("steps=" + tuple(q.steps));
-        parts.push_back("shape=" + tuple(q.shape));
-      }
-      break;
-    case PrimFamily::kMatmul:
-      if (q.transpose_a) parts.push_back("transpose_a=true");
-      if (q.transpose_b) parts.push_back("transpose_b=true");
-      break;
-    case PrimFamily::kIndex:
-      parts.push_back(detail::str_cat("axis=", q.axis));
-      if (p == Prim::kOneHot) {
-        parts.push_back(detail::str_cat("depth=", q.depth));
-        parts.push_back(detail::str_cat("dtype=", name(q.dtype)));
-      }
-      break;
-    case PrimFamily::kCreation:
-      parts.push_back(detail::str_cat(p == Prim::kFull ? "value=" : "start=", q.value));
-      if (p == Prim::kArange) parts.push_back(detail::str_cat("step=", q.step));
-      parts.push_back("shape=" + tuple(q.shape));
-      parts.push_back(detail::str_cat("dtype=", name(q.dtype)));
-      parts.push_back(detail::str_cat("device=", q.device.to_string()));
-      break;
-    default:
-      break;
-  }
-  return parts.empty() ? std::string() : "[" + detail::join(parts, " ") + "]";
-}
 
 }  // namespace
 
@@ -110,7 +52,7 @@ std::string to_string(const Program& p) {
   }
   os << ". let\n";
   for (const Equation& eq : p.equations) {
-    os << "    " << decl(eq.output) << " = " << name(eq.prim) << params_string(eq.prim, eq.params);
+    os << "    " << decl(eq.output) << " = " << name(eq.prim) << to_string(eq.params);
     for (ValueId in : eq.inputs) os << " " << value_name(in);
     os << "\n";
   }
@@ -262,7 +204,7 @@ void simplify_layout(Program& p) {
   // A transpose that swaps the last two axes only (what matmul can absorb).
   auto swaps_last_two = [](const Equation* e) {
     if (e == nullptr || e->prim != Prim::kTranspose) return false;
-    const Axes& ax = e->params.axes;
+    const Axes& ax = e->params.as<TransposeParams>().perm;
     const std::size_t r = ax.size();
     if (r < 2 || ax[r - 2] != static_cast<std::int64_t>(r - 1) ||
         ax[r - 1] != static_cast<std::int64_t>(r - 2)) {
@@ -283,7 +225,8 @@ void simplify_layout(Program& p) {
         const Equation* t = producer[eq.inputs[k]];
         if (!swaps_last_two(t)) continue;
         eq.inputs[k] = t->inputs[0];
-        bool& flag = k == 0 ? eq.params.transpose_a : eq.params.transpose_b;
+        auto& mp = eq.params.as<MatmulParams>();
+        bool& flag = k == 0 ? mp.transpose_a : mp.transpose_b;
         flag = !flag;
       }
     }
@@ -292,9 +235,8 @@ void simplify_layout(Program& p) {
       // product.
       const Equation* mm = producer[eq.inputs[0]];
       if (mm != nullptr && mm->prim == Prim::kMatmul && uses[eq.inputs[0]] == 1) {
-        Params q = mm->params;
-        q.transpose_a = !mm->params.transpose_b;
-        q.transpose_b = !mm->params.transpose_a;
+        const auto& mp = mm->params.as<MatmulParams>();
+        const MatmulParams q{!mp.transpose_b, !mp.transpose_a};
         Equation swapped{Prim::kMatmul, q, {mm->inputs[1], mm->inputs[0]}, eq.output};
         kept.push_back(std::move(swapped));
         producer[eq.output] = &kept.back();
@@ -306,17 +248,20 @@ void simplify_layout(Program& p) {
       const Equation* inner = producer[in];
       if (inner != nullptr && inner->prim == eq.prim) {
         if (eq.prim == Prim::kTranspose) {  // transpose(transpose(x, q), r) = transpose(x, q o r)
+          Axes& perm = eq.params.as<TransposeParams>().perm;
+          const Axes& first = inner->params.as<TransposeParams>().perm;
           Axes composed;
-          for (auto ax : eq.params.axes) composed.push_back(inner->params.axes[ax]);
-          eq.params.axes = composed;
+          for (auto ax : perm) composed.push_back(first[ax]);
+          perm = composed;
         }
         eq.inputs[0] = inner->inputs[0];  // reshape(reshape(x)) = reshape(x)
       }
       const ValueId src = eq.inputs[0];
       bool identity = p.avals[src] == p.avals[eq.output];
       if (eq.prim == Prim::kTranspose) {
-        for (std::size_t i = 0; i < eq.params.axes.size(); ++i) {
-          identity = identity && eq.params.axes[i] == static_cast<std::int64_t>(i);
+        const Axes& perm = eq.params.as<TransposeParams>().perm;
+        for (std::size_t i = 0; i < perm.size(); ++i) {
+          identity = identity && perm[i] == static_cast<std::int64_t>(i);
         }
       }
       if (identity) {

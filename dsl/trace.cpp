@@ -53,7 +53,8 @@ ValueId Trace::value_of(const Array& a) {
 Array Trace::record(Prim p, const Params& params, std::span<const Array> inputs,
                     Aval out) {
   Equation eq{p, params, {}, 0};
-  Device device = params.device;
+  const Device* made_on = creation_device(params);
+  Device device = made_on != nullptr ? *made_on : Device{};
   for (const Array& in : inputs) {
     eq.inputs.push_back(value_of(in));
     device = in.device();

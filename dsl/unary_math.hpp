@@ -2,15 +2,25 @@
 // its SPIR-V lowering and its vjp, side by side. Rows of dsl/primitives.inc
 // with the kMath trait are defined here as MathDef<P>; the CPU backend
 // (backends/cpu/elementwise.cpp), the Vulkan backend
-// (backends/vulkan/elementwise.cpp) and autodiff (dsl/vjp.cpp) reach them all
-// through visit_math(), so a kMath row without a MathDef does not compile, and
-// none of those files changes when one is added.
+// (backends/vulkan/elementwise.cpp) and autodiff (dsl/vjp.cpp) instantiate
+// MathDef<P> for every row with the trait (their per-primitive dispatch,
+// visit_family/visit_prim in dsl/primitive.hpp), so a kMath row without a
+// MathDef does not compile, and none of those files changes when one is added.
 //
 //   cpu(x)        an xtensor expression over a flat float operand (found by
 //                 argument-dependent lookup: xt::sin, ...; xsimd underneath)
 //   vulkan(b, x)  SPIR-V through spv::Builder (a template here so that dsl does
 //                 not depend on the backend; instantiated in the Vulkan backend)
 //   vjp(x, y, g)  the input's cotangent, in the DSL (so gradients trace)
+//   and what the tests take from it (no test keeps a list of these ops):
+//   reference(x)  the value in double (the C library), which
+//                 tests/test_ops_elementwise.cpp compares with on kSpecial
+//                 and NaN, on every device
+//   kLo, kHi      the range the backend-ops harness samples (smooth there:
+//                 the vjp is checked against finite differences)
+//   kSpecial      inputs whose results are checked exactly in kind (zeros'
+//                 signs, infinities, NaN, domain edges); the harness also
+//                 compares them between backends
 //
 // Precision: the CPU kernels are xsimd's (about 1 ulp); on Vulkan the GLSL.std.450
 // instructions are the driver's (lavapipe: LLVM's libm; a GPU driver may be as
@@ -20,6 +30,7 @@
 // take f64 too.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <limits>
 #include <numbers>
@@ -78,6 +89,9 @@ struct MathDef<Prim::kSin> {
   static auto cpu(const auto& x) { return sin(x); }
   static auto vulkan(auto& b, const auto& x) { return detail::math::glsl32(b, "Sin", "sin", x); }
   static Array vjp(const Array& x, const Array&, const Array& g) { return g * cos(x); }
+  static double reference(double x) { return std::sin(x); }
+  static constexpr double kLo = -4.0, kHi = 4.0;
+  static constexpr float kSpecial[] = {0.0f, -0.0f, 0.5f, -2.0f, 3.14159f, 10.0f};
 };
 
 template <>
@@ -85,6 +99,9 @@ struct MathDef<Prim::kCos> {
   static auto cpu(const auto& x) { return cos(x); }
   static auto vulkan(auto& b, const auto& x) { return detail::math::glsl32(b, "Cos", "cos", x); }
   static Array vjp(const Array& x, const Array&, const Array& g) { return -(g * sin(x)); }
+  static double reference(double x) { return std::cos(x); }
+  static constexpr double kLo = -4.0, kHi = 4.0;
+  static constexpr float kSpecial[] = {0.0f, 0.5f, -2.0f, 3.14159f, 10.0f};
 };
 
 template <>
@@ -92,6 +109,9 @@ struct MathDef<Prim::kTan> {
   static auto cpu(const auto& x) { return tan(x); }
   static auto vulkan(auto& b, const auto& x) { return detail::math::glsl32(b, "Tan", "tan", x); }
   static Array vjp(const Array&, const Array& y, const Array& g) { return g * (1.0 + y * y); }
+  static double reference(double x) { return std::tan(x); }
+  static constexpr double kLo = -1.2, kHi = 1.2;
+  static constexpr float kSpecial[] = {0.0f, 0.5f, -1.0f, 1.2f};
 };
 
 // Vulkan: through Atan, which drivers compute more accurately than Asin/Acos
@@ -108,6 +128,9 @@ struct MathDef<Prim::kAsin> {
     return detail::math::nan_below(b, d, 0, r);  // |x| > 1
   }
   static Array vjp(const Array& x, const Array&, const Array& g) { return g * rsqrt(1.0 - x * x); }
+  static double reference(double x) { return std::asin(x); }
+  static constexpr double kLo = -0.9, kHi = 0.9;
+  static constexpr float kSpecial[] = {0.0f, 0.5f, -0.99f, 1.0f, -1.0f, 2.0f};
 };
 
 template <>
@@ -124,6 +147,9 @@ struct MathDef<Prim::kAcos> {
   static Array vjp(const Array& x, const Array&, const Array& g) {
     return -(g * rsqrt(1.0 - x * x));
   }
+  static double reference(double x) { return std::acos(x); }
+  static constexpr double kLo = -0.9, kHi = 0.9;
+  static constexpr float kSpecial[] = {0.0f, 0.5f, -0.99f, 1.0f, -1.0f, 2.0f};
 };
 
 template <>
@@ -131,6 +157,9 @@ struct MathDef<Prim::kAtan> {
   static auto cpu(const auto& x) { return atan(x); }
   static auto vulkan(auto& b, const auto& x) { return detail::math::glsl32(b, "Atan", "atan", x); }
   static Array vjp(const Array& x, const Array&, const Array& g) { return g / (1.0 + x * x); }
+  static double reference(double x) { return std::atan(x); }
+  static constexpr double kLo = -3.0, kHi = 3.0;
+  static constexpr float kSpecial[] = {0.0f, 0.5f, -7.0f, 1e6f};
 };
 
 template <>
@@ -138,6 +167,9 @@ struct MathDef<Prim::kSinh> {
   static auto cpu(const auto& x) { return sinh(x); }
   static auto vulkan(auto& b, const auto& x) { return detail::math::glsl32(b, "Sinh", "sinh", x); }
   static Array vjp(const Array& x, const Array&, const Array& g) { return g * cosh(x); }
+  static double reference(double x) { return std::sinh(x); }
+  static constexpr double kLo = -2.0, kHi = 2.0;
+  static constexpr float kSpecial[] = {0.0f, 0.5f, -3.0f};
 };
 
 template <>
@@ -145,6 +177,9 @@ struct MathDef<Prim::kCosh> {
   static auto cpu(const auto& x) { return cosh(x); }
   static auto vulkan(auto& b, const auto& x) { return detail::math::glsl32(b, "Cosh", "cosh", x); }
   static Array vjp(const Array& x, const Array&, const Array& g) { return g * sinh(x); }
+  static double reference(double x) { return std::cosh(x); }
+  static constexpr double kLo = -2.0, kHi = 2.0;
+  static constexpr float kSpecial[] = {0.0f, 0.5f, -3.0f};
 };
 
 template <>
@@ -156,6 +191,9 @@ struct MathDef<Prim::kLog2> {
   static Array vjp(const Array& x, const Array&, const Array& g) {
     return g / (x * std::numbers::ln2);
   }
+  static double reference(double x) { return std::log2(x); }
+  static constexpr double kLo = 0.2, kHi = 5.0;
+  static constexpr float kSpecial[] = {1.0f, 8.0f, 0.3f, 0.0f, -1.0f};
 };
 
 template <>
@@ -165,13 +203,19 @@ struct MathDef<Prim::kExp2> {
   static Array vjp(const Array&, const Array& y, const Array& g) {
     return g * y * std::numbers::ln2;
   }
+  static double reference(double x) { return std::exp2(x); }
+  static constexpr double kLo = -3.0, kHi = 3.0;
+  static constexpr float kSpecial[] = {0.0f, 3.0f, -1.5f, 0.1f};
 };
 
 // log(1 + x) without cancellation for small x. Vulkan: Kahan's
 // log(u) * x / (u - 1) with u = 1 + x (exact where u - 1 == x).
 template <>
 struct MathDef<Prim::kLog1p> {
-  static auto cpu(const auto& x) { return log1p(x); }
+  static auto cpu(const auto& x) {  // xsimd gives +0 for -0: keep zeros as they are
+    using T = detail::math::Elem<decltype(x)>;
+    return where(equal(x, T(0)), x, log1p(x));
+  }
   static auto vulkan(auto& b, const auto& x) {
     using Ty = decltype(x.ty);
     const Ty t = x.ty;
@@ -186,13 +230,19 @@ struct MathDef<Prim::kLog1p> {
     return detail::math::nan_below(b, x, -1, r);
   }
   static Array vjp(const Array& x, const Array&, const Array& g) { return g / (1.0 + x); }
+  static double reference(double x) { return std::log1p(x); }
+  static constexpr double kLo = -0.5, kHi = 2.0;
+  static constexpr float kSpecial[] = {0.0f, -0.0f, 1e-9f, -3e-8f, 0.5f, -1.0f, 3.0f};
 };
 
 // exp(x) - 1 without cancellation for small x. Vulkan: Kahan's
 // (u - 1) * x / log(u) with u = exp(x).
 template <>
 struct MathDef<Prim::kExpm1> {
-  static auto cpu(const auto& x) { return expm1(x); }
+  static auto cpu(const auto& x) {  // xsimd gives +0 for -0: keep zeros as they are
+    using T = detail::math::Elem<decltype(x)>;
+    return where(equal(x, T(0)), x, expm1(x));
+  }
   static auto vulkan(auto& b, const auto& x) {
     using Ty = decltype(x.ty);
     const Ty t = x.ty;
@@ -206,6 +256,9 @@ struct MathDef<Prim::kExpm1> {
     return b.select(b.op("OpIsInf", Ty::kBool, {u}), u, r);
   }
   static Array vjp(const Array&, const Array& y, const Array& g) { return g * (y + 1.0); }
+  static double reference(double x) { return std::expm1(x); }
+  static constexpr double kLo = -2.0, kHi = 2.0;
+  static constexpr float kSpecial[] = {0.0f, -0.0f, 1e-9f, -3e-8f, 0.5f, -4.0f, 2.0f};
 };
 
 // Rounding: piecewise constant, zero gradient (as JAX).
@@ -214,6 +267,9 @@ struct MathDef<Prim::kFloor> {
   static auto cpu(const auto& x) { return floor(x); }
   static auto vulkan(auto& b, const auto& x) { return b.glsl("Floor", x.ty, {x}); }
   static Array vjp(const Array&, const Array&, const Array& g) { return zeros_like(g); }
+  static double reference(double x) { return std::floor(x); }
+  static constexpr double kLo = -3.0, kHi = 3.0;
+  static constexpr float kSpecial[] = {-1.5f, -0.5f, 0.0f, 2.7f, -3.0f};
 };
 
 template <>
@@ -221,6 +277,9 @@ struct MathDef<Prim::kCeil> {
   static auto cpu(const auto& x) { return ceil(x); }
   static auto vulkan(auto& b, const auto& x) { return b.glsl("Ceil", x.ty, {x}); }
   static Array vjp(const Array&, const Array&, const Array& g) { return zeros_like(g); }
+  static double reference(double x) { return std::ceil(x); }
+  static constexpr double kLo = -3.0, kHi = 3.0;
+  static constexpr float kSpecial[] = {-1.5f, -0.5f, 0.0f, 2.2f, 3.0f};
 };
 
 template <>
@@ -228,6 +287,9 @@ struct MathDef<Prim::kTrunc> {
   static auto cpu(const auto& x) { return trunc(x); }
   static auto vulkan(auto& b, const auto& x) { return b.glsl("Trunc", x.ty, {x}); }
   static Array vjp(const Array&, const Array&, const Array& g) { return zeros_like(g); }
+  static double reference(double x) { return std::trunc(x); }
+  static constexpr double kLo = -3.0, kHi = 3.0;
+  static constexpr float kSpecial[] = {-1.5f, -0.5f, 0.0f, 2.7f};
 };
 
 // Half to even, as numpy.round and jnp.round (nearbyint in the default
@@ -237,6 +299,9 @@ struct MathDef<Prim::kRound> {
   static auto cpu(const auto& x) { return nearbyint(x); }
   static auto vulkan(auto& b, const auto& x) { return b.glsl("RoundEven", x.ty, {x}); }
   static Array vjp(const Array&, const Array&, const Array& g) { return zeros_like(g); }
+  static double reference(double x) { return std::nearbyint(x); }
+  static constexpr double kLo = -3.0, kHi = 3.0;
+  static constexpr float kSpecial[] = {-2.5f, -1.5f, -0.5f, 0.5f, 1.5f, 2.5f, 2.6f, -0.4f};
 };
 
 // -1, 1, or x itself for zeros (keeping -0.0) and NaN, as jnp.sign.
@@ -254,30 +319,9 @@ struct MathDef<Prim::kSign> {
     return b.select(b.op("OpFOrdGreaterThan", Ty::kBool, {x, zero}), b.constant(t, 1), neg);
   }
   static Array vjp(const Array&, const Array&, const Array& g) { return zeros_like(g); }
+  static double reference(double x) { return x > 0 ? 1.0 : x < 0 ? -1.0 : x; }
+  static constexpr double kLo = 0.1, kHi = 2.0;
+  static constexpr float kSpecial[] = {-3.0f, 0.0f, -0.0f, 2.0f};
 };
-
-namespace detail {
-
-template <std::size_t I, class F>
-bool visit_math_one(Prim p, F& f) {
-  constexpr Prim kP = static_cast<Prim>(I);
-  if constexpr (has_trait(kP, PrimTrait::kMath)) {
-    if (p == kP) {
-      f(MathDef<kP>{});
-      return true;
-    }
-  }
-  return false;
-}
-
-}  // namespace detail
-
-// Calls f(MathDef<p>{}) when p is a kMath primitive; returns whether it did.
-template <class F>
-bool visit_math(Prim p, F&& f) {
-  return [&]<std::size_t... I>(std::index_sequence<I...>) {
-    return (detail::visit_math_one<I>(p, f) || ...);
-  }(std::make_index_sequence<kNumPrims>());
-}
 
 }  // namespace kiln

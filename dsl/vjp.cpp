@@ -23,14 +23,14 @@ Array swap_last(const Array& a) {
 }
 
 // Transpose of a reduction: g (reduced shape) broadcast back to `shape`.
-Array expand_reduced(const Array& g, const Params& q, const Shape& shape) {
+Array expand_reduced(const Array& g, const Params& params, const Shape& shape) {
   Shape kept = shape;
-  for (auto ax : q.axes) kept[ax] = 1;
+  for (auto ax : params.as<ReduceParams>().axes) kept[ax] = 1;
   return broadcast_to(reshape(g, kept), shape);
 }
 
 // Transpose of a strided slice along every axis: zeros with g at the sliced spots.
-Array unslice(const Array& g, const Params& q, const Shape& shape) {
+Array unslice(const Array& g, const SliceParams& q, const Shape& shape) {
   Array out = g;
   for (std::size_t ax = 0; ax < shape.size(); ++ax) {
     const std::int64_t n = out.shape()[ax], start = q.starts[ax], step = q.steps[ax];
@@ -81,29 +81,40 @@ std::vector<Array> vjp(const Equation& eq, std::span<const Array> in, const Arra
   const Array& x = in.empty() ? y : in[0];
   const DType dt = g.dtype();
   auto ub = [&](const Array& c, std::size_t i) { return unbroadcast(c, in[i].shape()); };
-  std::vector<Array> math;
-  if (visit_math(eq.prim, [&](auto def) { math = {decltype(def)::vjp(x, y, g)}; })) return math;
-  switch (eq.prim) {
-    // dsl/unary_math.hpp (visit_math above)
-    case Prim::kSin: case Prim::kCos: case Prim::kTan: case Prim::kAsin: case Prim::kAcos:
-    case Prim::kAtan: case Prim::kSinh: case Prim::kCosh: case Prim::kLog2: case Prim::kExp2:
-    case Prim::kLog1p: case Prim::kExpm1: case Prim::kFloor: case Prim::kCeil:
-    case Prim::kTrunc: case Prim::kRound: case Prim::kSign:
-      break;
-    case Prim::kNeg: return {-g};
-    case Prim::kAbs: return {g * (as_float(x > 0, dt) - as_float(x < 0, dt))};
-    case Prim::kExp: return {g * y};
-    case Prim::kLog: return {g / x};
-    case Prim::kTanh: return {g * (1.0 - y * y)};
-    case Prim::kSqrt: return {g * 0.5 / y};
-    case Prim::kRsqrt: return {g * -0.5 * y / x};
-    case Prim::kSigmoid: return {g * y * (1.0 - y)};
-    case Prim::kRelu: return {g * as_float(x > 0, dt)};
-    case Prim::kAdd: return {ub(g, 0), ub(g, 1)};
-    case Prim::kSub: return {ub(g, 0), ub(-g, 1)};
-    case Prim::kMul: return {ub(g * in[1], 0), ub(g * in[0], 1)};
-    case Prim::kDiv: return {ub(g / in[1], 0), ub(-g * y / in[1], 1)};
-    case Prim::kPow: {
+  return visit_prim(eq.prim, [&]<Prim P>(PrimC<P>) -> std::vector<Array> {
+    if constexpr (!has_trait(P, PrimTrait::kDifferentiable)) {
+      // No float gradient flows through it (comparisons, integer and index
+      // results, creation, stop_gradient, bitcast): zero cotangents.
+      return std::vector<Array>(in.size());
+    } else if constexpr (has_trait(P, PrimTrait::kMath)) {
+      return {MathDef<P>::vjp(x, y, g)};  // dsl/unary_math.hpp
+    } else if constexpr (P == Prim::kNeg) {
+      return {-g};
+    } else if constexpr (P == Prim::kAbs) {
+      return {g * (as_float(x > 0, dt) - as_float(x < 0, dt))};
+    } else if constexpr (P == Prim::kExp) {
+      return {g * y};
+    } else if constexpr (P == Prim::kLog) {
+      return {g / x};
+    } else if constexpr (P == Prim::kTanh) {
+      return {g * (1.0 - y * y)};
+    } else if constexpr (P == Prim::kSqrt) {
+      return {g * 0.5 / y};
+    } else if constexpr (P == Prim::kRsqrt) {
+      return {g * -0.5 * y / x};
+    } else if constexpr (P == Prim::kSigmoid) {
+      return {g * y * (1.0 - y)};
+    } else if constexpr (P == Prim::kRelu) {
+      return {g * as_float(x > 0, dt)};
+    } else if constexpr (P == Prim::kAdd) {
+      return {ub(g, 0), ub(g, 1)};
+    } else if constexpr (P == Prim::kSub) {
+      return {ub(g, 0), ub(-g, 1)};
+    } else if constexpr (P == Prim::kMul) {
+      return {ub(g * in[1], 0), ub(g * in[0], 1)};
+    } else if constexpr (P == Prim::kDiv) {
+      return {ub(g / in[1], 0), ub(-g * y / in[1], 1)};
+    } else if constexpr (P == Prim::kPow) {
       const Array& a = in[0];
       const Array& b = in[1];
       Array da = g * b * power(a, b - 1.0);
@@ -111,48 +122,43 @@ std::vector<Array> vjp(const Equation& eq, std::span<const Array> in, const Arra
       Array safe_log = log(where(a == 0.0, ones_like(a), a));
       Array db = g * y * safe_log;
       return {ub(da, 0), ub(db, 1)};
-    }
-    case Prim::kMaximum:
-    case Prim::kMinimum: {
+    } else if constexpr (P == Prim::kMaximum || P == Prim::kMinimum) {
       // Ties split the gradient evenly, as JAX does.
       const Array& a = in[0];
       const Array& b = in[1];
-      Array wins = eq.prim == Prim::kMaximum ? as_float(a > b, dt) : as_float(a < b, dt);
+      Array wins = P == Prim::kMaximum ? as_float(a > b, dt) : as_float(a < b, dt);
       Array ties = as_float(a == b, dt) * 0.5;
       Array wa = wins + ties;
       return {ub(g * wa, 0), ub(g * (1.0 - wa), 1)};
-    }
-    case Prim::kWhere: {
+    } else if constexpr (P == Prim::kWhere) {
       Array zero = zeros_like(g);
       return {Array(), ub(where(in[0], g, zero), 1), ub(where(in[0], zero, g), 2)};
-    }
-    case Prim::kAstype:
+    } else if constexpr (P == Prim::kAstype) {
       return {is_inexact(x.dtype()) ? astype(g, x.dtype()) : Array()};
-    case Prim::kSum: return {expand_reduced(g, eq.params, x.shape())};
-    case Prim::kProd: {
+    } else if constexpr (P == Prim::kSum) {
+      return {expand_reduced(g, eq.params, x.shape())};
+    } else if constexpr (P == Prim::kProd) {
       // d/dx_i prod(x) = prod of the others, exact at zeros: with no zero in
       // the reduced run it is prod / x_i; with exactly one, only that zero's
       // entry is non-zero (the product of the rest); with more, all are 0.
       const Array zero = zeros_like(x);
       const Array is0 = x == 0.0;
       const Array safe = where(is0, ones_like(x), x);
-      const Array count = broadcast_to(sum(as_float(is0, dt), eq.params.axes, true), x.shape());
-      const Array rest = broadcast_to(prod(safe, eq.params.axes, true), x.shape());
+      const Array count = broadcast_to(sum(as_float(is0, dt), eq.params.as<ReduceParams>().axes, true), x.shape());
+      const Array rest = broadcast_to(prod(safe, eq.params.as<ReduceParams>().axes, true), x.shape());
       const Array yb = expand_reduced(y, eq.params, x.shape());
       const Array d = where(count == 0.0, yb / safe,
                             where(logical_and(count == 1.0, is0), rest, zero));
       return {expand_reduced(g, eq.params, x.shape()) * d};
-    }
-    case Prim::kCumsum:
-      return {cumsum(g, eq.params.axis, !eq.params.reverse)};
-    case Prim::kCumprod: {
+    } else if constexpr (P == Prim::kCumsum) {
+      return {cumsum(g, eq.params.as<ScanParams>().axis, !eq.params.as<ScanParams>().reverse)};
+    } else if constexpr (P == Prim::kCumprod) {
       // grad_i = sum_{j >= i} g_j * prod_{k <= j, k != i} x_k (j, k in scan
       // order). Exact at zeros, with z_j the zeros among x_0..x_j:
       //   x_i != 0: only z_j == 0 terms survive, each y_j / x_i;
       //   x_i == 0: only z_j == 1 terms survive (x_i the one zero), each the
       //   product of the prefix with the zero taken as 1.
-      const std::int64_t axis = eq.params.axis;
-      const bool rev = eq.params.reverse;
+      const auto [axis, rev] = eq.params.as<ScanParams>();
       const Array zero = zeros_like(x);
       const Array is0 = x == 0.0;
       const Array safe = where(is0, ones_like(x), x);
@@ -161,71 +167,67 @@ std::vector<Array> vjp(const Equation& eq, std::span<const Array> in, const Arra
       const Array prefix = cumprod(safe, axis, rev);
       const Array at_zero = cumsum(g * where(z == 1.0, prefix, zero), axis, !rev);
       return {where(is0, at_zero, nonzero)};
-    }
-    case Prim::kMax:
-    case Prim::kMin: {
+    } else if constexpr (P == Prim::kMax || P == Prim::kMin) {
       Array yb = expand_reduced(y, eq.params, x.shape());
       Array mask = as_float(x == yb, dt);
       Shape kept = x.shape();
-      for (auto ax : eq.params.axes) kept[ax] = 1;
-      Array count = reshape(sum(mask, eq.params.axes, true), kept);
+      for (auto ax : eq.params.as<ReduceParams>().axes) kept[ax] = 1;
+      Array count = reshape(sum(mask, eq.params.as<ReduceParams>().axes, true), kept);
       return {expand_reduced(g, eq.params, x.shape()) * mask / broadcast_to(count, x.shape())};
-    }
-    case Prim::kMatmul: {
-      if (eq.params.transpose_a || eq.params.transpose_b) {
+    } else if constexpr (P == Prim::kMatmul) {
+      if (const auto& mp = eq.params.as<MatmulParams>(); mp.transpose_a || mp.transpose_b) {
         throw ValueError("[grad] internal: a compiled matmul (transposed operand) was "
                          "differentiated; differentiate the traced program instead");
       }
       const Array& a = in[0];
       const Array& b = in[1];
       return {ub(matmul(g, swap_last(b)), 0), ub(matmul(swap_last(a), g), 1)};
-    }
-    case Prim::kReshape: return {reshape(g, x.shape())};
-    case Prim::kTranspose: {
-      Axes inv(eq.params.axes.size());
-      for (std::size_t i = 0; i < inv.size(); ++i) inv[eq.params.axes[i]] = static_cast<std::int64_t>(i);
+    } else if constexpr (P == Prim::kReshape) {
+      return {reshape(g, x.shape())};
+    } else if constexpr (P == Prim::kTranspose) {
+      const Axes& perm = eq.params.as<TransposeParams>().perm;
+      Axes inv(perm.size());
+      for (std::size_t i = 0; i < inv.size(); ++i) inv[perm[i]] = static_cast<std::int64_t>(i);
       return {transpose(g, inv)};
-    }
-    case Prim::kBroadcastTo: return {unbroadcast(g, x.shape())};
-    case Prim::kConcatenate: {
+    } else if constexpr (P == Prim::kBroadcastTo) {
+      return {unbroadcast(g, x.shape())};
+    } else if constexpr (P == Prim::kConcatenate) {
       std::vector<Array> out;
       std::int64_t offset = 0;
       for (const Array& part : in) {
-        const std::int64_t n = part.shape()[eq.params.axis];
-        out.push_back(slice_axis(g, eq.params.axis, offset, offset + n));
+        const std::int64_t n = part.shape()[eq.params.as<AxisParams>().axis];
+        out.push_back(slice_axis(g, eq.params.as<AxisParams>().axis, offset, offset + n));
         offset += n;
       }
       return out;
-    }
-    case Prim::kSlice: return {unslice(g, eq.params, x.shape())};
-    case Prim::kTake: {
+    } else if constexpr (P == Prim::kSlice) {
+      return {unslice(g, eq.params.as<SliceParams>(), x.shape())};
+    } else if constexpr (P == Prim::kTake) {
       // The transpose of a gather is a scatter_add of g into zeros: O(g) work
       // and memory (a one-hot matmul would be O(indices x axis)).
-      return {scatter_add(zeros(x.shape(), dt, g.device()), in[1], g, eq.params.axis), Array()};
-    }
-    case Prim::kTakeAlongAxis: {
+      return {scatter_add(zeros(x.shape(), dt, g.device()), in[1], g, eq.params.as<AxisParams>().axis), Array()};
+    } else if constexpr (P == Prim::kTakeAlongAxis) {
       // Scatter g into the broadcast shape (x's axis length), then sum the
       // axes x broadcast along.
       const Array& idx = in[1];
-      const std::int64_t axis = eq.params.axis;
+      const std::int64_t axis = eq.params.as<AxisParams>().axis;
       Shape full = g.shape();
       full[static_cast<std::size_t>(axis)] = x.shape()[static_cast<std::size_t>(axis)];
       Array s = scatter_add_along_axis(zeros(full, dt, g.device()), broadcast_to(idx, g.shape()),
                                        g, axis);
       return {unbroadcast(s, x.shape()), Array()};
-    }
-    case Prim::kScatterAdd:
-      return {g, Array(), take(g, in[1], eq.params.axis)};
-    case Prim::kScatterAddAlongAxis:
-      return {g, Array(), take_along_axis(g, in[1], eq.params.axis)};
-    case Prim::kScatter: {
+    } else if constexpr (P == Prim::kScatterAdd) {
+      return {g, Array(), take(g, in[1], eq.params.as<AxisParams>().axis)};
+    } else if constexpr (P == Prim::kScatterAddAlongAxis) {
+      return {g, Array(), take_along_axis(g, in[1], eq.params.as<AxisParams>().axis)};
+    } else if constexpr (P == Prim::kScatter) {
       // An update reaches the result only where no later one overwrote it
       // (the last wins): number the updates, scatter the numbers, and pass g
       // back to the updates whose number survived; the operand keeps g where
       // nothing was written.
       const Array& idx = in[1];
       const Array& upd = in[2];
-      const std::int64_t axis = eq.params.axis;
+      const std::int64_t axis = eq.params.as<AxisParams>().axis;
       Array ids = reshape(arange(0, static_cast<double>(upd.size()), 1, DType::kI32, g.device()),
                           upd.shape());
       Array winner = scatter(full(x.shape(), -1, DType::kI32, g.device()), idx, ids, axis);
@@ -233,17 +235,10 @@ std::vector<Array> vjp(const Equation& eq, std::span<const Array> in, const Arra
       Array gu = take(g, idx, axis);
       return {scatter(g, idx, zeros(upd.shape(), dt, g.device()), axis), Array(),
               where(won, gu, zeros_like(gu))};
+    } else {
+      static_assert(kUnhandled<P>, "a differentiable primitive without a vjp rule");
     }
-    case Prim::kLogicalNot: case Prim::kEq: case Prim::kNe: case Prim::kLt:
-    case Prim::kLe: case Prim::kGt: case Prim::kGe: case Prim::kLogicalAnd:
-    case Prim::kLogicalOr: case Prim::kArgmax: case Prim::kArgmin:
-    case Prim::kOneHot: case Prim::kFull: case Prim::kArange: case Prim::kArgsort:
-    case Prim::kStopGradient: case Prim::kBitwiseNot: case Prim::kBitwiseAnd:
-    case Prim::kBitwiseOr: case Prim::kBitwiseXor: case Prim::kShiftLeft:
-    case Prim::kShiftRightLogical: case Prim::kBitcast:
-      return std::vector<Array>(in.size());
-  }
-  throw Error(str_cat("[grad] no vjp rule for ", name(eq.prim)));
+  });
 }
 
 }  // namespace kiln::detail

@@ -5,8 +5,10 @@
 
 #include <cmath>
 #include <cstdint>
+#include <kiln/dsl/unary_math.hpp>
 #include <kiln/kiln.hpp>
 #include <limits>
+#include <string>
 #include <vector>
 
 using namespace kiln;
@@ -603,55 +605,46 @@ TEST_CASE("a None operand combined with a C++ scalar names the op") {
                        ValueError);
 }
 
-TEST_CASE("float math ops (sin ... sign) match the C library, with their special values") {
+namespace {
+// One KILN_MATH row against MathDef<P>::reference on its special values and NaN.
+template <Prim P>
+void check_math_against_reference(Array (*op)(const Array&)) {
   // On the CPU the kernels are xsimd's (~1 ulp); a Vulkan driver's may be looser.
   const double tol = default_device() == Device::cpu() ? 2e-6 : 2e-5;
-  struct Op {
-    const char* name;
-    Array (*op)(const Array&);
-    double (*ref)(double);
-    std::vector<float> xs;
-  };
-  const std::vector<Op> ops = {
-      {"sin", sin, [](double x) { return std::sin(x); }, {0.0f, -0.0f, 0.5f, -2.0f, 3.14159f, 10.0f}},
-      {"cos", cos, [](double x) { return std::cos(x); }, {0.0f, 0.5f, -2.0f, 3.14159f, 10.0f}},
-      {"tan", tan, [](double x) { return std::tan(x); }, {0.0f, 0.5f, -1.0f, 1.2f}},
-      {"asin", asin, [](double x) { return std::asin(x); }, {0.0f, 0.5f, -0.99f, 1.0f, -1.0f, 2.0f}},
-      {"acos", acos, [](double x) { return std::acos(x); }, {0.0f, 0.5f, -0.99f, 1.0f, -1.0f, 2.0f}},
-      {"atan", atan, [](double x) { return std::atan(x); }, {0.0f, 0.5f, -7.0f, 1e6f}},
-      {"sinh", sinh, [](double x) { return std::sinh(x); }, {0.0f, 0.5f, -3.0f}},
-      {"cosh", cosh, [](double x) { return std::cosh(x); }, {0.0f, 0.5f, -3.0f}},
-      {"log2", log2, [](double x) { return std::log2(x); }, {1.0f, 8.0f, 0.3f, 0.0f, -1.0f}},
-      {"exp2", exp2, [](double x) { return std::exp2(x); }, {0.0f, 3.0f, -1.5f, 0.1f}},
-      {"log1p", log1p, [](double x) { return std::log1p(x); }, {0.0f, 1e-9f, -3e-8f, 0.5f, -1.0f, 3.0f}},
-      {"expm1", expm1, [](double x) { return std::expm1(x); }, {0.0f, 1e-9f, -3e-8f, 0.5f, -4.0f, 2.0f}},
-      {"floor", floor, [](double x) { return std::floor(x); }, {-1.5f, -0.5f, 0.0f, 2.7f, -3.0f}},
-      {"ceil", ceil, [](double x) { return std::ceil(x); }, {-1.5f, -0.5f, 0.0f, 2.2f, 3.0f}},
-      {"trunc", trunc, [](double x) { return std::trunc(x); }, {-1.5f, -0.5f, 0.0f, 2.7f}},
-      {"round", round, [](double x) { return std::nearbyint(x); },  // half to even
-       {-2.5f, -1.5f, -0.5f, 0.5f, 1.5f, 2.5f, 2.6f, -0.4f}},
-      {"sign", sign, [](double x) { return x > 0 ? 1.0 : x < 0 ? -1.0 : x; }, {-3.0f, 0.0f, -0.0f, 2.0f}},
-  };
-  for (const Op& o : ops) {
-    CAPTURE(o.name);
-    std::vector<float> xs = o.xs;
-    xs.push_back(std::numeric_limits<float>::quiet_NaN());
-    const std::vector<float> got = o.op(f32s(xs)).to_vector<float>();
-    for (std::size_t i = 0; i < xs.size(); ++i) {
-      CAPTURE(xs[i]);
-      const double want = o.ref(static_cast<double>(xs[i]));
-      if (std::isnan(want)) {
-        CHECK(std::isnan(got[i]));
-      } else if (std::isinf(want)) {
-        CHECK(static_cast<double>(got[i]) == want);
-      } else {
-        CHECK(std::abs(static_cast<double>(got[i]) - want) <= tol * std::max(1.0, std::abs(want)));
-        if (want == 0.0) CHECK(std::signbit(got[i]) == std::signbit(want));
-      }
+  CAPTURE(name(P));
+  std::vector<float> xs(std::begin(MathDef<P>::kSpecial), std::end(MathDef<P>::kSpecial));
+  xs.push_back(std::numeric_limits<float>::quiet_NaN());
+  const std::vector<float> got = op(f32s(xs)).to_vector<float>();
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    CAPTURE(xs[i]);
+    const double want = MathDef<P>::reference(static_cast<double>(xs[i]));
+    if (std::isnan(want)) {
+      CHECK(std::isnan(got[i]));
+    } else if (std::isinf(want)) {
+      CHECK(static_cast<double>(got[i]) == want);
+    } else {
+      CHECK(std::abs(static_cast<double>(got[i]) - want) <= tol * std::max(1.0, std::abs(want)));
+      if (want == 0.0) CHECK(std::signbit(got[i]) == std::signbit(want));
     }
   }
   // Integer operands are refused, naming the op.
-  CHECK_THROWS_WITH_AS(sin(i32s({1, 2})), doctest::Contains("[sin]"), DTypeError);
+  const std::string tag = "[" + std::string(name(P)) + "]";
+  CHECK_THROWS_WITH_AS(op(i32s({1, 2})), doctest::Contains(tag.c_str()), DTypeError);
+}
+}  // namespace
+
+TEST_CASE("float math ops (every KILN_MATH row) match the C library, with their special values") {
+  std::size_t checked = 0;
+#define KILN_PRIM(id, name, family, params, traits)
+#define KILN_MATH(id, name, traits) \
+  check_math_against_reference<Prim::id>(&kiln::name);  \
+  ++checked;
+#include "kiln/dsl/primitives.inc"
+#undef KILN_MATH
+#undef KILN_PRIM
+  std::size_t rows = 0;
+  for (const PrimInfo& i : all_prims()) rows += has_trait(i.prim, PrimTrait::kMath) ? 1 : 0;
+  CHECK(checked == rows);
 }
 
 TEST_CASE("composites: reciprocal, clip, isnan/isinf/isfinite, logaddexp") {

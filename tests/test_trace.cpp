@@ -32,7 +32,7 @@ TEST_CASE("a traced function prints like a jaxpr, with input paths") {
   CHECK(to_string(p) ==
         "{ lambda ; a:f32[2,3] (x) b:f32[3] (y). let\n"
         "    c:f32[2,3] = multiply a b\n"
-        "    d:f32[] = full[value=2 shape=() dtype=f32 device=" +
+        "    d:f32[] = full[value=2 device=" +
             default_device().to_string() + "]\n"
         "    e:f32[2,3] = add c d\n"
         "    f:f32[] = sum[axes=(0, 1)] e\n"
@@ -115,35 +115,70 @@ TEST_CASE("equations differing only in a parameter are not merged, and every Par
   CHECK(plus.to_vector<float>() == std::vector<float>(3, INFINITY));
   CHECK(minus.to_vector<float>() == std::vector<float>(3, -INFINITY));
 
-  // Each field on its own makes two Params differ (== and hash): the rule walks
-  // the struct's fields, so a new field cannot be left out of the key.
-  const Params base;
-  std::size_t index = 0;
-  const std::size_t n = detail::kFieldCount<Params>;
-  for (std::size_t field = 0; field < n; ++field) {
-    Params changed = base;
-    index = 0;
-    detail::for_each_field(changed, [&](auto& f) {
-      if (index++ != field) return;
-      using T = std::remove_cvref_t<decltype(f)>;
-      if constexpr (std::is_same_v<T, bool>) {
-        f = !f;
-      } else if constexpr (std::is_same_v<T, double>) {
-        f = -f;  // 0.0 -> -0.0, 1.0 -> -1.0
-      } else if constexpr (std::is_same_v<T, DType>) {
-        f = f == f32 ? i32 : f32;
-      } else if constexpr (std::is_same_v<T, Device>) {
-        f = Device::vulkan(3);
-      } else if constexpr (std::is_integral_v<T>) {
-        f = f + 1;
-      } else {
-        f.push_back(1);  // Axes, Shape
-      }
-    });
-    CAPTURE(field);
-    CHECK_FALSE(changed == base);
-    CHECK(absl::HashOf(changed) != absl::HashOf(base));
-  }
+  // Each field of each parameter struct on its own makes two Params differ
+  // (== and hash), and no two structs compare equal: the rule walks the
+  // alternatives of ParamsVariant and their fields, so neither a new struct
+  // nor a new field can be left out of the key.
+  const auto each_struct = [&]<std::size_t... I>(std::index_sequence<I...>, auto&& f) {
+    (f(std::type_identity<std::variant_alternative_t<I, ParamsVariant>>{}), ...);
+  };
+  std::vector<Params> defaults;
+  each_struct(std::make_index_sequence<std::variant_size_v<ParamsVariant>>(), [&](auto tag) {
+    using S = typename decltype(tag)::type;
+    // Copies, not moves, of default-constructed structs: GCC 12 warns that a
+    // moved-from empty InlinedVector's storage "may be used uninitialized".
+    const S zero = S();
+    const Params base(zero);
+    for (const Params& other : defaults) {
+      CHECK_FALSE(other == base);
+      CHECK(absl::HashOf(other) != absl::HashOf(base));
+    }
+    defaults.push_back(base);
+    const std::size_t n = detail::kFieldCount<S>;
+    for (std::size_t field = 0; field < n; ++field) {
+      S changed = zero;
+      std::size_t index = 0;
+      detail::for_each_field(changed, [&](auto& f) {
+        if (index++ != field) return;
+        using T = std::remove_cvref_t<decltype(f)>;
+        if constexpr (std::is_same_v<T, bool>) {
+          f = !f;
+        } else if constexpr (std::is_same_v<T, double>) {
+          f = -f;  // 0.0 -> -0.0, 1.0 -> -1.0
+        } else if constexpr (std::is_same_v<T, DType>) {
+          f = f == f32 ? i32 : f32;
+        } else if constexpr (std::is_same_v<T, Device>) {
+          f = Device::vulkan(3);
+        } else if constexpr (std::is_integral_v<T>) {
+          f = f + 1;
+        } else {
+          f.push_back(1);  // Axes, Shape
+        }
+      });
+      CAPTURE(to_string(base));
+      CAPTURE(field);
+      const Params other(std::as_const(changed));
+      CHECK_FALSE(other == base);
+      CHECK(absl::HashOf(other) != absl::HashOf(base));
+      CHECK(cache_key(other) != cache_key(base));
+    }
+  });
+  CHECK(defaults.size() == std::variant_size_v<ParamsVariant>);
+}
+
+TEST_CASE("each primitive's row names the parameter struct its bindings carry") {
+  // bind<P> takes ParamsOf<P> only (a compile error otherwise); the untyped
+  // bind checks at run time, for programs replayed from equations.
+  static_assert(std::is_same_v<ParamsOf<Prim::kSum>, ReduceParams>);
+  static_assert(std::is_same_v<ParamsOf<Prim::kSlice>, SliceParams>);
+  static_assert(std::is_same_v<ParamsOf<Prim::kAdd>, NoParams>);
+  const Array x = ones({2, 3});
+  const Array in[] = {x};
+  CHECK_THROWS_WITH_AS(detail::bind(Prim::kSum, Params{AxisParams{0}}, in, Aval{f32, {3}}),
+                       doctest::Contains("[kiln internal] a binding holds parameter struct"),
+                       Error);
+  CHECK(detail::bind(Prim::kSum, Params{ReduceParams{{0}, false}}, in, Aval{f32, {3}})
+            .to_vector<float>() == std::vector<float>{2, 2, 2});
 }
 
 TEST_CASE("arrays from outside the trace become constants; reading a tracer is an error") {
@@ -200,7 +235,7 @@ TEST_CASE("layout simplification: transposes compose, identities disappear") {
   CHECK(p.outputs[0] == p.inputs[0]);
   CHECK(p.outputs[3] == p.inputs[0]);
   CHECK(p.equations[0].prim == Prim::kTranspose);
-  CHECK(p.equations[0].params.axes == Axes{2, 1, 0});
+  CHECK(p.equations[0].params.as<TransposeParams>().perm == Axes{2, 1, 0});
   CHECK(p.avals[p.equations[0].output].shape == Shape{4, 3, 2});
   CHECK(p.equations[1].prim == Prim::kReshape);
   CHECK(p.equations[1].inputs[0] == p.inputs[0]);

@@ -563,7 +563,7 @@ TEST_CASE("a kernel's SPIR-V prints as the assembly it was compiled from") {
   auto& cache = vk::Context::get(0).pipelines();
   const Array a = to_device(host_random({3}, f32), kGpu);
   (void)(a * a);
-  const vk::Pipeline* p = cache.find("map|multiply/f32|f32|f32@1;f32@1;");
+  const vk::Pipeline* p = cache.find("map|multiply|f32|f32@1;f32@1;");
   REQUIRE_MESSAGE(p != nullptr, "the multiply kernel should already be cached");
   CHECK(p->text.find("OpEntryPoint GLCompute %main \"main\"") != std::string::npos);
   CHECK(p->text.find("OpFMul %f32") != std::string::npos);

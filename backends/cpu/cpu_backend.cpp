@@ -7,6 +7,12 @@ std::shared_ptr<HostBuffer> allocate(const Aval& out) {
   return HostBuffer::allocate(numel(out.shape) * size_of(out.dtype));
 }
 
+// These families' handlers are one kernel each (where, argsort, matmul, the
+// identity): a second primitive in one needs its own case there first.
+static_assert(prims_in(PrimFamily::kWhere) == 1 && prims_in(PrimFamily::kSort) == 1 &&
+                  prims_in(PrimFamily::kMatmul) == 1 && prims_in(PrimFamily::kIdentity) == 1,
+              "a family the CPU backend handles with a single kernel grew a primitive");
+
 std::shared_ptr<Buffer> CpuBackend::eval(Prim p, const Params& params,
                                          std::span<const Array> inputs,
                                          const Aval& out) {

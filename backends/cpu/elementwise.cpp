@@ -330,160 +330,121 @@ void compare_apply(F f, const BinaryArgs& args) {
   BroadcastPlan<2>::make(*args.shape, {args.a_shape, args.b_shape}).for_each_row(row_op);
 }
 
-template <class T>
-void unary_kernel(Prim p, DType dtype, const void* a, void* out, std::size_t n) {
+// One unary primitive P on dtype T. The chain covers every kUnary row (a row
+// without a case fails the static_assert); a dtype the op does not take ends
+// in unsupported() (the op's dtype rule refused it already).
+template <class T, Prim P>
+void unary_kernel(DType dtype, const void* a, void* out, std::size_t n) {
   using W = Wrapping<T>;
-  if constexpr (std::is_floating_point_v<T>) {
-    const bool math = visit_math(p, [&](auto def) {
-      unary_apply<T>([](const auto& x) { return decltype(def)::cpu(x); }, a, out, n);
-    });
-    if (math) return;
-    switch (p) {
-      case Prim::kExp:
-        return unary_apply<T>([](const auto& x) { return xt::exp(x); }, a, out, n);
-      case Prim::kLog:
-        return unary_apply<T>([](const auto& x) { return xt::log(x); }, a, out, n);
-      case Prim::kTanh:
-        return unary_apply<T>([](const auto& x) { return xt::tanh(x); }, a, out, n);
-      case Prim::kSqrt:
-        return unary_apply<T>([](const auto& x) { return xt::sqrt(x); }, a, out, n);
-      case Prim::kRsqrt:
-        return unary_apply<T>([](const auto& x) { return T(1) / xt::sqrt(x); },
-                              a, out, n);
-      case Prim::kSigmoid:
-        // exp(-x) overflows to inf for very negative x, which still gives 0.
-        return unary_apply<T>(
-            [](const auto& x) { return T(1) / (T(1) + xt::exp(-x)); }, a, out, n);
-      case Prim::kAbs:
-        return unary_apply<T>([](const auto& x) { return xt::abs(x); }, a, out, n);
-      case Prim::kRelu: {
-        static constexpr T kZero = 0;
-        return unary_apply<T>(
-            [](const auto& x) { return apply<NanMaximum>(x, kZero); }, a, out, n);
-      }
-      default:
-        break;
+  constexpr bool kFloat = std::is_floating_point_v<T>;
+  constexpr bool kInt = std::is_integral_v<T> && !std::is_same_v<T, bool>;
+  constexpr bool kBool = std::is_same_v<T, bool>;
+  const auto run = [&](auto f) { unary_apply<T>(f, a, out, n); };
+  if constexpr (has_trait(P, PrimTrait::kMath)) {
+    if constexpr (kFloat) return run([](const auto& x) { return MathDef<P>::cpu(x); });
+  } else if constexpr (P == Prim::kExp) {
+    if constexpr (kFloat) return run([](const auto& x) { return xt::exp(x); });
+  } else if constexpr (P == Prim::kLog) {
+    if constexpr (kFloat) return run([](const auto& x) { return xt::log(x); });
+  } else if constexpr (P == Prim::kTanh) {
+    if constexpr (kFloat) return run([](const auto& x) { return xt::tanh(x); });
+  } else if constexpr (P == Prim::kSqrt) {
+    if constexpr (kFloat) return run([](const auto& x) { return xt::sqrt(x); });
+  } else if constexpr (P == Prim::kRsqrt) {
+    if constexpr (kFloat) return run([](const auto& x) { return T(1) / xt::sqrt(x); });
+  } else if constexpr (P == Prim::kSigmoid) {
+    // exp(-x) overflows to inf for very negative x, which still gives 0.
+    if constexpr (kFloat) return run([](const auto& x) { return T(1) / (T(1) + xt::exp(-x)); });
+  } else if constexpr (P == Prim::kAbs || P == Prim::kRelu) {
+    if constexpr (kFloat && P == Prim::kAbs) {
+      return run([](const auto& x) { return xt::abs(x); });
+    } else if constexpr (kFloat) {
+      static constexpr T kZero = 0;
+      return run([](const auto& x) { return apply<NanMaximum>(x, kZero); });
+    } else if constexpr (kInt && std::is_unsigned_v<T>) {  // both are the identity on u32
+      std::memcpy(out, a, n * sizeof(T));
+      return;
+    } else if constexpr (kInt && P == Prim::kAbs) {
+      return run([](const auto& x) { return apply<WrappingAbs>(x); });
+    } else if constexpr (kInt) {
+      static constexpr T kZero = 0;
+      return run([](const auto& x) { return xt::maximum(x, kZero); });
     }
-  }
-  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
-    switch (p) {
-      case Prim::kBitwiseNot:
-        return unary_apply<T>([](const auto& x) { return apply<BitNot>(x); },
-                              a, out, n);
-      case Prim::kAbs:
-      case Prim::kRelu:
-        if constexpr (std::is_unsigned_v<T>) {  // both are the identity on u32
-          std::memcpy(out, a, n * sizeof(T));
-          return;
-        } else if (p == Prim::kAbs) {
-          return unary_apply<T>(
-              [](const auto& x) { return apply<WrappingAbs>(x); }, a, out, n);
-        } else {
-          static constexpr T kZero = 0;
-          return unary_apply<T>(
-              [](const auto& x) { return xt::maximum(x, kZero); }, a, out, n);
-        }
-      default:
-        break;
+  } else if constexpr (P == Prim::kBitwiseNot || P == Prim::kLogicalNot) {
+    if constexpr (kBool) {
+      return unary_apply<std::uint8_t>([](const auto& x) { return apply<FlipBit>(x); }, a, out, n);
+    } else if constexpr (kInt && P == Prim::kBitwiseNot) {
+      return run([](const auto& x) { return apply<BitNot>(x); });
     }
-  }
-  if constexpr (std::is_same_v<T, bool>) {
-    if (p == Prim::kLogicalNot || p == Prim::kBitwiseNot) {
-      return unary_apply<std::uint8_t>(
-          [](const auto& x) { return apply<FlipBit>(x); }, a, out, n);
+  } else if constexpr (P == Prim::kNeg) {
+    if constexpr (!kBool) {
+      return unary_apply<W>([](const auto& x) { return -x; }, a, out, n);
     }
-  } else if (p == Prim::kNeg) {
-    return unary_apply<W>([](const auto& x) { return -x; }, a, out, n);
+  } else {
+    static_assert(kUnhandled<P>, "a unary primitive without a CPU kernel");
   }
-  unsupported(p, dtype);
+  unsupported(P, dtype);
 }
 
-template <class T>
-void binary_kernel(Prim p, DType dtype, const BinaryArgs& args) {
+// One binary primitive P on dtype T (every kBinary row; see unary_kernel).
+template <class T, Prim P>
+void binary_kernel(DType dtype, const BinaryArgs& args) {
   using S = Stored<T>;
   using W = Wrapping<T>;
+  constexpr bool kFloat = std::is_floating_point_v<T>;
+  constexpr bool kIntOrBool = std::is_integral_v<T>;  // bool (as bytes), i32, u32
+  constexpr bool kInt = kIntOrBool && !std::is_same_v<T, bool>;
   const auto run = [&](auto f) { binary_apply<S, S>(f, args); };
+  const auto wrapping = [&](auto f) { binary_apply<W, W>(f, args); };
   // Comparisons write bool bytes, in plain loops the compiler vectorizes
   // (xtensor's cast of comparison batches to bytes ran element by element).
   const auto compare = [&](auto f) { compare_apply<S>(f, args); };
-  switch (p) {
-    case Prim::kEq:
-      return compare(std::equal_to<>{});
-    case Prim::kNe:
-      return compare(std::not_equal_to<>{});
-    case Prim::kLt:
-      return compare(std::less<>{});
-    case Prim::kLe:
-      return compare(std::less_equal<>{});
-    case Prim::kGt:
-      return compare(std::greater<>{});
-    case Prim::kGe:
-      return compare(std::greater_equal<>{});
-    case Prim::kMaximum:
-      return run(
-          [](const auto& x, const auto& y) { return apply<NanMaximum>(x, y); });
-    case Prim::kMinimum:
-      return run(
-          [](const auto& x, const auto& y) { return apply<NanMinimum>(x, y); });
-    default:
-      break;
-  }
-  if constexpr (std::is_integral_v<T>) {  // bool (as bytes), i32, u32
-    switch (p) {
-      case Prim::kLogicalAnd:
-      case Prim::kBitwiseAnd:
-        return run(
-            [](const auto& x, const auto& y) { return apply<BitAnd>(x, y); });
-      case Prim::kLogicalOr:
-      case Prim::kBitwiseOr:
-        return run(
-            [](const auto& x, const auto& y) { return apply<BitOr>(x, y); });
-      case Prim::kBitwiseXor:
-        return run(
-            [](const auto& x, const auto& y) { return apply<BitXor>(x, y); });
-      default:
-        break;
+  if constexpr (P == Prim::kEq) {
+    return compare(std::equal_to<>{});
+  } else if constexpr (P == Prim::kNe) {
+    return compare(std::not_equal_to<>{});
+  } else if constexpr (P == Prim::kLt) {
+    return compare(std::less<>{});
+  } else if constexpr (P == Prim::kLe) {
+    return compare(std::less_equal<>{});
+  } else if constexpr (P == Prim::kGt) {
+    return compare(std::greater<>{});
+  } else if constexpr (P == Prim::kGe) {
+    return compare(std::greater_equal<>{});
+  } else if constexpr (P == Prim::kMaximum) {
+    return run([](const auto& x, const auto& y) { return apply<NanMaximum>(x, y); });
+  } else if constexpr (P == Prim::kMinimum) {
+    return run([](const auto& x, const auto& y) { return apply<NanMinimum>(x, y); });
+  } else if constexpr (P == Prim::kLogicalAnd || P == Prim::kBitwiseAnd) {
+    if constexpr (kIntOrBool) return run([](const auto& x, const auto& y) { return apply<BitAnd>(x, y); });
+  } else if constexpr (P == Prim::kLogicalOr || P == Prim::kBitwiseOr) {
+    if constexpr (kIntOrBool) return run([](const auto& x, const auto& y) { return apply<BitOr>(x, y); });
+  } else if constexpr (P == Prim::kBitwiseXor) {
+    if constexpr (kIntOrBool) return run([](const auto& x, const auto& y) { return apply<BitXor>(x, y); });
+  } else if constexpr (P == Prim::kShiftLeft) {
+    if constexpr (kInt) return run([](const auto& x, const auto& y) { return apply<ShiftLeft>(x, y); });
+  } else if constexpr (P == Prim::kShiftRightLogical) {
+    if constexpr (kInt) {
+      return run([](const auto& x, const auto& y) { return apply<ShiftRightLogical>(x, y); });
     }
-  }
-  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
-    if (p == Prim::kShiftLeft) {
-      return run(
-          [](const auto& x, const auto& y) { return apply<ShiftLeft>(x, y); });
+  } else if constexpr (P == Prim::kAdd) {
+    if constexpr (!std::is_same_v<T, bool>) return wrapping([](const auto& x, const auto& y) { return x + y; });
+  } else if constexpr (P == Prim::kSub) {
+    if constexpr (!std::is_same_v<T, bool>) return wrapping([](const auto& x, const auto& y) { return x - y; });
+  } else if constexpr (P == Prim::kMul) {
+    if constexpr (!std::is_same_v<T, bool>) return wrapping([](const auto& x, const auto& y) { return x * y; });
+  } else if constexpr (P == Prim::kDiv) {
+    if constexpr (kFloat) {
+      return run([](const auto& x, const auto& y) { return x / y; });
+    } else if constexpr (kInt) {
+      return run([](const auto& x, const auto& y) { return apply<IntDivide>(x, y); });
     }
-    if (p == Prim::kShiftRightLogical) {
-      return run([](const auto& x, const auto& y) {
-        return apply<ShiftRightLogical>(x, y);
-      });
-    }
+  } else if constexpr (P == Prim::kPow) {
+    if constexpr (kFloat) return run([](const auto& x, const auto& y) { return apply<Power>(x, y); });
+  } else {
+    static_assert(kUnhandled<P>, "a binary primitive without a CPU kernel");
   }
-  if constexpr (!std::is_same_v<T, bool>) {
-    const auto wrapping = [&](auto f) { binary_apply<W, W>(f, args); };
-    switch (p) {
-      case Prim::kAdd:
-        return wrapping([](const auto& x, const auto& y) { return x + y; });
-      case Prim::kSub:
-        return wrapping([](const auto& x, const auto& y) { return x - y; });
-      case Prim::kMul:
-        return wrapping([](const auto& x, const auto& y) { return x * y; });
-      case Prim::kDiv:
-        if constexpr (std::is_floating_point_v<T>) {
-          return run([](const auto& x, const auto& y) { return x / y; });
-        } else {
-          return run([](const auto& x, const auto& y) {
-            return apply<IntDivide>(x, y);
-          });
-        }
-      case Prim::kPow:
-        if constexpr (std::is_floating_point_v<T>) {
-          return run(
-              [](const auto& x, const auto& y) { return apply<Power>(x, y); });
-        }
-        break;
-      default:
-        break;
-    }
-  }
-  unsupported(p, dtype);
+  unsupported(P, dtype);
 }
 
 // where over one row, operands contiguous (true) or broadcast (false). Both
@@ -517,15 +478,7 @@ void where_row(const std::uint8_t* c, std::size_t sc, const S* a, std::size_t sa
   }
 }
 
-bool is_comparison(Prim p) {
-  switch (p) {
-    case Prim::kEq: case Prim::kNe: case Prim::kLt: case Prim::kLe:
-    case Prim::kGt: case Prim::kGe:
-      return true;
-    default:
-      return false;
-  }
-}
+bool is_comparison(Prim p) { return has_trait(p, PrimTrait::kComparison); }
 
 // Copies out[0] to out[1..n) (elements of `size` bytes).
 void fill_from_first(void* out, std::size_t size, std::size_t n) {
@@ -549,7 +502,9 @@ void check_host_dtype(Prim p, DType d) {
 
 void unary_flat(Prim p, DType dtype, const void* x, void* out, std::size_t n) {
   visit_dtype(dtype, [&](auto zero) {
-    unary_kernel<decltype(zero)>(p, dtype, x, out, n);
+    visit_family<PrimFamily::kUnary>(p, [&]<Prim P>(PrimC<P>) {
+      unary_kernel<decltype(zero), P>(dtype, x, out, n);
+    });
   });
 }
 
@@ -566,7 +521,11 @@ void binary_flat(Prim p, DType in, FlatOperand a, FlatOperand b, void* out,
   args.n = n;
   args.a_scalar = a.scalar;
   args.b_scalar = b.scalar;
-  visit_dtype(in, [&](auto zero) { binary_kernel<decltype(zero)>(p, in, args); });
+  visit_dtype(in, [&](auto zero) {
+    visit_family<PrimFamily::kBinary>(p, [&]<Prim P>(PrimC<P>) {
+      binary_kernel<decltype(zero), P>(in, args);
+    });
+  });
 }
 
 void where_flat(DType dtype, FlatOperand c, FlatOperand a, FlatOperand b,
@@ -635,7 +594,9 @@ std::shared_ptr<Buffer> eval_binary(Prim p, const Params&,
     args.shape = &out.shape;
   }
   visit_dtype(a.dtype(), [&](auto zero) {
-    binary_kernel<decltype(zero)>(p, a.dtype(), args);
+    visit_family<PrimFamily::kBinary>(p, [&]<Prim P>(PrimC<P>) {
+      binary_kernel<decltype(zero), P>(a.dtype(), args);
+    });
   });
   return buf;
 }
@@ -669,8 +630,13 @@ std::shared_ptr<Buffer> eval_astype(Prim p, const Params&,
                                     std::span<const Array> inputs,
                                     const Aval& out) {
   check_host_dtypes(p, inputs, out);
+  const bool bitcast = visit_family<PrimFamily::kAstype>(p, [&]<Prim P>(PrimC<P>) {
+    static_assert(P == Prim::kAstype || P == Prim::kBitcast,
+                  "a conversion primitive without a CPU kernel");
+    return P == Prim::kBitcast;
+  });
   // bitcast keeps the bytes and arrays are immutable: share the buffer.
-  if (p == Prim::kBitcast) return inputs[0].buffer();
+  if (bitcast) return inputs[0].buffer();
   auto buf = allocate(out);
   const Array& a = inputs[0];
   const auto n = static_cast<std::size_t>(a.size());

@@ -42,7 +42,7 @@ void normalize_indices(Prim p, std::vector<std::int64_t>& idx,
 }
 
 // out[o, j, :] = a[o, idx[j], :] with the array viewed as (outer, n, inner).
-std::shared_ptr<Buffer> take(const Params& params, const Array& a,
+std::shared_ptr<Buffer> take(const AxisParams& params, const Array& a,
                              const Array& indices, const Aval& out) {
   const auto axis = static_cast<std::size_t>(params.axis);
   const Shape& shape = a.shape();
@@ -76,7 +76,7 @@ std::shared_ptr<Buffer> take(const Params& params, const Array& a,
 
 // out[..., j, ...] = a[..., idx[..., j, ...], ...] where the non-axis dims of
 // `a` and of the indices broadcast to the output's (stride 0 on a size-1 dim).
-std::shared_ptr<Buffer> take_along_axis(const Params& params, const Array& a,
+std::shared_ptr<Buffer> take_along_axis(const AxisParams& params, const Array& a,
                                         const Array& indices, const Aval& out) {
   const auto axis = static_cast<std::size_t>(params.axis);
   const std::int64_t n = a.shape()[axis];
@@ -126,7 +126,7 @@ std::shared_ptr<Buffer> take_along_axis(const Params& params, const Array& a,
 }
 
 // Out-of-range indices (negative ones included) leave their row all zero.
-std::shared_ptr<Buffer> one_hot(const Params& params, const Array& indices,
+std::shared_ptr<Buffer> one_hot(const OneHotParams& params, const Array& indices,
                                 const Aval& out) {
   const auto idx = read_indices(indices);
   const std::int64_t depth = params.depth;
@@ -150,7 +150,7 @@ std::shared_ptr<Buffer> one_hot(const Params& params, const Array& indices,
 // in index order (k ascending), the order the Vulkan kernel uses too, so both
 // backends sum repeated indices identically. kScatterAddAlongAxis reads an
 // index per element (indices shaped like the updates); the others one per k.
-std::shared_ptr<Buffer> scatter(Prim p, const Params& params, std::span<const Array> in,
+std::shared_ptr<Buffer> scatter(Prim p, const AxisParams& params, std::span<const Array> in,
                                 const Aval& out) {
   const Array& a = in[0];
   const Array& upd = in[2];
@@ -201,22 +201,21 @@ std::shared_ptr<Buffer> scatter(Prim p, const Params& params, std::span<const Ar
 std::shared_ptr<Buffer> eval_index(Prim p, const Params& params,
                                    std::span<const Array> inputs,
                                    const Aval& out) {
-  switch (p) {
-    case Prim::kTake:
-      return take(params, inputs[0], inputs[1], out);
-    case Prim::kTakeAlongAxis:
-      return take_along_axis(params, inputs[0], inputs[1], out);
-    case Prim::kOneHot:
-      return one_hot(params, inputs[0], out);
-    case Prim::kScatter:
-    case Prim::kScatterAdd:
-    case Prim::kScatterAddAlongAxis:
-      return scatter(p, params, inputs, out);
-    default:
-      break;
-  }
-  throw Error(
-      detail::str_cat("[cpu] ", name(p), " is not an indexing primitive"));
+  return visit_family<PrimFamily::kIndex>(p, [&]<Prim P>(PrimC<P>) {
+    const auto& q = params.as<ParamsOf<P>>();
+    if constexpr (P == Prim::kTake) {
+      return take(q, inputs[0], inputs[1], out);
+    } else if constexpr (P == Prim::kTakeAlongAxis) {
+      return take_along_axis(q, inputs[0], inputs[1], out);
+    } else if constexpr (P == Prim::kOneHot) {
+      return one_hot(q, inputs[0], out);
+    } else if constexpr (P == Prim::kScatter || P == Prim::kScatterAdd ||
+                         P == Prim::kScatterAddAlongAxis) {
+      return scatter(P, q, inputs, out);
+    } else {
+      static_assert(kUnhandled<P>, "an index primitive without a CPU kernel");
+    }
+  });
 }
 
 }  // namespace kiln::cpu

@@ -105,14 +105,14 @@ std::shared_ptr<Buffer> gather(const Array& in, std::int64_t offset,
   return buf;
 }
 
-std::shared_ptr<Buffer> transpose(const Params& params, const Array& in,
+std::shared_ptr<Buffer> transpose(const TransposeParams& params, const Array& in,
                                   const Aval& out) {
   const Shape in_strides = row_major_strides(in.shape());
   Shape strides;
   bool identity = true;
-  for (std::size_t i = 0; i < params.axes.size(); ++i) {
-    strides.push_back(in_strides[params.axes[i]]);
-    identity = identity && params.axes[i] == static_cast<std::int64_t>(i);
+  for (std::size_t i = 0; i < params.perm.size(); ++i) {
+    strides.push_back(in_strides[params.perm[i]]);
+    identity = identity && params.perm[i] == static_cast<std::int64_t>(i);
   }
   if (identity) return in.buffer();
   return gather(in, 0, strides, out);
@@ -130,7 +130,7 @@ std::shared_ptr<Buffer> broadcast_to(const Array& in, const Aval& out) {
   return gather(in, 0, strides, out);
 }
 
-std::shared_ptr<Buffer> slice(const Params& params, const Array& in,
+std::shared_ptr<Buffer> slice(const SliceParams& params, const Array& in,
                               const Aval& out) {
   const Shape& shape = in.shape();
   const Shape in_strides = row_major_strides(shape);
@@ -148,7 +148,7 @@ std::shared_ptr<Buffer> slice(const Params& params, const Array& in,
 
 // Every input, and the output, is viewed as (outer, axis extent * inner): each
 // input then fills a band of columns, one contiguous run per row.
-std::shared_ptr<Buffer> concatenate(const Params& params,
+std::shared_ptr<Buffer> concatenate(const AxisParams& params,
                                     std::span<const Array> inputs,
                                     const Aval& out) {
   auto buf = allocate(out);
@@ -177,21 +177,22 @@ std::shared_ptr<Buffer> concatenate(const Params& params,
 std::shared_ptr<Buffer> eval_layout(Prim p, const Params& params,
                                     std::span<const Array> inputs,
                                     const Aval& out) {
-  switch (p) {
-    case Prim::kReshape:
+  return visit_family<PrimFamily::kLayout>(p, [&]<Prim P>(PrimC<P>) {
+    const auto& q = params.as<ParamsOf<P>>();
+    if constexpr (P == Prim::kReshape) {
       return inputs[0].buffer();  // same elements, same order
-    case Prim::kTranspose:
-      return transpose(params, inputs[0], out);
-    case Prim::kBroadcastTo:
+    } else if constexpr (P == Prim::kTranspose) {
+      return transpose(q, inputs[0], out);
+    } else if constexpr (P == Prim::kBroadcastTo) {
       return broadcast_to(inputs[0], out);
-    case Prim::kConcatenate:
-      return concatenate(params, inputs, out);
-    case Prim::kSlice:
-      return slice(params, inputs[0], out);
-    default:
-      break;
-  }
-  throw Error(detail::str_cat("[cpu] ", name(p), " is not a layout primitive"));
+    } else if constexpr (P == Prim::kConcatenate) {
+      return concatenate(q, inputs, out);
+    } else if constexpr (P == Prim::kSlice) {
+      return slice(q, inputs[0], out);
+    } else {
+      static_assert(kUnhandled<P>, "a layout primitive without a CPU kernel");
+    }
+  });
 }
 
 }  // namespace kiln::cpu

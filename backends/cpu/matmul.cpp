@@ -97,16 +97,17 @@ void batched_matmul(const Array& a, const Array& b, const Aval& out, T* c, bool 
 std::shared_ptr<Buffer> eval_matmul(Prim, const Params& params,
                                     std::span<const Array> inputs,
                                     const Aval& out) {
+  const auto& q = params.as<MatmulParams>();
   auto buf = allocate(out);
   if (numel(out.shape) == 0) return buf;
   switch (out.dtype) {
     case DType::kF32:
       batched_matmul(inputs[0], inputs[1], out, static_cast<float*>(buf->host_data()),
-                     params.transpose_a, params.transpose_b);
+                     q.transpose_a, q.transpose_b);
       break;
     case DType::kF64:
       batched_matmul(inputs[0], inputs[1], out, static_cast<double*>(buf->host_data()),
-                     params.transpose_a, params.transpose_b);
+                     q.transpose_a, q.transpose_b);
       break;
     default:
       throw DTypeError(detail::str_cat(

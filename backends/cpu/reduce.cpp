@@ -270,7 +270,7 @@ std::shared_ptr<Buffer> eval_reduce(Prim p, const Params& params,
     }
     return buf;
   }
-  const Collapsed c = collapse(a.shape(), params.axes);
+  const Collapsed c = collapse(a.shape(), params.as<ReduceParams>().axes);
   const auto run = [&]<class Op>(Op) {
     visit_dtype(a.dtype(), [&](auto zero) {
       using S = Stored<decltype(zero), Op>;
@@ -284,22 +284,19 @@ std::shared_ptr<Buffer> eval_reduce(Prim p, const Params& params,
       }
     });
   };
-  switch (p) {
-    case Prim::kSum:
+  visit_family<PrimFamily::kReduce>(p, [&]<Prim P>(PrimC<P>) {
+    if constexpr (P == Prim::kSum) {
       run(Plus{});
-      break;
-    case Prim::kMax:
+    } else if constexpr (P == Prim::kMax) {
       run(NanMax{});
-      break;
-    case Prim::kMin:
+    } else if constexpr (P == Prim::kMin) {
       run(NanMin{});
-      break;
-    case Prim::kProd:
+    } else if constexpr (P == Prim::kProd) {
       run(Times{});
-      break;
-    default:
-      throw Error(detail::str_cat("[", name(p), "] is not a reduction"));
-  }
+    } else {
+      static_assert(kUnhandled<P>, "a reduction without a CPU kernel");
+    }
+  });
   return buf;
 }
 
@@ -310,7 +307,7 @@ std::shared_ptr<Buffer> eval_arg_reduce(Prim p, const Params& params,
   check_host_dtype(p, a.dtype());
   auto buf = allocate(out);
   if (numel(out.shape) == 0) return buf;
-  const auto axis = static_cast<std::size_t>(params.axis);
+  const auto axis = static_cast<std::size_t>(params.as<ArgReduceParams>().axis);
   std::size_t outer = 1;
   std::size_t inner = 1;
   for (std::size_t i = 0; i < axis; ++i)
@@ -322,11 +319,15 @@ std::shared_ptr<Buffer> eval_arg_reduce(Prim p, const Params& params,
   auto* idx = static_cast<std::int32_t*>(buf->host_data());
   visit_dtype(a.dtype(), [&](auto zero) {
     using S = Stored<decltype(zero), NanMax>;
-    if (p == Prim::kArgmax) {
-      arg_reduce_kernel<true>(elements<S>(a), idx, outer, n, inner);
-    } else {
-      arg_reduce_kernel<false>(elements<S>(a), idx, outer, n, inner);
-    }
+    visit_family<PrimFamily::kArgReduce>(p, [&]<Prim P>(PrimC<P>) {
+      if constexpr (P == Prim::kArgmax) {
+        arg_reduce_kernel<true>(elements<S>(a), idx, outer, n, inner);
+      } else if constexpr (P == Prim::kArgmin) {
+        arg_reduce_kernel<false>(elements<S>(a), idx, outer, n, inner);
+      } else {
+        static_assert(kUnhandled<P>, "an index reduction without a CPU kernel");
+      }
+    });
   });
   return buf;
 }

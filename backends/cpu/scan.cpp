@@ -2,7 +2,7 @@
 // array is viewed as (outer, n, inner); each step combines a whole row of
 // `inner` elements with the previous result row, so the inner loop is
 // contiguous and vectorises. Every column accumulates in axis order (or from
-// the end with params.reverse), the order the Vulkan kernel uses, so the two
+// the end with ScanParams::reverse), the order the Vulkan kernel uses, so the two
 // backends agree bit for bit. i32 wraps (computed on u32 bits).
 #include <cstring>
 #include <type_traits>
@@ -52,17 +52,22 @@ std::shared_ptr<Buffer> eval_scan(Prim p, const Params& params, std::span<const 
   }
   auto buf = allocate(out);
   if (numel(out.shape) == 0) return buf;
-  const auto [outer, n, inner] = around_axis(a.shape(), static_cast<std::size_t>(params.axis));
+  const auto& q = params.as<ScanParams>();
+  const auto [outer, n, inner] = around_axis(a.shape(), static_cast<std::size_t>(q.axis));
   visit_dtype(a.dtype(), [&](auto zero) {
     using T = decltype(zero);
     using S = std::conditional_t<std::is_same_v<T, std::int32_t>, std::uint32_t, T>;
     const S* in = static_cast<const S*>(a.buffer()->host_data());
     S* dst = static_cast<S*>(buf->host_data());
-    if (p == Prim::kCumprod) {
-      scan_kernel<S, true>(in, dst, outer, n, inner, params.reverse);
-    } else {
-      scan_kernel<S, false>(in, dst, outer, n, inner, params.reverse);
-    }
+    visit_family<PrimFamily::kScan>(p, [&]<Prim P>(PrimC<P>) {
+      if constexpr (P == Prim::kCumprod) {
+        scan_kernel<S, true>(in, dst, outer, n, inner, q.reverse);
+      } else if constexpr (P == Prim::kCumsum) {
+        scan_kernel<S, false>(in, dst, outer, n, inner, q.reverse);
+      } else {
+        static_assert(kUnhandled<P>, "a scan without a CPU kernel");
+      }
+    });
   });
   return buf;
 }

@@ -27,7 +27,8 @@ std::shared_ptr<Buffer> eval_sort(Prim p, const Params& params, std::span<const 
   }
   auto buf = allocate(out);
   if (numel(out.shape) == 0) return buf;
-  const auto [outer, n, inner] = around_axis(a.shape(), static_cast<std::size_t>(params.axis));
+  const auto& q = params.as<SortParams>();
+  const auto [outer, n, inner] = around_axis(a.shape(), static_cast<std::size_t>(q.axis));
   auto* dst = static_cast<std::int32_t*>(buf->host_data());
   visit_dtype(a.dtype(), [&](auto zero) {
     using T = decltype(zero);
@@ -45,9 +46,9 @@ std::shared_ptr<Buffer> eval_sort(Prim p, const Params& params, std::span<const 
     std::vector<std::pair<T, std::int32_t>> line(n);
     const auto before = [&](const std::pair<T, std::int32_t>& x,
                             const std::pair<T, std::int32_t>& y) {
-      const bool lt = params.reverse ? less(y.first, x.first) : less(x.first, y.first);
+      const bool lt = q.descending ? less(y.first, x.first) : less(x.first, y.first);
       if (lt) return true;
-      const bool gt = params.reverse ? less(x.first, y.first) : less(y.first, x.first);
+      const bool gt = q.descending ? less(x.first, y.first) : less(y.first, x.first);
       return !gt && x.second < y.second;
     };
     for (std::size_t o = 0; o < outer; ++o) {

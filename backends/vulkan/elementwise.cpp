@@ -1,7 +1,6 @@
 // Scalar semantics of the elementwise primitives in SPIR-V. These are the one
 // definition the eager kernels use and the fused kernels will reuse.
 #include <limits>
-#include <optional>
 
 #include "kiln/backends/vulkan/kernels.hpp"
 #include "kiln/dsl/unary_math.hpp"
@@ -127,27 +126,27 @@ Val nan_max(Builder& b, const Val& x, const Val& y, bool is_max) {
   return b.select(b.op("OpIsNan", Ty::kBool, {y}), y, r);
 }
 
-Val compare(Builder& b, Prim p, const Val& x, const Val& y) {
+template <Prim P>
+Val compare(Builder& b, const Val& x, const Val& y) {
   if (x.ty == Ty::kBool) {  // compare as 0/1
-    return compare(b, p, b.convert(x, Ty::kU32), b.convert(y, Ty::kU32));
+    return compare<P>(b, b.convert(x, Ty::kU32), b.convert(y, Ty::kU32));
   }
   const bool f = spv::is_float(x.ty), s = spv::is_signed(x.ty);
   const char* opcode = nullptr;
-  switch (p) {
-    case Prim::kEq: opcode = f ? "OpFOrdEqual" : "OpIEqual"; break;
-    case Prim::kNe: opcode = f ? "OpFUnordNotEqual" : "OpINotEqual"; break;
-    case Prim::kLt: opcode = f ? "OpFOrdLessThan" : s ? "OpSLessThan" : "OpULessThan"; break;
-    case Prim::kLe:
-      opcode = f ? "OpFOrdLessThanEqual" : s ? "OpSLessThanEqual" : "OpULessThanEqual";
-      break;
-    case Prim::kGt:
-      opcode = f ? "OpFOrdGreaterThan" : s ? "OpSGreaterThan" : "OpUGreaterThan";
-      break;
-    case Prim::kGe:
-      opcode = f ? "OpFOrdGreaterThanEqual"
-                 : s ? "OpSGreaterThanEqual" : "OpUGreaterThanEqual";
-      break;
-    default: break;
+  if constexpr (P == Prim::kEq) {
+    opcode = f ? "OpFOrdEqual" : "OpIEqual";
+  } else if constexpr (P == Prim::kNe) {
+    opcode = f ? "OpFUnordNotEqual" : "OpINotEqual";
+  } else if constexpr (P == Prim::kLt) {
+    opcode = f ? "OpFOrdLessThan" : s ? "OpSLessThan" : "OpULessThan";
+  } else if constexpr (P == Prim::kLe) {
+    opcode = f ? "OpFOrdLessThanEqual" : s ? "OpSLessThanEqual" : "OpULessThanEqual";
+  } else if constexpr (P == Prim::kGt) {
+    opcode = f ? "OpFOrdGreaterThan" : s ? "OpSGreaterThan" : "OpUGreaterThan";
+  } else if constexpr (P == Prim::kGe) {
+    opcode = f ? "OpFOrdGreaterThanEqual" : s ? "OpSGreaterThanEqual" : "OpUGreaterThanEqual";
+  } else {
+    static_assert(kUnhandled<P>, "a comparison without a SPIR-V opcode");
   }
   return b.op(opcode, Ty::kBool, {x, y});
 }
@@ -206,88 +205,115 @@ Val int_divide(Builder& b, const Val& x, const Val& y) {
 }  // namespace
 
 
-Val emit_elementwise(Builder& b, Prim p, const Params& params,
-                     std::span<const Val> a, DType in, DType out) {
-  if (p == Prim::kFull) return b.constant(spv::compute_type(out), params.value);
+namespace {
+
+// One elementwise primitive P (every row of the unary, binary, where, astype
+// and identity families: a row without a case fails the static_assert). A
+// dtype the lowering does not take is a DTypeError naming the op.
+template <Prim P>
+Val emit_one(Builder& b, const Params& params, std::span<const Val> a, DType in, DType out) {
   const Val& x = a[0];
   const Ty t = x.ty;
   const bool f = spv::is_float(t);
-  if (f) {
-    std::optional<Val> math;
-    visit_math(p, [&](auto def) { math = decltype(def)::vulkan(b, x); });
-    if (math) return *math;
+  const auto no_lowering = [&] {
+    return DTypeError(detail::str_cat("[", name(P), "] has no elementwise lowering on vulkan",
+                                      " for dtype ", name(in)));
+  };
+  if constexpr (has_trait(P, PrimTrait::kMath)) {
+    if (!f) throw no_lowering();
+    return MathDef<P>::vulkan(b, x);
+  } else if constexpr (P == Prim::kNeg) {
+    return f ? b.op("OpFNegate", t, {x}) : b.op("OpSNegate", t, {x});
+  } else if constexpr (P == Prim::kAbs) {
+    if (f) return b.glsl("FAbs", t, {x});
+    if (spv::is_signed(t)) {  // wraps: abs(INT_MIN) == INT_MIN
+      return b.select(b.op("OpSLessThan", Ty::kBool, {x, b.constant(t, 0)}),
+                      b.op("OpSNegate", t, {x}), x);
+    }
+    return x;
+  } else if constexpr (P == Prim::kExp) {
+    return exp_any(b, x);
+  } else if constexpr (P == Prim::kLog) {
+    return t == Ty::kF64 ? log64(b, x) : b.glsl("Log", t, {x});
+  } else if constexpr (P == Prim::kTanh) {
+    if (t == Ty::kF64) return tanh64(b, x);  // clamped: some drivers overflow exp(2x) for |x| > 44
+    Val c = b.glsl("FClamp", t, {x, b.constant(t, -15), b.constant(t, 15)});
+    return b.select(b.op("OpIsNan", Ty::kBool, {x}), x, b.glsl("Tanh", t, {c}));
+  } else if constexpr (P == Prim::kSqrt) {
+    return b.glsl("Sqrt", t, {x});
+  } else if constexpr (P == Prim::kRsqrt) {
+    return b.op("OpFDiv", t, {b.constant(t, 1), b.glsl("Sqrt", t, {x})});
+  } else if constexpr (P == Prim::kSigmoid) {
+    Val e = exp_any(b, b.op("OpFNegate", t, {x}));
+    return b.op("OpFDiv", t, {b.constant(t, 1), b.op("OpFAdd", t, {b.constant(t, 1), e})});
+  } else if constexpr (P == Prim::kRelu) {
+    if (f) return nan_max(b, x, b.constant(t, 0), true);
+    if (spv::is_signed(t)) return b.glsl("SMax", t, {x, b.constant(t, 0)});
+    return x;
+  } else if constexpr (P == Prim::kLogicalNot) {
+    return b.op("OpLogicalNot", Ty::kBool, {x});
+  } else if constexpr (P == Prim::kBitwiseNot) {
+    return t == Ty::kBool ? b.op("OpLogicalNot", Ty::kBool, {x}) : b.op("OpNot", t, {x});
+  } else if constexpr (P == Prim::kAdd) {
+    return b.op(f ? "OpFAdd" : "OpIAdd", t, {x, a[1]});
+  } else if constexpr (P == Prim::kSub) {
+    return b.op(f ? "OpFSub" : "OpISub", t, {x, a[1]});
+  } else if constexpr (P == Prim::kMul) {
+    return b.op(f ? "OpFMul" : "OpIMul", t, {x, a[1]});
+  } else if constexpr (P == Prim::kDiv) {
+    return f ? b.op("OpFDiv", t, {x, a[1]}) : int_divide(b, x, a[1]);
+  } else if constexpr (P == Prim::kPow) {
+    return power(b, x, a[1]);
+  } else if constexpr (P == Prim::kMaximum || P == Prim::kMinimum) {
+    constexpr bool mx = P == Prim::kMaximum;
+    if (f) return nan_max(b, x, a[1], mx);
+    if (t == Ty::kBool) return b.op(mx ? "OpLogicalOr" : "OpLogicalAnd", t, {x, a[1]});
+    const char* inst = spv::is_signed(t) ? (mx ? "SMax" : "SMin") : (mx ? "UMax" : "UMin");
+    return b.glsl(inst, t, {x, a[1]});
+  } else if constexpr (has_trait(P, PrimTrait::kComparison)) {
+    return compare<P>(b, x, a[1]);
+  } else if constexpr (P == Prim::kLogicalAnd) {
+    return b.op("OpLogicalAnd", Ty::kBool, {x, a[1]});
+  } else if constexpr (P == Prim::kLogicalOr) {
+    return b.op("OpLogicalOr", Ty::kBool, {x, a[1]});
+  } else if constexpr (P == Prim::kBitwiseAnd) {
+    return t == Ty::kBool ? b.op("OpLogicalAnd", t, {x, a[1]}) : b.op("OpBitwiseAnd", t, {x, a[1]});
+  } else if constexpr (P == Prim::kBitwiseOr) {
+    return t == Ty::kBool ? b.op("OpLogicalOr", t, {x, a[1]}) : b.op("OpBitwiseOr", t, {x, a[1]});
+  } else if constexpr (P == Prim::kBitwiseXor) {
+    return t == Ty::kBool ? b.op("OpLogicalNotEqual", t, {x, a[1]})
+                          : b.op("OpBitwiseXor", t, {x, a[1]});
+  } else if constexpr (P == Prim::kShiftLeft || P == Prim::kShiftRightLogical) {
+    return shift(b, P, x, a[1]);
+  } else if constexpr (P == Prim::kWhere) {
+    return b.select(a[0], a[1], a[2]);
+  } else if constexpr (P == Prim::kAstype) {
+    return b.convert(x, spv::compute_type(out));
+  } else if constexpr (P == Prim::kBitcast) {
+    return b.bitcast(x, spv::compute_type(params.as<DTypeParams>().dtype));
+  } else if constexpr (P == Prim::kStopGradient) {
+    return x;
+  } else {
+    static_assert(kUnhandled<P>, "an elementwise primitive without a SPIR-V lowering");
   }
-  switch (p) {
-    case Prim::kNeg:
-      return f ? b.op("OpFNegate", t, {x}) : b.op("OpSNegate", t, {x});
-    case Prim::kAbs:
-      if (f) return b.glsl("FAbs", t, {x});
-      if (spv::is_signed(t)) {  // wraps: abs(INT_MIN) == INT_MIN
-        return b.select(b.op("OpSLessThan", Ty::kBool, {x, b.constant(t, 0)}),
-                        b.op("OpSNegate", t, {x}), x);
-      }
-      return x;
-    case Prim::kExp: return exp_any(b, x);
-    case Prim::kLog: return t == Ty::kF64 ? log64(b, x) : b.glsl("Log", t, {x});
-    case Prim::kTanh: {
-      if (t == Ty::kF64) return tanh64(b, x);  // clamped: some drivers overflow exp(2x) for |x| > 44
-      Val c = b.glsl("FClamp", t, {x, b.constant(t, -15), b.constant(t, 15)});
-      return b.select(b.op("OpIsNan", Ty::kBool, {x}), x, b.glsl("Tanh", t, {c}));
+}
+
+}  // namespace
+
+Val emit_elementwise(Builder& b, Prim p, const Params& params,
+                     std::span<const Val> a, DType in, DType out) {
+  return visit_prim(p, [&]<Prim P>(PrimC<P>) -> Val {
+    constexpr PrimFamily fam = family(P);
+    if constexpr (P == Prim::kFull) {
+      return b.constant(spv::compute_type(out), params.as<FullParams>().value);
+    } else if constexpr (fam == PrimFamily::kUnary || fam == PrimFamily::kBinary ||
+                         fam == PrimFamily::kWhere || fam == PrimFamily::kAstype ||
+                         fam == PrimFamily::kIdentity) {
+      return emit_one<P>(b, params, a, in, out);
+    } else {
+      throw Error(detail::str_cat("[vulkan] ", name(P), " is not elementwise"));
     }
-    case Prim::kSqrt: return b.glsl("Sqrt", t, {x});
-    case Prim::kRsqrt:
-      return b.op("OpFDiv", t, {b.constant(t, 1), b.glsl("Sqrt", t, {x})});
-    case Prim::kSigmoid: {
-      Val e = exp_any(b, b.op("OpFNegate", t, {x}));
-      return b.op("OpFDiv", t, {b.constant(t, 1), b.op("OpFAdd", t, {b.constant(t, 1), e})});
-    }
-    case Prim::kRelu:
-      if (f) return nan_max(b, x, b.constant(t, 0), true);
-      if (spv::is_signed(t)) return b.glsl("SMax", t, {x, b.constant(t, 0)});
-      return x;
-    case Prim::kLogicalNot: return b.op("OpLogicalNot", Ty::kBool, {x});
-    case Prim::kBitwiseNot:
-      return t == Ty::kBool ? b.op("OpLogicalNot", Ty::kBool, {x}) : b.op("OpNot", t, {x});
-    case Prim::kAdd: return b.op(f ? "OpFAdd" : "OpIAdd", t, {x, a[1]});
-    case Prim::kSub: return b.op(f ? "OpFSub" : "OpISub", t, {x, a[1]});
-    case Prim::kMul: return b.op(f ? "OpFMul" : "OpIMul", t, {x, a[1]});
-    case Prim::kDiv: return f ? b.op("OpFDiv", t, {x, a[1]}) : int_divide(b, x, a[1]);
-    case Prim::kPow: return power(b, x, a[1]);
-    case Prim::kMaximum:
-    case Prim::kMinimum: {
-      const bool mx = p == Prim::kMaximum;
-      if (f) return nan_max(b, x, a[1], mx);
-      if (t == Ty::kBool) return b.op(mx ? "OpLogicalOr" : "OpLogicalAnd", t, {x, a[1]});
-      const char* inst = spv::is_signed(t) ? (mx ? "SMax" : "SMin") : (mx ? "UMax" : "UMin");
-      return b.glsl(inst, t, {x, a[1]});
-    }
-    case Prim::kEq: case Prim::kNe: case Prim::kLt: case Prim::kLe:
-    case Prim::kGt: case Prim::kGe:
-      return compare(b, p, x, a[1]);
-    case Prim::kLogicalAnd: return b.op("OpLogicalAnd", Ty::kBool, {x, a[1]});
-    case Prim::kLogicalOr: return b.op("OpLogicalOr", Ty::kBool, {x, a[1]});
-    case Prim::kBitwiseAnd:
-      return t == Ty::kBool ? b.op("OpLogicalAnd", t, {x, a[1]})
-                            : b.op("OpBitwiseAnd", t, {x, a[1]});
-    case Prim::kBitwiseOr:
-      return t == Ty::kBool ? b.op("OpLogicalOr", t, {x, a[1]})
-                            : b.op("OpBitwiseOr", t, {x, a[1]});
-    case Prim::kBitwiseXor:
-      return t == Ty::kBool ? b.op("OpLogicalNotEqual", t, {x, a[1]})
-                            : b.op("OpBitwiseXor", t, {x, a[1]});
-    case Prim::kShiftLeft:
-    case Prim::kShiftRightLogical:
-      return shift(b, p, x, a[1]);
-    case Prim::kWhere: return b.select(a[0], a[1], a[2]);
-    case Prim::kAstype: return b.convert(x, spv::compute_type(out));
-    case Prim::kBitcast:
-      return b.bitcast(x, spv::compute_type(params.dtype));
-    case Prim::kStopGradient: return x;
-    default:
-      break;
-  }
-  throw DTypeError(detail::str_cat("[", name(p), "] has no elementwise lowering on vulkan",
-                                   " for dtype ", name(in)));
+  });
 }
 
 }  // namespace kiln::vk

@@ -111,8 +111,16 @@ Launch scan_kernel(Context& ctx, const ScanSpec& s, std::uint32_t addressed) {
       const Val q = b.op("OpUMod", Ty::kU32, {c, inner});
       const Val base = b.op("OpIAdd", Ty::kU32, {b.op("OpIMul", Ty::kU32, {o, b.u32(u(s.n * s.inner))}), q});
       spv::Var acc = b.variable(t);
-      b.set(acc, b.constant(t, s.op == Prim::kCumprod ? 1 : 0));
-      const Prim combine = s.op == Prim::kCumprod ? Prim::kMul : Prim::kAdd;
+      const Prim combine = visit_family<PrimFamily::kScan>(s.op, []<Prim P>(PrimC<P>) {
+        if constexpr (P == Prim::kCumsum) {
+          return Prim::kAdd;
+        } else if constexpr (P == Prim::kCumprod) {
+          return Prim::kMul;
+        } else {
+          static_assert(kUnhandled<P>, "a scan without a Vulkan combine");
+        }
+      });
+      b.set(acc, b.constant(t, combine == Prim::kMul ? 1 : 0));
       b.loop(b.u32(0), b.u32(u(s.n)), b.u32(1), [&](const Val& step) {
         const Val j = s.reverse ? b.op("OpISub", Ty::kU32, {b.u32(u(s.n - 1)), step}) : step;
         const Val at = b.op("OpIAdd", Ty::kU32, {base, b.op("OpIMul", Ty::kU32, {j, inner})});

@@ -33,7 +33,7 @@ using spv::Val;
 std::string body_key(const Program& body) {
   std::string key = "fused{";
   for (const Equation& eq : body.equations) {
-    key += detail::str_cat(name(eq.prim), "/", name(eq.params.dtype), "(",
+    key += detail::str_cat(name(eq.prim), cache_key(eq.params), "(",
                            detail::join(eq.inputs, ","), ")", eq.output, ":",
                            name(body.avals[eq.output].dtype), ";");
   }
@@ -134,10 +134,10 @@ Launch prologue_kernel(Context& ctx, const FusedKernel& kernel, std::uint32_t ad
                                 body.avals[red.output].dtype);
   // Input views over (kept..., reduced...), the order reduce_spec walks.
   std::vector<std::size_t> perm;
+  const Axes& axes = red.params.as<ReduceParams>().axes;
   for (bool want_reduced : {false, true}) {
     for (std::size_t d = 0; d < kernel.shape.size(); ++d) {
-      const bool r = std::find(red.params.axes.begin(), red.params.axes.end(),
-                               static_cast<std::int64_t>(d)) != red.params.axes.end();
+      const bool r = std::find(axes.begin(), axes.end(), static_cast<std::int64_t>(d)) != axes.end();
       if (r == want_reduced) perm.push_back(d);
     }
   }

@@ -78,11 +78,33 @@ Val offset_of(Builder& b, Val x, const Shape& dims, const Shape& strides) {
 
 namespace {
 
+// The elementwise primitive a reduction combines with (argmax/argmin: the
+// maximum/minimum they track), for every row of the two reduction families.
+Prim combining(Prim op) {
+  return visit_prim(op, []<Prim P>(PrimC<P>) {
+    if constexpr (P == Prim::kSum) {
+      return Prim::kAdd;
+    } else if constexpr (P == Prim::kProd) {
+      return Prim::kMul;
+    } else if constexpr (P == Prim::kMax || P == Prim::kArgmax) {
+      return Prim::kMaximum;
+    } else if constexpr (P == Prim::kMin || P == Prim::kArgmin) {
+      return Prim::kMinimum;
+    } else if constexpr (family(P) == PrimFamily::kReduce ||
+                         family(P) == PrimFamily::kArgReduce) {
+      static_assert(kUnhandled<P>, "a reduction without a Vulkan combine");
+    } else {
+      return Prim::kAdd;  // not a reduction: reduce_spec is never given one
+    }
+  });
+}
+
 double identity(Prim op, Ty t) {
   const double inf = std::numeric_limits<double>::infinity();
-  if (op == Prim::kSum) return 0;
-  if (op == Prim::kProd) return 1;
-  const bool mx = op == Prim::kMax;
+  const Prim c = combining(op);
+  if (c == Prim::kAdd) return 0;
+  if (c == Prim::kMul) return 1;
+  const bool mx = c == Prim::kMaximum;
   switch (t) {
     case Ty::kBool: return mx ? 0 : 1;
     case Ty::kI32: return mx ? -2147483648.0 : 2147483647.0;
@@ -92,19 +114,16 @@ double identity(Prim op, Ty t) {
 }
 
 Val combine(Builder& b, Prim op, const Val& x, const Val& y, DType in) {
-  const Prim p = op == Prim::kSum    ? Prim::kAdd
-                 : op == Prim::kProd ? Prim::kMul
-                 : op == Prim::kMax  ? Prim::kMaximum
-                                     : Prim::kMinimum;
   const Val args[] = {x, y};
-  return emit_elementwise(b, p, Params{}, args, in, in);
+  return emit_elementwise(b, combining(op), Params{}, args, in, in);
 }
 
 }  // namespace
 
 ReduceSpec reduce_spec(Prim p, const Params& params, const Shape& shape, DType in, DType out) {
-  Axes axes = params.axes;
-  if (p == Prim::kArgmax || p == Prim::kArgmin) axes = Axes{params.axis};
+  const Axes axes = family(p) == PrimFamily::kArgReduce
+                        ? Axes{params.as<ArgReduceParams>().axis}
+                        : params.as<ReduceParams>().axes;
   const Shape own = contiguous_strides(shape);
   ReduceSpec s;
   Shape kstr, rstr;

@@ -139,13 +139,6 @@ void launch(Context& ctx, const Launch& l, std::span<const Array> inputs,
   launch(ctx, l, inputs, outs);
 }
 
-std::string params_key(Prim p, const Params& params) {
-  if (p == Prim::kFull) {
-    return detail::str_cat("full/", std::bit_cast<std::uint64_t>(params.value));
-  }
-  return detail::str_cat(name(p), "/", name(params.dtype));
-}
-
 // Elementwise families: one map kernel over the output shape.
 std::shared_ptr<Buffer> elementwise(Context& ctx, Prim p, const Params& params,
                                     std::span<const Array> inputs, const Aval& out) {
@@ -160,7 +153,7 @@ std::shared_ptr<Buffer> elementwise(Context& ctx, Prim p, const Params& params,
     spec.views.push_back(broadcast_view(a.shape(), out.shape));
   }
   spec.out = out.dtype;
-  spec.key = params_key(p, params);
+  spec.key = detail::str_cat(name(p), cache_key(params));
   spec.body = [&](Builder& b, MapIndex& mi) {
     std::vector<Val> args;
     for (std::size_t k = 0; k < inputs.size(); ++k) args.push_back(mi.load(k));
@@ -191,30 +184,28 @@ std::shared_ptr<Buffer> layout(Context& ctx, Prim p, const Params& params,
   if (p == Prim::kReshape) return inputs[0].buffer();  // row-major bytes unchanged
   auto buf = allocate(ctx, out, p, inputs);
   const Array& a = inputs[0];
-  switch (p) {
-    case Prim::kTranspose: {
+  visit_family<PrimFamily::kLayout>(p, [&]<Prim P>(PrimC<P>) {
+    const auto& q = params.as<ParamsOf<P>>();
+    if constexpr (P == Prim::kReshape) {
+      // handled above: no copy
+    } else if constexpr (P == Prim::kTranspose) {
       const Shape own = contiguous_strides(a.shape());
       View v;
-      for (auto axis : params.axes) v.strides.push_back(own[static_cast<std::size_t>(axis)]);
+      for (auto axis : q.perm) v.strides.push_back(own[static_cast<std::size_t>(axis)]);
       copy_view(ctx, a, out.shape, v, {}, buf, out.dtype);
-      break;
-    }
-    case Prim::kBroadcastTo:
+    } else if constexpr (P == Prim::kBroadcastTo) {
       copy_view(ctx, a, out.shape, broadcast_view(a.shape(), out.shape), {}, buf,
                 out.dtype);
-      break;
-    case Prim::kSlice: {
+    } else if constexpr (P == Prim::kSlice) {
       const Shape own = contiguous_strides(a.shape());
       View v;
       for (std::size_t d = 0; d < own.size(); ++d) {
-        v.offset += params.starts[d] * own[d];
-        v.strides.push_back(params.steps[d] * own[d]);
+        v.offset += q.starts[d] * own[d];
+        v.strides.push_back(q.steps[d] * own[d]);
       }
       copy_view(ctx, a, out.shape, v, {}, buf, out.dtype);
-      break;
-    }
-    case Prim::kConcatenate: {
-      const auto axis = static_cast<std::size_t>(params.axis);
+    } else if constexpr (P == Prim::kConcatenate) {
+      const auto axis = static_cast<std::size_t>(q.axis);
       const Shape ostr = contiguous_strides(out.shape);
       std::int64_t at = 0;
       for (const auto& part : inputs) {
@@ -223,11 +214,10 @@ std::shared_ptr<Buffer> layout(Context& ctx, Prim p, const Params& params,
                   buf, out.dtype);
         at += part.shape()[axis];
       }
-      break;
+    } else {
+      static_assert(kUnhandled<P>, "a layout primitive without a Vulkan kernel");
     }
-    default:
-      throw Error(detail::str_cat("[vulkan] ", name(p), " is not a layout primitive"));
-  }
+  });
   return buf;
 }
 
@@ -250,14 +240,15 @@ std::shared_ptr<Buffer> scan(Context& ctx, Prim p, const Params& params,
   ctx.require_dtype(a.dtype(), std::string(name(p)).c_str());
   auto buf = allocate(ctx, out, p, inputs);
   if (numel(out.shape) == 0) return buf;
-  const auto axis = static_cast<std::size_t>(params.axis);
+  const auto& q = params.as<ScanParams>();
+  const auto axis = static_cast<std::size_t>(q.axis);
   ScanSpec s;
   s.op = p;
   s.n = a.shape()[axis];
   s.outer = extent(a.shape(), 0, axis);
   s.inner = extent(a.shape(), axis + 1, a.shape().size());
   s.dtype = a.dtype();
-  s.reverse = params.reverse;
+  s.reverse = q.reverse;
   launch(ctx, scan_kernel(ctx, s, addressed(ctx, inputs, buf)), inputs, buf);
   return buf;
 }
@@ -269,7 +260,8 @@ std::shared_ptr<Buffer> argsort(Context& ctx, const Params& params, std::span<co
   ctx.require_dtype(a.dtype(), "argsort");
   auto buf = allocate(ctx, out, Prim::kArgsort, inputs);
   if (numel(out.shape) == 0) return buf;
-  const auto axis = static_cast<std::size_t>(params.axis);
+  const auto& q = params.as<SortParams>();
+  const auto axis = static_cast<std::size_t>(q.axis);
   SortSpec s;
   s.n = a.shape()[axis];
   s.inner = extent(a.shape(), axis + 1, a.shape().size());
@@ -277,7 +269,7 @@ std::shared_ptr<Buffer> argsort(Context& ctx, const Params& params, std::span<co
   while (s.m < s.n) s.m *= 2;
   s.m = std::max<std::int64_t>(s.m, 2);
   s.dtype = a.dtype();
-  s.descending = params.reverse;
+  s.descending = q.descending;
   const Aval scratch{DType::kU32, Shape{s.lines * s.m}};
   const Array keys(DType::kU32, scratch.shape, allocate(ctx, scratch, Prim::kArgsort, inputs));
   const Array idx(DType::kU32, scratch.shape, allocate(ctx, scratch, Prim::kArgsort, inputs));
@@ -343,15 +335,16 @@ Val wrap_index(Builder& b, const Val& idx, std::int64_t n) {
 }
 
 // The scatters: the operand copied into the result, then scatter_kernel.
-std::shared_ptr<Buffer> scatter(Context& ctx, Prim p, const Params& params,
+std::shared_ptr<Buffer> scatter(Context& ctx, Prim p, const AxisParams& params,
                                 std::span<const Array> inputs, const Aval& out) {
   const Array& a = inputs[0];
   const Array& idx = inputs[1];
   const Array& upd = inputs[2];
-  const auto axis = static_cast<std::size_t>(params.axis);
+  const std::int64_t ax = params.axis;
+  const auto axis = static_cast<std::size_t>(ax);
   ScatterSpec s;
   s.n = a.shape()[axis];
-  check_indices(p, idx, params.axis, s.n);
+  check_indices(p, idx, ax, s.n);
   auto buf = allocate(ctx, out, p, inputs);
   if (numel(out.shape) == 0) return buf;
   // The operand first, by a parallel copy (the scatter's parallelism is its
@@ -370,20 +363,17 @@ std::shared_ptr<Buffer> scatter(Context& ctx, Prim p, const Params& params,
   return buf;
 }
 
-std::shared_ptr<Buffer> index(Context& ctx, Prim p, const Params& params,
-                               std::span<const Array> inputs, const Aval& out) {
-  if (p == Prim::kScatter || p == Prim::kScatterAdd || p == Prim::kScatterAddAlongAxis) {
-    return scatter(ctx, p, params, inputs, out);
-  }
-  auto buf = allocate(ctx, out, p, inputs);
+// Out-of-range indices leave their row all zero.
+std::shared_ptr<Buffer> one_hot(Context& ctx, const OneHotParams& params,
+                                std::span<const Array> inputs, const Aval& out) {
+  auto buf = allocate(ctx, out, Prim::kOneHot, inputs);
   if (numel(out.shape) == 0) return buf;
   MapSpec spec;
   spec.domain = out.shape;
   spec.out = out.dtype;
   spec.collapse = false;
-  spec.key = detail::str_cat(name(p), "/", params.axis, "/", params.depth);
-  const auto axis = static_cast<std::size_t>(params.axis);
-  if (p == Prim::kOneHot) {
+  spec.key = detail::str_cat("one_hot", cache_key(params));
+  {
     const Array& idx = inputs[0];
     spec.inputs = {idx.dtype()};
     View iv{0, contiguous_strides(idx.shape())};
@@ -400,8 +390,21 @@ std::shared_ptr<Buffer> index(Context& ctx, Prim p, const Params& params,
       return b.select(hit, b.constant(t, 1), b.constant(t, 0));
     };
     launch(ctx, map_kernel(ctx, std::move(spec), addressed(ctx, inputs, buf)), inputs, buf);
-    return buf;
   }
+  return buf;
+}
+
+// take, take_along_axis: a map over the result reading the operand at the index.
+std::shared_ptr<Buffer> gather(Context& ctx, Prim p, const AxisParams& params,
+                               std::span<const Array> inputs, const Aval& out) {
+  auto buf = allocate(ctx, out, p, inputs);
+  if (numel(out.shape) == 0) return buf;
+  MapSpec spec;
+  spec.domain = out.shape;
+  spec.out = out.dtype;
+  spec.collapse = false;
+  spec.key = detail::str_cat(name(p), cache_key(params));
+  const auto axis = static_cast<std::size_t>(params.axis);
   const Array& a = inputs[0];
   const Array& idx = inputs[1];
   const std::int64_t n = a.shape()[axis];
@@ -445,6 +448,23 @@ std::shared_ptr<Buffer> index(Context& ctx, Prim p, const Params& params,
   return buf;
 }
 
+std::shared_ptr<Buffer> index(Context& ctx, Prim p, const Params& params,
+                              std::span<const Array> inputs, const Aval& out) {
+  return visit_family<PrimFamily::kIndex>(p, [&]<Prim P>(PrimC<P>) {
+    const auto& q = params.as<ParamsOf<P>>();
+    if constexpr (P == Prim::kScatter || P == Prim::kScatterAdd ||
+                  P == Prim::kScatterAddAlongAxis) {
+      return scatter(ctx, P, q, inputs, out);
+    } else if constexpr (P == Prim::kOneHot) {
+      return one_hot(ctx, q, inputs, out);
+    } else if constexpr (P == Prim::kTake || P == Prim::kTakeAlongAxis) {
+      return gather(ctx, P, q, inputs, out);
+    } else {
+      static_assert(kUnhandled<P>, "an index primitive without a Vulkan kernel");
+    }
+  });
+}
+
 }  // namespace
 
 Device VulkanBackend::device() const { return ctx_.device(); }
@@ -454,16 +474,21 @@ namespace {
 // `a` with its last two axes swapped, materialised (matmul operands the
 // compiler marked transposed: the kernels read row-major operands).
 Array transposed_last_two(Context& ctx, const Array& a) {
-  Params t;
+  TransposeParams t;
   Aval ta = a.aval();
   const std::size_t r = ta.shape.size();
-  for (std::size_t i = 0; i < r; ++i) t.axes.push_back(static_cast<std::int64_t>(i));
-  std::swap(t.axes[r - 2], t.axes[r - 1]);
+  for (std::size_t i = 0; i < r; ++i) t.perm.push_back(static_cast<std::int64_t>(i));
+  std::swap(t.perm[r - 2], t.perm[r - 1]);
   std::swap(ta.shape[r - 2], ta.shape[r - 1]);
-  return Array(ta.dtype, ta.shape, layout(ctx, Prim::kTranspose, t, {&a, 1}, ta));
+  return Array(ta.dtype, ta.shape, layout(ctx, Prim::kTranspose, Params(std::move(t)), {&a, 1}, ta));
 }
 
 }  // namespace
+
+// These families' handlers are one kernel each (argsort, matmul): a second
+// primitive in one needs its own case there first.
+static_assert(prims_in(PrimFamily::kSort) == 1 && prims_in(PrimFamily::kMatmul) == 1,
+              "a family the Vulkan backend handles with a single kernel grew a primitive");
 
 std::shared_ptr<Buffer> VulkanBackend::eval(Prim p, const Params& params,
                                             std::span<const Array> inputs,
@@ -478,11 +503,11 @@ std::shared_ptr<Buffer> VulkanBackend::eval(Prim p, const Params& params,
     case PrimFamily::kArgReduce:
       return reduce(ctx_, p, params, inputs, out);
     case PrimFamily::kMatmul:
-      if (params.transpose_a || params.transpose_b) {
+      if (const auto& q = params.as<MatmulParams>(); q.transpose_a || q.transpose_b) {
         // The kernel reads row-major operands: materialise the transposed ones.
         Array ops[2] = {inputs[0], inputs[1]};
-        if (params.transpose_a) ops[0] = transposed_last_two(ctx_, ops[0]);
-        if (params.transpose_b) ops[1] = transposed_last_two(ctx_, ops[1]);
+        if (q.transpose_a) ops[0] = transposed_last_two(ctx_, ops[0]);
+        if (q.transpose_b) ops[1] = transposed_last_two(ctx_, ops[1]);
         return matmul(ctx_, ops, out);
       }
       return matmul(ctx_, inputs, out);
@@ -495,11 +520,18 @@ std::shared_ptr<Buffer> VulkanBackend::eval(Prim p, const Params& params,
     case PrimFamily::kSort:
       return argsort(ctx_, params, inputs, out);
     case PrimFamily::kCreation:
-      if (p == Prim::kFull) return elementwise(ctx_, p, params, inputs, out);
-      // arange: start + i * step in double, as the CPU computes it.
-      return from_host(Array(out.dtype, out.shape,
-                             backend_for(Device::cpu()).eval(p, params, inputs, out)))
-          .buffer();
+      return visit_family<PrimFamily::kCreation>(p, [&]<Prim P>(PrimC<P>) {
+        if constexpr (P == Prim::kFull) {
+          return elementwise(ctx_, p, params, inputs, out);
+        } else if constexpr (P == Prim::kArange) {
+          // start + i * step in double, as the CPU computes it.
+          return from_host(Array(out.dtype, out.shape,
+                                 backend_for(Device::cpu()).eval(p, params, inputs, out)))
+              .buffer();
+        } else {
+          static_assert(kUnhandled<P>, "a creation primitive without a Vulkan kernel");
+        }
+      });
     case PrimFamily::kIdentity:
       return inputs[0].buffer();
   }
@@ -511,14 +543,15 @@ std::vector<std::shared_ptr<Buffer>> VulkanBackend::eval_fused(
     std::span<const std::shared_ptr<Buffer>> into) {
   if (k.kind == FusedKernel::Kind::kMatmulEpilogue) {
     const Equation& mm = k.body.equations.front();
-    if (mm.params.transpose_a || mm.params.transpose_b) {
+    if (const auto& q = mm.params.as<MatmulParams>(); q.transpose_a || q.transpose_b) {
       // As eval: materialise transposed operands, as new body inputs (the
       // epilogue may read the stored operand too), then the plain kernel.
       FusedKernel plain = k;
       Equation& e = plain.body.equations.front();
       std::vector<Array> args(inputs.begin(), inputs.end());
       for (int side = 0; side < 2; ++side) {
-        bool& flag = side == 0 ? e.params.transpose_a : e.params.transpose_b;
+        auto& eq_params = e.params.as<MatmulParams>();
+        bool& flag = side == 0 ? eq_params.transpose_a : eq_params.transpose_b;
         if (!flag) continue;
         const auto pos = static_cast<std::size_t>(
             std::find(k.body.inputs.begin(), k.body.inputs.end(), e.inputs[side]) -

@@ -1,0 +1,88 @@
+// Printing and checking of typed primitive parameters (dsl/params.hpp).
+#include "kiln/dsl/params.hpp"
+
+#include <bit>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kiln/runtime/error.hpp"
+#include "kiln/runtime/strings.hpp"
+
+namespace kiln {
+namespace detail {
+
+void wrong_params(std::size_t held, std::size_t wanted) {
+  throw Error(str_cat("[kiln internal] a binding holds parameter struct #", held,
+                      " of ParamsVariant where #", wanted, " was expected"));
+}
+
+namespace {
+
+std::string tuple(const auto& xs) { return str_cat("(", join(xs, ", "), ")"); }
+
+template <class F>
+std::string field_string(std::string_view name, const F& f) {
+  if constexpr (std::is_same_v<F, bool>) {
+    return f ? str_cat(name, "=true") : std::string();
+  } else if constexpr (std::is_same_v<F, Shape> || std::is_same_v<F, Axes>) {
+    return str_cat(name, "=", tuple(f));
+  } else if constexpr (std::is_same_v<F, DType>) {
+    return str_cat(name, "=", kiln::name(f));
+  } else if constexpr (std::is_same_v<F, Device>) {
+    return str_cat(name, "=", f.to_string());
+  } else {
+    return str_cat(name, "=", f);
+  }
+}
+
+}  // namespace
+}  // namespace detail
+
+std::string to_string(const Params& p) {
+  std::vector<std::string> parts;
+  std::visit(
+      [&](const auto& q) {
+        using T = std::remove_cvref_t<decltype(q)>;
+        constexpr auto names = detail::field_names<T>();
+        std::size_t i = 0;
+        detail::for_each_field(q, [&](const auto& f) {
+          std::string s = detail::field_string(names[i++], f);
+          if (!s.empty()) parts.push_back(std::move(s));
+        });
+      },
+      p.variant());
+  return parts.empty() ? std::string() : "[" + detail::join(parts, " ") + "]";
+}
+
+std::string cache_key(const Params& p) {
+  if (p.index() == 0) return {};  // NoParams: the elementwise kernels' keys stay short
+  std::string key = detail::str_cat("#", p.index());
+  std::visit(
+      [&](const auto& q) {
+        detail::for_each_field(q, [&](const auto& f) {
+          using F = std::remove_cvref_t<decltype(f)>;
+          if constexpr (std::is_same_v<F, Shape> || std::is_same_v<F, Axes>) {
+            key += detail::str_cat("/(", detail::join(f, ","), ")");
+          } else if constexpr (std::is_same_v<F, DType>) {
+            key += detail::str_cat("/", kiln::name(f));
+          } else if constexpr (std::is_same_v<F, Device>) {
+            key += detail::str_cat("/", f.to_string());
+          } else if constexpr (std::is_floating_point_v<F>) {
+            key += detail::str_cat("/bits", std::bit_cast<std::uint64_t>(static_cast<double>(f)));
+          } else {
+            key += detail::str_cat("/", static_cast<std::int64_t>(f));
+          }
+        });
+      },
+      p.variant());
+  return key;
+}
+
+const Device* creation_device(const Params& p) {
+  if (const auto* q = std::get_if<FullParams>(&p.variant())) return &q->device;
+  if (const auto* q = std::get_if<ArangeParams>(&p.variant())) return &q->device;
+  return nullptr;
+}
+
+}  // namespace kiln

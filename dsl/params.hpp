@@ -1,0 +1,191 @@
+// The static parameters of primitive bindings, typed: each row of
+// dsl/primitives.inc names the struct its primitive takes (ParamsOf<P>), and a
+// binding carries a Params, the variant over those structs. `==` and the hash
+// (what CSE, the fused-kernel cache and the program printer use) walk the
+// alternative and then every field of it (for_each_field), with floats compared
+// by bits, so a field added to a struct joins the key without edits, and two
+// primitives' parameters never compare equal by accident.
+//
+// Adding a parameter struct: define it here (an aggregate, fields with
+// defaults), add it to ParamsVariant, and name it in the primitive's row.
+#pragma once
+
+#include <bit>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <variant>
+
+#include "kiln/runtime/aggregate.hpp"
+#include "kiln/runtime/array.hpp"
+
+namespace kiln {
+
+// No static parameters (elementwise ops, stop_gradient).
+struct NoParams {};
+// sum, max, min, prod: the reduced axes (sorted, normalised).
+struct ReduceParams {
+  Axes axes;
+  bool keepdims = false;
+};
+// argmax, argmin: one axis, result i32.
+struct ArgReduceParams {
+  std::int64_t axis = 0;
+  bool keepdims = false;
+};
+// cumsum, cumprod: inclusive, along `axis`, from the end when `reverse`.
+struct ScanParams {
+  std::int64_t axis = 0;
+  bool reverse = false;
+};
+// argsort: stable, along `axis`.
+struct SortParams {
+  std::int64_t axis = 0;
+  bool descending = false;
+};
+// astype, bitcast: the target dtype.
+struct DTypeParams {
+  DType dtype = DType::kF32;
+};
+// matmul: an operand is stored transposed in its last two axes. Set only by
+// the compiler's layout pass (dsl/program.cpp), never by the public op, so
+// autodiff never sees it.
+struct MatmulParams {
+  bool transpose_a = false;
+  bool transpose_b = false;
+};
+// reshape, broadcast_to: the result shape.
+struct ShapeParams {
+  Shape shape;
+};
+// transpose: result axis i is input axis perm[i].
+struct TransposeParams {
+  Axes perm;
+};
+// concatenate, take, take_along_axis and the scatters: the axis they act along.
+struct AxisParams {
+  std::int64_t axis = 0;
+};
+// slice: per-axis start (normalised, >= 0) and step (> 0); the result extents.
+struct SliceParams {
+  Shape starts;
+  Shape steps;
+  Shape shape;
+};
+// one_hot: the new axis, the number of classes, the result dtype.
+struct OneHotParams {
+  std::int64_t axis = 0;
+  std::int64_t depth = 0;
+  DType dtype = DType::kF32;
+};
+// full: every element `value` (shape and dtype are the result's aval).
+struct FullParams {
+  double value = 0.0;
+  Device device;
+};
+// arange: start + i * step (length and dtype are the result's aval).
+struct ArangeParams {
+  double start = 0.0;
+  double step = 1.0;
+  Device device;
+};
+
+using ParamsVariant =
+    std::variant<NoParams, ReduceParams, ArgReduceParams, ScanParams, SortParams, DTypeParams,
+                 MatmulParams, ShapeParams, TransposeParams, AxisParams, SliceParams,
+                 OneHotParams, FullParams, ArangeParams>;
+
+template <class T, class V>
+struct VariantIndex;
+template <class T, class... Ts>
+struct VariantIndex<T, std::variant<Ts...>> {
+  static constexpr std::size_t value = [] {
+    constexpr bool same[] = {std::is_same_v<T, Ts>...};
+    std::size_t i = 0;
+    while (i < sizeof...(Ts) && !same[i]) ++i;
+    return i;
+  }();
+  static_assert(value < sizeof...(Ts), "not a parameter struct listed in ParamsVariant");
+};
+
+namespace detail {
+template <class T>
+auto param_key(const T& v) {
+  if constexpr (std::is_floating_point_v<T>) {
+    return std::bit_cast<std::uint64_t>(static_cast<double>(v));
+  } else if constexpr (std::is_same_v<T, Device>) {
+    return std::pair{static_cast<int>(v.kind), v.index};
+  } else {
+    return v;
+  }
+}
+[[noreturn]] void wrong_params(std::size_t held, std::size_t wanted);
+}  // namespace detail
+
+class Params {
+ public:
+  Params() = default;
+  template <class T>
+    requires(!std::is_same_v<std::remove_cvref_t<T>, Params> &&
+             std::is_constructible_v<ParamsVariant, T>)
+  Params(T&& v) : v_(std::forward<T>(v)) {}  // NOLINT(google-explicit-constructor)
+
+  // The struct this binding holds; asking for another is an internal error
+  // (bindings are made through bind(), which checks the row's type).
+  template <class T>
+  const T& as() const {
+    const T* p = std::get_if<T>(&v_);
+    if (p == nullptr) detail::wrong_params(v_.index(), VariantIndex<T, ParamsVariant>::value);
+    return *p;
+  }
+  template <class T>
+  T& as() {
+    return const_cast<T&>(std::as_const(*this).as<T>());
+  }
+  std::size_t index() const { return v_.index(); }
+  const ParamsVariant& variant() const { return v_; }
+
+  friend bool operator==(const Params& a, const Params& b) {
+    if (a.v_.index() != b.v_.index()) return false;
+    return std::visit(
+        [&](const auto& x) {
+          using T = std::remove_cvref_t<decltype(x)>;
+          const T& y = std::get<T>(b.v_);
+          constexpr std::size_t n = detail::kFieldCount<T>;
+          return detail::with_fields<n>(x, [&](auto, const auto&... fx) {
+            return detail::with_fields<n>(y, [&](auto, const auto&... fy) {
+              return ((detail::param_key(fx) == detail::param_key(fy)) && ...);
+            });
+          });
+        },
+        a.v_);
+  }
+  template <class H>
+  friend H AbslHashValue(H h, const Params& p) {
+    h = H::combine(std::move(h), p.v_.index());
+    std::visit(
+        [&](const auto& x) {
+          detail::for_each_field(x, [&](const auto& f) {
+            h = H::combine(std::move(h), detail::param_key(f));
+          });
+        },
+        p.v_);
+    return h;
+  }
+
+ private:
+  ParamsVariant v_;
+};
+
+// "[axes=(0, 1) keepdims=true]": every field by name (a false bool left out),
+// as the program printer shows it; empty for NoParams.
+std::string to_string(const Params& p);
+// Every field exactly (floats by their bits), for a string-keyed kernel cache:
+// equal keys exactly when the Params are equal.
+std::string cache_key(const Params& p);
+
+// The device a creation primitive's parameters name (nullptr for the others).
+const Device* creation_device(const Params& p);
+
+}  // namespace kiln
