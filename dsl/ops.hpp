@@ -80,9 +80,13 @@ Array logical_not(const Array& a);  // bool only
 // to even, as numpy.round), sign (-1, 1, or a itself for zeros and NaN), ...
 // Floating only; dsl/unary_math.hpp defines each (precision there). On Vulkan
 // the transcendental ones take f32 only.
+// Binary float math, one per KILN_MATH2 row: atan2(a, b) is the angle of the
+// point (b, a), as numpy.arctan2 (a the y coordinate), in [-pi, pi].
 #define KILN_PRIM(id, name, family, params, traits)
 #define KILN_MATH(id, name, traits) Array name(const Array& a);
+#define KILN_MATH2(id, name, traits) Array name(const Array& a, const Array& b);
 #include "kiln/dsl/primitives.inc"
+#undef KILN_MATH2
 #undef KILN_MATH
 #undef KILN_PRIM
 

@@ -137,7 +137,12 @@ Array tanh(const Array& a) { return unary(Prim::kTanh, Accepts::kFloating, a); }
 #define KILN_PRIM(id, name, family, params, traits)
 #define KILN_MATH(id, name, traits) \
   Array name(const Array& a) { return unary(Prim::id, Accepts::kFloating, a); }
+#define KILN_MATH2(id, name, traits)                            \
+  Array name(const Array& a, const Array& b) {                  \
+    return binary(Prim::id, Accepts::kFloating, false, a, b);   \
+  }
 #include "kiln/dsl/primitives.inc"
+#undef KILN_MATH2
 #undef KILN_MATH
 #undef KILN_PRIM
 Array sqrt(const Array& a) { return unary(Prim::kSqrt, Accepts::kFloating, a); }

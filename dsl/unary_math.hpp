@@ -324,4 +324,68 @@ struct MathDef<Prim::kSign> {
   static constexpr float kSpecial[] = {-3.0f, 0.0f, -0.0f, 2.0f};
 };
 
+// ---- binary (KILN_MATH2 rows): cpu(a, b) on scalars (the CPU backend applies
+// it elementwise), vulkan(b, a, b), vjp(a, b, y, g)
+// giving both cotangents (autodiff sums them over broadcast axes), reference(a,
+// b), kLo/kHi for a and kLoB/kHiB for b, kSpecial as (a, b) pairs.
+
+// atan2(a, b): the angle of the point (b, a) (numpy.arctan2). Vulkan: GLSL
+// Atan2 leaves a == b == 0 undefined and drivers differ at infinities, so
+// those are selected explicitly, with C's signs: a = +-0 gives +-0 for b >= +0
+// and +-pi for b <= -0; a = +-inf gives +-pi/2, or +-pi/4 / +-3pi/4 when b is
+// infinite too; b = +inf gives +-0 and b = -inf +-pi for finite a.
+template <>
+struct MathDef<Prim::kAtan2> {
+  // Scalar (the C library's, right at zeros and infinities; xsimd's batch
+  // atan2 gives NaN at (0, 0) and at infinities).
+  template <class T>
+  static T cpu(T a, T b) {
+    return std::atan2(a, b);
+  }
+  static auto vulkan(auto& bld, const auto& y, const auto& x) {
+    using Ty = decltype(y.ty);
+    const Ty t = y.ty;
+    if (t == Ty::kF64) {
+      throw DTypeError("[atan2] f64 is not supported on vulkan (GLSL.std.450 Atan2 takes "
+                       "32-bit floats); use f32");
+    }
+    const auto negative = [&](const auto& v) {  // the sign bit: -0 too
+      return bld.op("OpSLessThan", Ty::kBool, {bld.bitcast(v, Ty::kI32), bld.constant(Ty::kI32, 0)});
+    };
+    const auto with_sign_of_y = [&](double v) {
+      return bld.select(negative(y), bld.constant(t, -v), bld.constant(t, v));
+    };
+    const auto is = [&](const char* op, const auto& v) { return bld.op(op, Ty::kBool, {v}); };
+    const auto any = [&](const auto& p, const auto& q) { return bld.op("OpLogicalOr", Ty::kBool, {p, q}); };
+    constexpr double pi = std::numbers::pi;
+    auto r = bld.glsl("Atan2", t, {y, x});
+    const auto xneg = negative(x);
+    // b infinite (a finite): +-0 or +-pi.
+    r = bld.select(is("OpIsInf", x),
+                   bld.select(xneg, with_sign_of_y(pi), bld.select(negative(y), bld.constant(t, -0.0),
+                                                                   bld.constant(t, 0.0))),
+                   r);
+    // a infinite: +-pi/2, or +-pi/4 / +-3pi/4 with b infinite.
+    const auto corner = bld.select(xneg, with_sign_of_y(0.75 * pi), with_sign_of_y(0.25 * pi));
+    r = bld.select(is("OpIsInf", y), bld.select(is("OpIsInf", x), corner, with_sign_of_y(0.5 * pi)), r);
+    // a zero: a itself (+-0) or +-pi.
+    const auto y0 = bld.op("OpFOrdEqual", Ty::kBool, {y, bld.constant(t, 0)});
+    r = bld.select(y0, bld.select(xneg, with_sign_of_y(pi), y), r);
+    return detail::math::nan_where(bld, any(is("OpIsNan", y), is("OpIsNan", x)), r);
+  }
+  static std::pair<Array, Array> vjp(const Array& a, const Array& b, const Array&, const Array& g) {
+    const Array r2 = a * a + b * b;
+    return {g * b / r2, -(g * a) / r2};
+  }
+  static double reference(double a, double b) { return std::atan2(a, b); }
+  // b > 0: away from the branch cut along b < 0, a = 0 (finite differences).
+  static constexpr double kLo = -2.0, kHi = 2.0, kLoB = 0.3, kHiB = 2.0;
+  static constexpr float kInf = std::numeric_limits<float>::infinity();
+  static constexpr float kSpecial[][2] = {
+      {0.0f, 0.0f},  {-0.0f, 0.0f}, {0.0f, -0.0f}, {-0.0f, -0.0f}, {0.0f, -2.0f},
+      {-0.0f, -2.0f}, {0.0f, 3.0f}, {-0.0f, 3.0f}, {3.0f, 0.0f},   {-3.0f, 0.0f},
+      {1.0f, 1.0f},  {1.0f, -1.0f}, {-1.0f, -1.0f}, {kInf, kInf},  {kInf, -kInf},
+      {-kInf, 1.0f}, {1.0f, kInf},  {1.0f, -kInf}, {-1.0f, -kInf}, {-kInf, -kInf}};
+};
+
 }  // namespace kiln

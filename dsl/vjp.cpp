@@ -86,6 +86,9 @@ std::vector<Array> vjp(const Equation& eq, std::span<const Array> in, const Arra
       // No float gradient flows through it (comparisons, integer and index
       // results, creation, stop_gradient, bitcast): zero cotangents.
       return std::vector<Array>(in.size());
+    } else if constexpr (has_trait(P, PrimTrait::kMath) && family(P) == PrimFamily::kBinary) {
+      auto [ga, gb] = MathDef<P>::vjp(in[0], in[1], y, g);  // dsl/unary_math.hpp
+      return {ub(ga, 0), ub(gb, 1)};
     } else if constexpr (has_trait(P, PrimTrait::kMath)) {
       return {MathDef<P>::vjp(x, y, g)};  // dsl/unary_math.hpp
     } else if constexpr (P == Prim::kNeg) {

@@ -177,6 +177,23 @@ std::vector<Case> math_cases(Array (*f)(const Array&)) {
   return out;
 }
 
+template <Prim P>
+std::vector<Case> math2_cases(Array (*f)(const Array&, const Array&)) {
+  using D = MathDef<P>;
+  std::vector<Case> out =
+      binary(f, {f32}, [](DType d, const Shape& s) { return of(d, s, D::kLo, D::kHi); },
+             [](DType d, const Shape& s) { return of(d, s, D::kLoB, D::kHiB); });
+  std::vector<float> a, b;
+  for (const auto& pair : D::kSpecial) {
+    a.push_back(pair[0]);
+    b.push_back(pair[1]);
+  }
+  const auto n = static_cast<std::int64_t>(a.size());
+  out.push_back(one("special", {Array::from_data<float>(a, {n}), Array::from_data<float>(b, {n})},
+                    [f](Inputs x, Device) { return f(x[0], x[1]); }, false));
+  return out;
+}
+
 std::vector<Case> cases_for(Prim p) {
   const std::vector<DType> kFloat = {f32};
   const std::vector<DType> kNumeric = {f32, i32};
@@ -201,7 +218,11 @@ std::vector<Case> cases_for(Prim p) {
 #define KILN_MATH(id, name, traits) \
   case Prim::id:                    \
     return math_cases<Prim::id>(&kiln::name);
+#define KILN_MATH2(id, name, traits) \
+  case Prim::id:                     \
+    return math2_cases<Prim::id>(&kiln::name);
 #include "kiln/dsl/primitives.inc"
+#undef KILN_MATH2
 #undef KILN_MATH
 #undef KILN_PRIM
     case Prim::kAdd: return binary(add, kNumeric);

@@ -633,13 +633,48 @@ void check_math_against_reference(Array (*op)(const Array&)) {
 }
 }  // namespace
 
+namespace {
+// One KILN_MATH2 row against MathDef<P>::reference on its special pairs and NaNs.
+template <Prim P>
+void check_math2_against_reference(Array (*op)(const Array&, const Array&)) {
+  const double tol = default_device() == Device::cpu() ? 2e-6 : 2e-5;
+  CAPTURE(name(P));
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> as, bs;
+  for (const auto& pair : MathDef<P>::kSpecial) {
+    as.push_back(pair[0]);
+    bs.push_back(pair[1]);
+  }
+  as.insert(as.end(), {nan, 1.0f, nan});
+  bs.insert(bs.end(), {1.0f, nan, nan});
+  const std::vector<float> got = op(f32s(as), f32s(bs)).to_vector<float>();
+  for (std::size_t i = 0; i < as.size(); ++i) {
+    CAPTURE(as[i]);
+    CAPTURE(bs[i]);
+    const double want = MathDef<P>::reference(static_cast<double>(as[i]), static_cast<double>(bs[i]));
+    if (std::isnan(want)) {
+      CHECK(std::isnan(got[i]));
+    } else {
+      CHECK(std::abs(static_cast<double>(got[i]) - want) <= tol * std::max(1.0, std::abs(want)));
+      CHECK(std::signbit(got[i]) == std::signbit(want));
+    }
+  }
+  const std::string tag = "[" + std::string(name(P)) + "]";
+  CHECK_THROWS_WITH_AS(op(i32s({1, 2}), i32s({1, 2})), doctest::Contains(tag.c_str()), DTypeError);
+}
+}  // namespace
+
 TEST_CASE("float math ops (every KILN_MATH row) match the C library, with their special values") {
   std::size_t checked = 0;
 #define KILN_PRIM(id, name, family, params, traits)
 #define KILN_MATH(id, name, traits) \
   check_math_against_reference<Prim::id>(&kiln::name);  \
   ++checked;
+#define KILN_MATH2(id, name, traits) \
+  check_math2_against_reference<Prim::id>(&kiln::name);  \
+  ++checked;
 #include "kiln/dsl/primitives.inc"
+#undef KILN_MATH2
 #undef KILN_MATH
 #undef KILN_PRIM
   std::size_t rows = 0;

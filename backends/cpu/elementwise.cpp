@@ -386,6 +386,15 @@ void unary_kernel(DType dtype, const void* a, void* out, std::size_t n) {
   unsupported(P, dtype);
 }
 
+// A KILN_MATH2 row's scalar CPU kernel as an elementwise functor.
+template <Prim P>
+struct MathScalar {
+  template <class T>
+  T operator()(T x, T y) const {
+    return MathDef<P>::cpu(x, y);
+  }
+};
+
 // One binary primitive P on dtype T (every kBinary row; see unary_kernel).
 template <class T, Prim P>
 void binary_kernel(DType dtype, const BinaryArgs& args) {
@@ -399,7 +408,10 @@ void binary_kernel(DType dtype, const BinaryArgs& args) {
   // Comparisons write bool bytes, in plain loops the compiler vectorizes
   // (xtensor's cast of comparison batches to bytes ran element by element).
   const auto compare = [&](auto f) { compare_apply<S>(f, args); };
-  if constexpr (P == Prim::kEq) {
+  if constexpr (has_trait(P, PrimTrait::kMath)) {
+    // A binary MathDef's CPU kernel is scalar, applied element by element.
+    if constexpr (kFloat) return run([](const auto& x, const auto& y) { return apply<MathScalar<P>>(x, y); });
+  } else if constexpr (P == Prim::kEq) {
     return compare(std::equal_to<>{});
   } else if constexpr (P == Prim::kNe) {
     return compare(std::not_equal_to<>{});

@@ -219,7 +219,10 @@ Val emit_one(Builder& b, const Params& params, std::span<const Val> a, DType in,
     return DTypeError(detail::str_cat("[", name(P), "] has no elementwise lowering on vulkan",
                                       " for dtype ", name(in)));
   };
-  if constexpr (has_trait(P, PrimTrait::kMath)) {
+  if constexpr (has_trait(P, PrimTrait::kMath) && family(P) == PrimFamily::kBinary) {
+    if (!f) throw no_lowering();
+    return MathDef<P>::vulkan(b, x, a[1]);
+  } else if constexpr (has_trait(P, PrimTrait::kMath)) {
     if (!f) throw no_lowering();
     return MathDef<P>::vulkan(b, x);
   } else if constexpr (P == Prim::kNeg) {
