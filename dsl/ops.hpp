@@ -93,6 +93,10 @@ Array ceil(const Array& a);
 Array trunc(const Array& a);
 Array round(const Array& a);  // half to even, as numpy.round
 Array sign(const Array& a);   // -1, 1, or a itself for zeros and NaN
+// The error function and its inverse (erfinv(+-1) = +-inf, NaN past +-1). On
+// Vulkan both take f32 (and f16) only.
+Array erf(const Array& a);
+Array erfinv(const Array& a);
 
 // ---- composites (dsl/ops_composite.cpp: written in the ops here, fused) ----
 // (No `square`: it is a * a, and a kiln::square would make every application's

@@ -150,6 +150,8 @@ Array ceil(const Array& a) { return unary(Prim::kCeil, Accepts::kFloating, a); }
 Array trunc(const Array& a) { return unary(Prim::kTrunc, Accepts::kFloating, a); }
 Array round(const Array& a) { return unary(Prim::kRound, Accepts::kFloating, a); }
 Array sign(const Array& a) { return unary(Prim::kSign, Accepts::kFloating, a); }
+Array erf(const Array& a) { return unary(Prim::kErf, Accepts::kFloating, a); }
+Array erfinv(const Array& a) { return unary(Prim::kErfinv, Accepts::kFloating, a); }
 Array sqrt(const Array& a) { return unary(Prim::kSqrt, Accepts::kFloating, a); }
 Array rsqrt(const Array& a) {
   return unary(Prim::kRsqrt, Accepts::kFloating, a);

@@ -88,7 +88,8 @@ std::vector<Array> vjp(const Equation& eq, std::span<const Array> in, const Arra
     case Prim::kSin: case Prim::kCos: case Prim::kTan: case Prim::kAsin: case Prim::kAcos:
     case Prim::kAtan: case Prim::kSinh: case Prim::kCosh: case Prim::kLog2: case Prim::kExp2:
     case Prim::kLog1p: case Prim::kExpm1: case Prim::kFloor: case Prim::kCeil:
-    case Prim::kTrunc: case Prim::kRound: case Prim::kSign:
+    case Prim::kTrunc: case Prim::kRound: case Prim::kSign: case Prim::kErf:
+    case Prim::kErfinv:
       break;
     case Prim::kNeg: return {-g};
     case Prim::kAbs: return {g * (as_float(x > 0, dt) - as_float(x < 0, dt))};

@@ -221,6 +221,21 @@ std::vector<Case> cases_for(Prim p) {
                         [](Inputs x, Device) { return sign(x[0]); }, false));
       return out;
     }
+    case Prim::kErf: {
+      std::vector<Case> out = unary(erf, kFloat, -3.0, 3.0);
+      const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+      out.push_back(one("specials", {Array::from_data<float>(std::vector<float>{nan, inf, -inf, 0.0f, -0.0f, 5.0f, -4.5f, 1e-30f}, {8})},
+                        [](Inputs x, Device) { return erf(x[0]); }, false));
+      return out;
+    }
+    case Prim::kErfinv: {
+      std::vector<Case> out = unary(erfinv, kFloat, -0.95, 0.95);
+      // +-1 -> +-inf, past +-1 and NaN -> NaN, the tail next to 1.
+      const float nan = std::numeric_limits<float>::quiet_NaN();
+      out.push_back(one("specials", {Array::from_data<float>(std::vector<float>{1.0f, -1.0f, 1.5f, -1.0001f, nan, 0.0f, -0.0f, 0.99999994f, -0.9999f, 1e-30f}, {10})},
+                        [](Inputs x, Device) { return erfinv(x[0]); }, false));
+      return out;
+    }
     case Prim::kAdd: return binary(add, kNumeric);
     case Prim::kSub: return binary(subtract, kNumeric);
     case Prim::kMul: return binary(multiply, kNumeric);
@@ -550,7 +565,7 @@ std::string compare(const Array& got, const Array& want, double rel) {
   }
   const std::vector<double> g = as_doubles(got), w = as_doubles(want);
   for (std::size_t i = 0; i < g.size(); ++i) {
-    if (std::isnan(w[i]) && std::isnan(g[i])) continue;
+    if (g[i] == w[i] || (std::isnan(w[i]) && std::isnan(g[i]))) continue;  // infinities too
     const double tol = rel * std::max(1.0, std::abs(w[i]));
     if (!(std::abs(g[i] - w[i]) <= tol)) {
       return detail::str_cat("element ", i, ": ", g[i], " vs ", w[i]);
