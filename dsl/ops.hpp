@@ -290,6 +290,12 @@ Array eye(std::int64_t n, std::int64_t m = -1, std::int64_t k = 0,
 // a.shape[axis+1:]. Indices are i32/u32; negative indices count from the end; out
 // of range is an IndexError.
 Array take(const Array& a, const Array& indices, std::int64_t axis);
+// tf.gather(a, indices, axis, batch_dims) (dsl/ops_gather.cpp, a composite): the
+// first batch_dims axes of a and indices are matched batch axes (equal shapes),
+// each batch element taking from its own slice: result shape a.shape[:axis] +
+// indices.shape[batch_dims:] + a.shape[axis+1:]. axis >= batch_dims; negative
+// axis counts from a's end, negative batch_dims from indices' end.
+Array take(const Array& a, const Array& indices, std::int64_t axis, std::int64_t batch_dims);
 // numpy.take_along_axis: indices has a's rank and broadcasts on the other axes.
 Array take_along_axis(const Array& a, const Array& indices, std::int64_t axis);
 // One-hot encoding along a new last axis of size `depth`; indices outside
