@@ -46,8 +46,8 @@ Array take(const Array& a, const Array& indices, std::int64_t axis, std::int64_t
   }
   if (b == 0) return take(a, indices, axis);
   if (axis < -a_rank || axis >= a_rank) {
-    throw ShapeError(detail::str_cat("[take] axis ", axis,
-                                     " is out of range for an array of rank ", a_rank));
+    throw ShapeError(
+        detail::str_cat("[take] axis ", axis, " is out of range for an array of rank ", a_rank));
   }
   const std::int64_t ax = axis < 0 ? axis + a_rank : axis;
   if (ax < b) {

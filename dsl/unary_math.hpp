@@ -22,10 +22,10 @@
 
 #include <array>
 #include <cstddef>
-#include <string_view>
-#include <tuple>
 #include <limits>
 #include <numbers>
+#include <string_view>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 
@@ -313,12 +313,11 @@ void refuse_f64_on_vulkan(const V& x, std::string_view op, std::string_view why)
 template <>
 struct MathDef<Prim::kErf> {
   static constexpr std::array<double, 7> kAlpha{
-      -2.72614225801306e-10, 2.77068142495902e-08,  -2.10102402082508e-06,
-      -5.69250639462346e-05, -7.34990630326855e-04, -2.95459980854025e-03,
-      -1.60960333262415e-02};
-  static constexpr std::array<double, 5> kBeta{
-      -1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03,
-      -7.37332916720468e-03, -1.42647390514189e-02};
+      -2.72614225801306e-10, 2.77068142495902e-08,  -2.10102402082508e-06, -5.69250639462346e-05,
+      -7.34990630326855e-04, -2.95459980854025e-03, -1.60960333262415e-02};
+  static constexpr std::array<double, 5> kBeta{-1.45660718464996e-05, -2.13374055278905e-04,
+                                               -1.68282697438203e-03, -7.37332916720468e-03,
+                                               -1.42647390514189e-02};
 
   static auto cpu(const auto& x) { return erf(x); }
   static auto vulkan(auto& b, const auto& x) {
@@ -352,12 +351,12 @@ struct MathDef<Prim::kErf> {
 // relative of mpmath. Vulkan: f32 only (as its log1p).
 template <>
 struct MathDef<Prim::kErfinv> {
-  static constexpr std::array<float, 9> kSmall{
-      2.81022636e-08f,  3.43273939e-07f, -3.5233877e-06f, -4.39150654e-06f, 0.00021858087f,
-      -0.00125372503f, -0.00417768164f, 0.246640727f,    1.50140941f};
-  static constexpr std::array<float, 9> kLarge{
-      -0.000200214257f, 0.000100950558f, 0.00134934322f, -0.00367342844f, 0.00573950773f,
-      -0.0076224613f,   0.00943887047f,  1.00167406f,    2.83297682f};
+  static constexpr std::array<float, 9> kSmall{2.81022636e-08f,  3.43273939e-07f, -3.5233877e-06f,
+                                               -4.39150654e-06f, 0.00021858087f,  -0.00125372503f,
+                                               -0.00417768164f,  0.246640727f,    1.50140941f};
+  static constexpr std::array<float, 9> kLarge{-0.000200214257f, 0.000100950558f, 0.00134934322f,
+                                               -0.00367342844f,  0.00573950773f,  -0.0076224613f,
+                                               0.00943887047f,   1.00167406f,     2.83297682f};
   static constexpr std::array<double, 23> kBelow6_25{
       -3.6444120640178196996e-21, -1.685059138182016589e-19,  1.2858480715256400167e-18,
       1.115787767802518096e-17,   -1.333171662854620906e-16,  2.0972767875968561637e-17,
@@ -368,12 +367,12 @@ struct MathDef<Prim::kErfinv> {
       0.0001867342080340571352,   -0.00074070253416626697512, -0.0060336708714301490533,
       0.24015818242558961693,     1.6536545626831027356};
   static constexpr std::array<double, 19> kBelow16{
-      2.2137376921775787049e-09,  9.0756561938885390979e-08,  -2.7517406297064545428e-07,
-      1.8239629214389227755e-08,  1.5027403968909827627e-06,  -4.013867526981545969e-06,
-      2.9234449089955446044e-06,  1.2475304481671778723e-05,  -4.7318229009055733981e-05,
-      6.8284851459573175448e-05,  2.4031110387097893999e-05,  -0.0003550375203628474796,
-      0.00095328937973738049703,  -0.0016882755560235047313, 0.0024914420961078508066,
-      -0.0037512085075692412107, 0.005370914553590063617,    1.0052589676941592334,
+      2.2137376921775787049e-09, 9.0756561938885390979e-08, -2.7517406297064545428e-07,
+      1.8239629214389227755e-08, 1.5027403968909827627e-06, -4.013867526981545969e-06,
+      2.9234449089955446044e-06, 1.2475304481671778723e-05, -4.7318229009055733981e-05,
+      6.8284851459573175448e-05, 2.4031110387097893999e-05, -0.0003550375203628474796,
+      0.00095328937973738049703, -0.0016882755560235047313, 0.0024914420961078508066,
+      -0.0037512085075692412107, 0.005370914553590063617,   1.0052589676941592334,
       3.0838856104922207635};
   static constexpr std::array<double, 17> kAbove16{
       -2.7109920616438573243e-11, -2.5556418169965252055e-10, 1.5076572693500548083e-09,
@@ -392,8 +391,7 @@ struct MathDef<Prim::kErfinv> {
       const Temp w = -log1p(-(x * x));
       const Temp small = w - 2.5f;
       const Temp large = sqrt(w) - 3.0f;
-      r = where(w < 5.0f, detail::math::horner(kSmall, small),
-                detail::math::horner(kLarge, large));
+      r = where(w < 5.0f, detail::math::horner(kSmall, small), detail::math::horner(kLarge, large));
     } else {
       const Temp w = -log((T(1) - x) * (T(1) + x));
       const Temp near = w - 3.125;
@@ -419,7 +417,8 @@ struct MathDef<Prim::kErfinv> {
     b.no_contraction(ws);
     auto wl = b.op("OpFSub", t, {b.glsl("Sqrt", t, {w}), b.constant(t, 3)});
     b.no_contraction(wl);
-    auto p = b.select(small, detail::math::horner(b, kSmall, ws), detail::math::horner(b, kLarge, wl));
+    auto p =
+        b.select(small, detail::math::horner(b, kSmall, ws), detail::math::horner(b, kLarge, wl));
     auto px = b.op("OpFMul", t, {p, x});
     b.no_contraction(px);
     auto one = b.op("OpFOrdEqual", Ty::kBool, {b.glsl("FAbs", t, {x}), b.constant(t, 1)});

@@ -44,8 +44,8 @@ std::vector<std::int64_t> strides(const Shape& s) {
 // The definition, one output element at a time:
 // out[n..., p..., i..., q...] = a[n..., p..., indices[n..., i...], q...].
 std::vector<float> gather_reference(const std::vector<float>& a, const Shape& as,
-                                    const std::vector<I>& idx, const Shape& is,
-                                    std::int64_t axis, std::int64_t b) {
+                                    const std::vector<I>& idx, const Shape& is, std::int64_t axis,
+                                    std::int64_t b) {
   Shape out(as.begin(), as.begin() + axis);
   out.insert(out.end(), is.begin() + b, is.end());
   out.insert(out.end(), as.begin() + axis + 1, as.end());
@@ -93,8 +93,8 @@ TEST_CASE("take with batch_dims gathers each batch element from its own slice, a
     CAPTURE(c.axis);
     CAPTURE(c.batch_dims);
     const std::int64_t ax = c.axis < 0 ? c.axis + static_cast<std::int64_t>(c.as.size()) : c.axis;
-    const std::int64_t b = c.batch_dims < 0 ? c.batch_dims + static_cast<std::int64_t>(c.is.size())
-                                            : c.batch_dims;
+    const std::int64_t b =
+        c.batch_dims < 0 ? c.batch_dims + static_cast<std::int64_t>(c.is.size()) : c.batch_dims;
     const I len = static_cast<I>(c.as[static_cast<std::size_t>(ax)]);
     const std::vector<float> av = random_floats(numel(c.as), seed++);
     const std::vector<I> iv = random_indices(numel(c.is), -len, len - 1, seed++);  // negatives too
@@ -107,12 +107,15 @@ TEST_CASE("take with batch_dims gathers each batch element from its own slice, a
   }
   // batch_dims 0 is numpy's take; u32 indices and integer arrays too.
   Array m = reshape(arange(12), {3, 4});
-  CHECK(take(m, array<U>({3, 0}), 1, 0).to_vector<I>() == take(m, array<U>({3, 0}), 1).to_vector<I>());
+  CHECK(take(m, array<U>({3, 0}), 1, 0).to_vector<I>() ==
+        take(m, array<U>({3, 0}), 1).to_vector<I>());
   CHECK(take(m, array<U>({3, 0, 1, 1, 2, 0}, {3, 2}), 1, 1).to_vector<I>() ==
         std::vector<I>{3, 0, 5, 5, 10, 8});
 }
 
-TEST_CASE("take with batch_dims differentiates through take_along_axis: gradients match finite differences") {
+TEST_CASE(
+    "take with batch_dims differentiates through take_along_axis: gradients match finite "
+    "differences") {
   const Shape as{2, 3, 4}, is{2, 5};
   const std::vector<float> av = random_floats(numel(as), 11);
   const std::vector<I> iv = {0, 3, 3, -1, 1, 2, 2, 0, -4, 2};  // repeats add up
@@ -128,8 +131,9 @@ TEST_CASE("take with batch_dims differentiates through take_along_axis: gradient
     std::vector<float> hi = av, lo = av;
     hi[k] += eps;
     lo[k] -= eps;
-    const float fd = (loss(array<float>(hi, as)).item<float>() - loss(array<float>(lo, as)).item<float>()) /
-                     (2 * eps);
+    const float fd =
+        (loss(array<float>(hi, as)).item<float>() - loss(array<float>(lo, as)).item<float>()) /
+        (2 * eps);
     CAPTURE(k);
     CHECK(g[k] == doctest::Approx(fd).epsilon(1e-3).scale(1.0));
   }
@@ -140,11 +144,13 @@ TEST_CASE("take with batch_dims differentiates through take_along_axis: gradient
     for (int p = 0; p < 3; ++p) {
       for (int i = 0; i < 5; ++i) {
         const int k = (iv[static_cast<std::size_t>(n * 5 + i)] + 4) % 4;
-        want[static_cast<std::size_t>((n * 3 + p) * 4 + k)] += wv[static_cast<std::size_t>((n * 3 + p) * 5 + i)];
+        want[static_cast<std::size_t>((n * 3 + p) * 4 + k)] +=
+            wv[static_cast<std::size_t>((n * 3 + p) * 5 + i)];
       }
     }
   }
-  for (std::size_t k = 0; k < want.size(); ++k) CHECK(g[k] == doctest::Approx(want[k]).epsilon(1e-6));
+  for (std::size_t k = 0; k < want.size(); ++k)
+    CHECK(g[k] == doctest::Approx(want[k]).epsilon(1e-6));
 }
 
 TEST_CASE("take with batch_dims traces once under filter_jit and adds no primitive of its own") {
@@ -188,16 +194,19 @@ TEST_CASE("take with batch_dims traces once under filter_jit and adds no primiti
 
 TEST_CASE("take with batch_dims names the op, the argument and the shapes in its errors") {
   const Array a = zeros({2, 3, 4});
-  CHECK_THROWS_WITH_AS(take(a, zeros({3, 5}, i32), 2, 1),
-                       "[take] the first 1 axes (batch_dims) of the array of shape (2, 3, 4) and of the "
-                       "indices of shape (3, 5) must be equal (axis 0: 2 vs 3)",
-                       ShapeError);
+  CHECK_THROWS_WITH_AS(
+      take(a, zeros({3, 5}, i32), 2, 1),
+      "[take] the first 1 axes (batch_dims) of the array of shape (2, 3, 4) and of the "
+      "indices of shape (3, 5) must be equal (axis 0: 2 vs 3)",
+      ShapeError);
   CHECK_THROWS_WITH_AS(take(a, zeros({2, 5}), 2, 1),
-                       "[take] indices must be i32 or u32, got f32 indices of shape (2, 5)", DTypeError);
-  CHECK_THROWS_WITH_AS(take(a, zeros({2, 3}, i32), 1, 2),
-                       "[take] axis 1 must not be one of the 2 batch axes (batch_dims 2): the axis taken "
-                       "from comes after them",
-                       ShapeError);
+                       "[take] indices must be i32 or u32, got f32 indices of shape (2, 5)",
+                       DTypeError);
+  CHECK_THROWS_WITH_AS(
+      take(a, zeros({2, 3}, i32), 1, 2),
+      "[take] axis 1 must not be one of the 2 batch axes (batch_dims 2): the axis taken "
+      "from comes after them",
+      ShapeError);
   CHECK_THROWS_WITH_AS(take(a, zeros({2, 3}, i32), 2, 3),
                        "[take] batch_dims 3 is out of range for indices of shape (2, 3) (rank 2)",
                        ShapeError);
@@ -206,9 +215,10 @@ TEST_CASE("take with batch_dims names the op, the argument and the shapes in its
                        ShapeError);
   CHECK_THROWS_WITH_AS(take(a, zeros({2, 3}, i32), 3, 1),
                        "[take] axis 3 is out of range for an array of rank 3", ShapeError);
-  CHECK_THROWS_WITH_AS(take(Array(), zeros({2, 3}, i32), 2, 1), doctest::Contains("[take] the array input is None"),
-                       ValueError);
+  CHECK_THROWS_WITH_AS(take(Array(), zeros({2, 3}, i32), 2, 1),
+                       doctest::Contains("[take] the array input is None"), ValueError);
   // An index past its axis is an error, not a read from the next batch element.
   CHECK_THROWS_WITH_AS(take(a, array<I>({0, 4}, {2, 1}), 2, 1),
-                       doctest::Contains("index 4 is out of range for axis 2 of size 4"), IndexError);
+                       doctest::Contains("index 4 is out of range for axis 2 of size 4"),
+                       IndexError);
 }

@@ -43,12 +43,18 @@ struct Golden {
   double x, erfinv;
 };
 const Golden kGolden64[] = {
-    {1e-300, 8.8622692545275803586e-301}, {1e-10, 8.8622692545275804594e-11},
-    {0.1, 0.088855990494257691974},       {0.3, 0.27246271472675434502},
-    {0.5, 0.47693627620446987338},        {-0.5, -0.47693627620446987338},
-    {0.7, 0.73286907795921678488},        {0.9, 1.1630871536766741628},
-    {0.99, 1.8213863677184494559},        {0.999, 2.3267537655135244939},
-    {0.999999, 3.4589107372754987775},    {0.999999999999, 5.0420318985726961301},
+    {1e-300, 8.8622692545275803586e-301},
+    {1e-10, 8.8622692545275804594e-11},
+    {0.1, 0.088855990494257691974},
+    {0.3, 0.27246271472675434502},
+    {0.5, 0.47693627620446987338},
+    {-0.5, -0.47693627620446987338},
+    {0.7, 0.73286907795921678488},
+    {0.9, 1.1630871536766741628},
+    {0.99, 1.8213863677184494559},
+    {0.999, 2.3267537655135244939},
+    {0.999999, 3.4589107372754987775},
+    {0.999999999999, 5.0420318985726961301},
     {0.9999999999999998, 5.8050186831934533002},
     {-0.9999999999999999, -5.8635847487551679272},
 };
@@ -105,11 +111,14 @@ std::vector<std::uint32_t> bits_of(const Array& a) {
 }  // namespace
 
 TEST_CASE("erf matches std::erf in f32 (and f64 on the CPU), with its special values") {
-  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
-  std::vector<double> xs = {0.0, -0.0, 1e-30, 1e-3, 0.1, -0.5, 0.9, 1.0, -1.5, 2.0, 3.0, -3.9, 4.0, 6.0, inf, -inf, nan};
+  const double nan = std::numeric_limits<double>::quiet_NaN(),
+               inf = std::numeric_limits<double>::infinity();
+  std::vector<double> xs = {0.0, -0.0, 1e-30, 1e-3, 0.1, -0.5, 0.9,  1.0, -1.5,
+                            2.0, 3.0,  -3.9,  4.0,  6.0, inf,  -inf, nan};
   for (int i = -40; i <= 40; ++i) xs.push_back(i / 10.0 + 0.013);
   std::vector<float> xf(xs.begin(), xs.end());
-  const std::vector<double> got = as_doubles(erf(array<float>(xf, {static_cast<std::int64_t>(xf.size())})));
+  const std::vector<double> got =
+      as_doubles(erf(array<float>(xf, {static_cast<std::int64_t>(xf.size())})));
   for (std::size_t i = 0; i < xf.size(); ++i) {
     CAPTURE(xf[i]);
     // Within 2e-6 relative of erf at the f32 input on both devices (xsimd's
@@ -124,12 +133,14 @@ TEST_CASE("erf matches std::erf in f32 (and f64 on the CPU), with its special va
       check_rel(g64[i], std::erf(xs[i]), 1e-14);  // xsimd's f64 erf: up to ~7e-15
     }
   } else {
-    CHECK_THROWS_WITH_AS(erf(x64), doctest::Contains("[erf] f64 is not supported on vulkan"), DTypeError);
+    CHECK_THROWS_WITH_AS(erf(x64), doctest::Contains("[erf] f64 is not supported on vulkan"),
+                         DTypeError);
   }
   CHECK_THROWS_WITH_AS(erf(array<std::int32_t>({1})), doctest::Contains("[erf]"), DTypeError);
 }
 
-TEST_CASE("erfinv matches mpmath's erfinv: f64 to 1e-15 on the CPU, f32 to its Giles approximation") {
+TEST_CASE(
+    "erfinv matches mpmath's erfinv: f64 to 1e-15 on the CPU, f32 to its Giles approximation") {
   if (on_cpu()) {
     std::vector<double> xs;
     for (const Golden& g : kGolden64) xs.push_back(g.x);
@@ -151,7 +162,8 @@ TEST_CASE("erfinv matches mpmath's erfinv: f64 to 1e-15 on the CPU, f32 to its G
   }
   std::vector<float> xf;
   for (const Golden& g : kGolden32) xf.push_back(static_cast<float>(g.x));
-  const std::vector<float> got = erfinv(array<float>(xf, {static_cast<std::int64_t>(xf.size())})).to_vector<float>();
+  const std::vector<float> got =
+      erfinv(array<float>(xf, {static_cast<std::int64_t>(xf.size())})).to_vector<float>();
   for (std::size_t i = 0; i < xf.size(); ++i) {
     CAPTURE(xf[i]);
     // Giles' f32 polynomial in w = -log1p(-x^2) (jax.lax.erf_inv's): ~1e-7
@@ -162,7 +174,8 @@ TEST_CASE("erfinv matches mpmath's erfinv: f64 to 1e-15 on the CPU, f32 to its G
 }
 
 TEST_CASE("erfinv is +-inf at +-1 and NaN past them and for NaN, in f32 and f64") {
-  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  const double nan = std::numeric_limits<double>::quiet_NaN(),
+               inf = std::numeric_limits<double>::infinity();
   const std::vector<double> xs = {1.0, -1.0, 1.0000001, -1.5, 2.0, inf, -inf, nan, 0.0, -0.0};
   const std::vector<double> want = {inf, -inf, nan, nan, nan, nan, nan, nan, 0.0, -0.0};
   const std::vector<float> xf(xs.begin(), xs.end());
@@ -178,24 +191,28 @@ TEST_CASE("erfinv is +-inf at +-1 and NaN past them and for NaN, in f32 and f64"
       check_rel(g64[i], want[i], 0.0);
     }
   } else {
-    CHECK_THROWS_WITH_AS(erfinv(array<double>(xs, {10})), doctest::Contains("[erfinv] f64 is not supported on vulkan"),
-                         DTypeError);
+    CHECK_THROWS_WITH_AS(erfinv(array<double>(xs, {10})),
+                         doctest::Contains("[erfinv] f64 is not supported on vulkan"), DTypeError);
   }
 }
 
-TEST_CASE("the gradients of erf and erfinv are 2/sqrt(pi) exp(-x^2) and sqrt(pi)/2 exp(erfinv(x)^2)") {
+TEST_CASE(
+    "the gradients of erf and erfinv are 2/sqrt(pi) exp(-x^2) and sqrt(pi)/2 exp(erfinv(x)^2)") {
   const std::vector<float> xs = {-2.0f, -0.5f, 0.0f, 0.3f, 1.7f};
-  const std::vector<float> ge = grad([](const Array& x) { return sum(erf(x)); })(array<float>(xs, {5})).to_vector<float>();
+  const std::vector<float> ge =
+      grad([](const Array& x) { return sum(erf(x)); })(array<float>(xs, {5})).to_vector<float>();
   const std::vector<float> us = {-0.99f, -0.5f, 0.0f, 0.3f, 0.9f};
   const std::vector<float> gi =
       grad([](const Array& x) { return sum(erfinv(x)); })(array<float>(us, {5})).to_vector<float>();
   const std::vector<float> ys = erfinv(array<float>(us, {5})).to_vector<float>();
   for (std::size_t i = 0; i < xs.size(); ++i) {
     const double x = xs[i];
-    CHECK(ge[i] == doctest::Approx(2.0 / std::sqrt(std::numbers::pi) * std::exp(-x * x)).epsilon(1e-5));
+    CHECK(ge[i] ==
+          doctest::Approx(2.0 / std::sqrt(std::numbers::pi) * std::exp(-x * x)).epsilon(1e-5));
     // erfinv's slope is the reciprocal of erf's at erfinv(u).
     const double y = ys[i];
-    CHECK(gi[i] == doctest::Approx(std::sqrt(std::numbers::pi) / 2 * std::exp(y * y)).epsilon(1e-5));
+    CHECK(gi[i] ==
+          doctest::Approx(std::sqrt(std::numbers::pi) / 2 * std::exp(y * y)).epsilon(1e-5));
   }
 }
 
