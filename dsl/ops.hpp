@@ -77,7 +77,8 @@ Array logical_not(const Array& a);  // bool only
 // Float math, one function per KILN_MATH row of dsl/primitives.inc: sin, cos,
 // tan, asin, acos, atan, sinh, cosh, log2, exp2, log1p (log(1 + a), accurate
 // for small a), expm1 (exp(a) - 1, likewise), floor, ceil, trunc, round (half
-// to even, as numpy.round), sign (-1, 1, or a itself for zeros and NaN), ...
+// to even, as numpy.round), sign (-1, 1, or a itself for zeros and NaN), erf
+// and erfinv (erfinv(+-1) = +-inf, NaN past +-1), ...
 // Floating only; dsl/unary_math.hpp defines each (precision there). On Vulkan
 // the transcendental ones take f32 only.
 // Binary float math, one per KILN_MATH2 row: atan2(a, b) is the angle of the
@@ -282,6 +283,12 @@ Array eye(std::int64_t n, std::int64_t m = -1, std::int64_t k = 0,
 // a.shape[axis+1:]. Indices are i32/u32; negative indices count from the end; out
 // of range is an IndexError.
 Array take(const Array& a, const Array& indices, std::int64_t axis);
+// tf.gather(a, indices, axis, batch_dims) (dsl/ops_gather.cpp, a composite): the
+// first batch_dims axes of a and indices are matched batch axes (equal shapes),
+// each batch element taking from its own slice: result shape a.shape[:axis] +
+// indices.shape[batch_dims:] + a.shape[axis+1:]. axis >= batch_dims; negative
+// axis counts from a's end, negative batch_dims from indices' end.
+Array take(const Array& a, const Array& indices, std::int64_t axis, std::int64_t batch_dims);
 // numpy.take_along_axis: indices has a's rank and broadcasts on the other axes.
 Array take_along_axis(const Array& a, const Array& indices, std::int64_t axis);
 // One-hot encoding along a new last axis of size `depth`; indices outside

@@ -8,8 +8,8 @@
 // bernoulli, randint and permutation reproduce jax.random (default
 // implementation, JAX >= 0.5, whose default is jax_threefry_partitionable on)
 // bit for bit; uniform on other ranges and normal match to about 1 ulp (XLA
-// fuses a multiply-add; erfinv is XLA's polynomial, evaluated with kiln's own
-// log). See docs/DTYPES.md, "Random numbers".
+// fuses a multiply-add; the erfinv primitive is XLA's polynomial, evaluated
+// with kiln's own log1p). See docs/DTYPES.md, "Random numbers".
 #pragma once
 
 #include <cstdint>
@@ -59,7 +59,8 @@ Array randint(const Array& key, const Shape& shape, std::int64_t minval,
 Array permutation(const Array& key, std::int64_t n);
 
 // Inverse error function of f32 x in [-1, 1] (XLA's ErfInv32, Giles' single
-// precision approximation); erfinv(+-1) = +-inf.
+// precision approximation); erfinv(+-1) = +-inf. kiln::erfinv (the primitive)
+// restricted to f32, as the samplers use it.
 Array erfinv(const Array& x);
 
 }  // namespace kiln::random

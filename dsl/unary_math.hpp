@@ -31,9 +31,12 @@
 #pragma once
 
 #include <cmath>
+#include <array>
 #include <cstddef>
 #include <limits>
 #include <numbers>
+#include <string_view>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 
@@ -322,6 +325,198 @@ struct MathDef<Prim::kSign> {
   static double reference(double x) { return x > 0 ? 1.0 : x < 0 ? -1.0 : x; }
   static constexpr double kLo = 0.1, kHi = 2.0;
   static constexpr float kSpecial[] = {-3.0f, 0.0f, -0.0f, 2.0f};
+};
+
+namespace detail::math {
+
+// Horner's rule over c[0] (the highest degree) .. c[K], p = c[i] + p * w, as one
+// lazy xtensor expression (w should be evaluated: it is read once per step).
+template <std::size_t K, class C, class W>
+auto horner_upto(const C& c, const W& w) {
+  if constexpr (K == 1) {
+    return c[1] + c[0] * w;
+  } else {
+    return c[K] + horner_upto<K - 1>(c, w) * w;
+  }
+}
+template <class C, class W>
+auto horner(const C& c, const W& w) {
+  return horner_upto<std::tuple_size_v<C> - 1>(c, w);
+}
+
+// The same in SPIR-V, each product and sum kept apart (no fma), as the CPU
+// (x86-64-v2 has none) and the unfused DSL ops compute it.
+template <class B, class V, class C>
+V horner(B& b, const C& c, const V& w) {
+  const auto t = w.ty;
+  V p = b.constant(t, c[0]);
+  for (std::size_t i = 1; i < c.size(); ++i) {
+    V m = b.op("OpFMul", t, {p, w});
+    b.no_contraction(m);
+    p = b.op("OpFAdd", t, {b.constant(t, c[i]), m});
+    b.no_contraction(p);
+  }
+  return p;
+}
+
+// An evaluated copy of an xtensor expression (an xtensor of its element type):
+// the temporaries that several steps of a kernel read.
+template <class E>
+using Temp = typename std::decay_t<E>::temporary_type;
+
+template <class V>
+void refuse_f64_on_vulkan(const V& x, std::string_view op, std::string_view why) {
+  using Ty = decltype(x.ty);
+  if (x.ty == Ty::kF64) {
+    throw DTypeError(str_cat("[", op, "] f64 is not supported on vulkan (", why, "); use f32"));
+  }
+}
+
+}  // namespace detail::math
+
+// The error function. CPU: xsimd's erf (f32 ~1 ulp; f64 within ~7e-15
+// relative). Vulkan (f32 only):
+// XLA's ErfImpl32 (Eigen's generic_fast_erf_float), x P(x^2) / Q(x^2) on
+// [-4, 4], where erf is already +-1 in f32; within ~1e-7 of erf.
+template <>
+struct MathDef<Prim::kErf> {
+  static constexpr std::array<double, 7> kAlpha{
+      -2.72614225801306e-10, 2.77068142495902e-08,  -2.10102402082508e-06, -5.69250639462346e-05,
+      -7.34990630326855e-04, -2.95459980854025e-03, -1.60960333262415e-02};
+  static constexpr std::array<double, 5> kBeta{-1.45660718464996e-05, -2.13374055278905e-04,
+                                               -1.68282697438203e-03, -7.37332916720468e-03,
+                                               -1.42647390514189e-02};
+
+  static auto cpu(const auto& x) { return erf(x); }
+  static auto vulkan(auto& b, const auto& x) {
+    using Ty = decltype(x.ty);
+    detail::math::refuse_f64_on_vulkan(x, "erf", "its rational approximation is f32's");
+    const Ty t = x.ty;
+    // Clamped by comparisons, which keep NaN (FClamp's NaN is undefined).
+    auto hi = b.constant(t, 4), lo = b.constant(t, -4);
+    auto c = b.select(b.op("OpFOrdGreaterThan", Ty::kBool, {x, hi}), hi,
+                      b.select(b.op("OpFOrdLessThan", Ty::kBool, {x, lo}), lo, x));
+    auto c2 = b.op("OpFMul", t, {c, c});
+    b.no_contraction(c2);
+    auto p = detail::math::horner(b, kAlpha, c2);
+    auto q = detail::math::horner(b, kBeta, c2);
+    auto cp = b.op("OpFMul", t, {c, p});
+    b.no_contraction(cp);
+    return b.op("OpFDiv", t, {cp, q});
+  }
+  static Array vjp(const Array& x, const Array&, const Array& g) {
+    return g * (exp(-(x * x)) * (2.0 * std::numbers::inv_sqrtpi));
+  }
+  static double reference(double x) { return std::erf(x); }
+  static constexpr double kLo = -2.5, kHi = 2.5;
+  static constexpr float kSpecial[] = {0.0f, -0.0f, 0.5f, -1.5f, 3.0f, -4.5f, 10.0f, 1e-8f, 1e-30f,
+                                       std::numeric_limits<float>::infinity(),
+                                       -std::numeric_limits<float>::infinity()};
+};
+
+// The inverse error function: erfinv(+-1) = +-inf, NaN past +-1 and for NaN.
+// f32 is XLA's ErfInv32 (Giles' single-precision polynomial in
+// w = -log1p(-x^2)) step for step, so its bits are jax.lax.erf_inv's and the
+// composite's that random::normal used before (tests/test_random.cpp): ~1e-7
+// relative below |x| = 0.99, up to ~3e-6 nearer +-1 where x^2 rounds away low
+// bits of 1 - x^2. f64 (CPU) is Giles' double-precision polynomials (XLA's
+// ErfInv64) in w = -log((1 - x)(1 + x)), which keeps those bits: within 1e-15
+// relative of mpmath. Vulkan: f32 only (as its log1p).
+template <>
+struct MathDef<Prim::kErfinv> {
+  static constexpr std::array<float, 9> kSmall{2.81022636e-08f,  3.43273939e-07f, -3.5233877e-06f,
+                                               -4.39150654e-06f, 0.00021858087f,  -0.00125372503f,
+                                               -0.00417768164f,  0.246640727f,    1.50140941f};
+  static constexpr std::array<float, 9> kLarge{-0.000200214257f, 0.000100950558f, 0.00134934322f,
+                                               -0.00367342844f,  0.00573950773f,  -0.0076224613f,
+                                               0.00943887047f,   1.00167406f,     2.83297682f};
+  static constexpr std::array<double, 23> kBelow6_25{
+      -3.6444120640178196996e-21, -1.685059138182016589e-19,  1.2858480715256400167e-18,
+      1.115787767802518096e-17,   -1.333171662854620906e-16,  2.0972767875968561637e-17,
+      6.6376381343583238325e-15,  -4.0545662729752068639e-14, -8.1519341976054721522e-14,
+      2.6335093153082322977e-12,  -1.2975133253453532498e-11, -5.4154120542946279317e-11,
+      1.051212273321532285e-09,   -4.1126339803469836976e-09, -2.9070369957882005086e-08,
+      4.2347877827932403518e-07,  -1.3654692000834678645e-06, -1.3882523362786468719e-05,
+      0.0001867342080340571352,   -0.00074070253416626697512, -0.0060336708714301490533,
+      0.24015818242558961693,     1.6536545626831027356};
+  static constexpr std::array<double, 19> kBelow16{
+      2.2137376921775787049e-09, 9.0756561938885390979e-08, -2.7517406297064545428e-07,
+      1.8239629214389227755e-08, 1.5027403968909827627e-06, -4.013867526981545969e-06,
+      2.9234449089955446044e-06, 1.2475304481671778723e-05, -4.7318229009055733981e-05,
+      6.8284851459573175448e-05, 2.4031110387097893999e-05, -0.0003550375203628474796,
+      0.00095328937973738049703, -0.0016882755560235047313, 0.0024914420961078508066,
+      -0.0037512085075692412107, 0.005370914553590063617,   1.0052589676941592334,
+      3.0838856104922207635};
+  static constexpr std::array<double, 17> kAbove16{
+      -2.7109920616438573243e-11, -2.5556418169965252055e-10, 1.5076572693500548083e-09,
+      -3.7894654401267369937e-09, 7.6157012080783393804e-09,  -1.4960026627149240478e-08,
+      2.9147953450901080826e-08,  -6.7711997758452339498e-08, 2.2900482228026654717e-07,
+      -9.9298272942317002539e-07, 4.5260625972231537039e-06,  -1.9681778105531670567e-05,
+      7.5995277030017761139e-05,  -0.00021503011930044477347, -0.00013871931833623122026,
+      1.0103004648645343977,      4.8499064014085844221};
+
+  static auto cpu(const auto& x) {
+    using T = detail::math::Elem<decltype(x)>;
+    using Temp = detail::math::Temp<decltype(x)>;
+    constexpr T kInf = std::numeric_limits<T>::infinity();
+    Temp r;
+    if constexpr (std::is_same_v<T, float>) {
+      const Temp w = -log1p(-(x * x));
+      const Temp small = w - 2.5f;
+      const Temp large = sqrt(w) - 3.0f;
+      r = where(w < 5.0f, detail::math::horner(kSmall, small), detail::math::horner(kLarge, large));
+    } else {
+      const Temp w = -log((T(1) - x) * (T(1) + x));
+      const Temp near = w - 3.125;
+      const Temp s = sqrt(w);
+      const Temp mid = s - 3.25;
+      const Temp far = s - 5.0;
+      r = where(w < 6.25, detail::math::horner(kBelow6_25, near),
+                where(w < 16.0, detail::math::horner(kBelow16, mid),
+                      detail::math::horner(kAbove16, far)));
+    }
+    // The polynomials are indeterminate at +-1; the limits are +-inf.
+    return Temp(where(equal(abs(x), T(1)), x * kInf, r * x));
+  }
+  static auto vulkan(auto& b, const auto& x) {
+    using Ty = decltype(x.ty);
+    detail::math::refuse_f64_on_vulkan(x, "erfinv", "GLSL.std.450 Log takes 32-bit floats");
+    const Ty t = x.ty;
+    auto x2 = b.op("OpFMul", t, {x, x});
+    b.no_contraction(x2);
+    auto w = b.op("OpFNegate", t, {MathDef<Prim::kLog1p>::vulkan(b, b.op("OpFNegate", t, {x2}))});
+    auto small = b.op("OpFOrdLessThan", Ty::kBool, {w, b.constant(t, 5)});
+    auto ws = b.op("OpFSub", t, {w, b.constant(t, 2.5)});
+    b.no_contraction(ws);
+    auto wl = b.op("OpFSub", t, {b.glsl("Sqrt", t, {w}), b.constant(t, 3)});
+    b.no_contraction(wl);
+    auto p =
+        b.select(small, detail::math::horner(b, kSmall, ws), detail::math::horner(b, kLarge, wl));
+    auto px = b.op("OpFMul", t, {p, x});
+    b.no_contraction(px);
+    auto one = b.op("OpFOrdEqual", Ty::kBool, {b.glsl("FAbs", t, {x}), b.constant(t, 1)});
+    auto inf = b.op("OpFMul", t, {x, b.constant(t, std::numeric_limits<double>::infinity())});
+    return b.select(one, inf, px);
+  }
+  static Array vjp(const Array&, const Array& y, const Array& g) {
+    return g * (exp(y * y) * (0.5 / std::numbers::inv_sqrtpi));
+  }
+  // Newton on std::erf from the closed-form start (tests only).
+  static double reference(double x) {
+    if (std::isnan(x) || std::abs(x) > 1) return std::numeric_limits<double>::quiet_NaN();
+    if (std::abs(x) == 1) return std::copysign(std::numeric_limits<double>::infinity(), x);
+    if (x == 0) return x;
+    double y = std::copysign(std::sqrt(-std::log((1 - x) * (1 + x))), x) * 0.8;
+    for (int i = 0; i < 100; ++i) {
+      const double step = (std::erf(y) - x) / (2 * std::numbers::inv_sqrtpi * std::exp(-y * y));
+      y -= step;
+      if (std::abs(step) <= 1e-17 * std::abs(y)) break;
+    }
+    return y;
+  }
+  static constexpr double kLo = -0.9, kHi = 0.9;
+  static constexpr float kSpecial[] = {0.0f, -0.0f, 0.5f, -0.25f, 0.9f, -0.98f, 1.0f,
+                                       -1.0f, 1.5f,  -1.0001f, 1e-30f};
 };
 
 // ---- binary (KILN_MATH2 rows): cpu(a, b) on scalars (the CPU backend applies

@@ -30,8 +30,8 @@ Array softmax(const Array& x);
 Array softmax(const Array& x, std::int64_t axis);
 Array log_softmax(const Array& x);
 Array log_softmax(const Array& x, std::int64_t axis);
-// Error function of a floating x (XLA's f32 rational approximation, also used
-// for f64; accurate to ~1 ulp of f32).
-Array erf(const Array& x);
+// The error function is the primitive kiln::erf (this was a composite of XLA's
+// f32 rational approximation; a second erf here would make calls ambiguous).
+using kiln::erf;
 
 }  // namespace kiln::nn

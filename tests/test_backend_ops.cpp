@@ -699,3 +699,184 @@ TEST_CASE("every primitive of the table: bound by its op, device vs CPU, jit fus
   }
   MESSAGE(total, " cases over ", all_prims().size(), " primitives on ", dut.to_string());
 }
+
+// ---- f16 ----
+
+namespace {
+
+// Whether a primitive's f32 cases have f16 twins: every primitive of a family
+// whose ops take any floating dtype, unless it is integer-only. Conversions
+// (astype, bitcast) pair given dtypes (and make the f16 inputs here);
+// creation has no inputs; matmul takes f32 and f64 only (ops.hpp). No
+// default: a new family must say.
+bool takes_f16(Prim p) {
+  if (has_trait(p, PrimTrait::kIntegerOnly)) return false;
+  switch (family(p)) {
+    case PrimFamily::kUnary: case PrimFamily::kBinary: case PrimFamily::kWhere:
+    case PrimFamily::kReduce: case PrimFamily::kArgReduce: case PrimFamily::kScan:
+    case PrimFamily::kSort: case PrimFamily::kLayout: case PrimFamily::kIndex:
+    case PrimFamily::kIdentity:
+      return true;
+    case PrimFamily::kAstype: case PrimFamily::kCreation: case PrimFamily::kMatmul:
+      return false;
+  }
+  return false;
+}
+
+const DeviceInfo& info_of(Device d) {
+  static const std::vector<DeviceInfo> all = devices();
+  for (const DeviceInfo& i : all) {
+    if (i.device == d) return i;
+  }
+  FAIL("no DeviceInfo for ", d.to_string());
+  return all.front();
+}
+
+// The device computes f16 in f32 and rounds each stored result to f16 (half an
+// ulp: 2^-11 relative); allow two such roundings.
+constexpr double kF16Tolerance = 1e-3;
+
+}  // namespace
+
+TEST_CASE("f16: every primitive of a float-taking family, on the device against the CPU in f32") {
+  const Device dut = default_device();
+  if (dut == Device::cpu()) {
+    // The reference has no f16 arithmetic (docs/DTYPES.md) and says so.
+    CHECK_THROWS_WITH_AS(astype(ones({2}, f32, dut), f16),
+                         doctest::Contains("f16 is not supported by the CPU backend"), DTypeError);
+    return;
+  }
+  if (!info_of(dut).f16) {
+    MESSAGE("f16 cases skipped: ", dut.to_string(), " has no f16 storage");
+    return;
+  }
+  std::size_t total = 0, prims = 0;
+  for (const PrimInfo& info : all_prims()) {
+    const Prim p = info.prim;
+    if (!takes_f16(p)) continue;
+    bool any = false;
+    for (const Case& c : cases_for(p)) {
+      if (std::none_of(c.inputs.begin(), c.inputs.end(), [](const Array& x) { return x.dtype() == f32; })) {
+        continue;
+      }
+      any = true;
+      ++total;
+      INFO("primitive ", info.name, " case ", c.label, " in f16");
+      // f32 inputs rounded to f16 on the device; the reference gets the same
+      // values back in f32.
+      std::vector<Array> half, exact;
+      for (const Array& x : c.inputs) {
+        if (x.dtype() == f32) {
+          half.push_back(astype(to_device(x, dut), f16));
+          exact.push_back(to_device(astype(half.back(), f32), Device::cpu()));
+        } else {
+          half.push_back(to_device(x, dut));
+          exact.push_back(x);
+        }
+      }
+      const Array want = c.op(exact, Device::cpu());
+      const Array got = c.op(half, dut);
+      const bool inexact = want.dtype() == f32;
+      CHECK(got.dtype() == (inexact ? f16 : want.dtype()));
+      const Array got32 = inexact ? astype(got, f32) : got;
+      const double tol = inexact ? kF16Tolerance : 0.0;
+      CHECK_MESSAGE(compare(got32, want, tol) == "", compare(got32, want, tol));
+      // Fused, after an f16 identity step: f16 intermediates round as stored.
+      auto body = [op = c.op, dut](const std::vector<Array>& in) {
+        std::vector<Array> prepped;
+        for (const Array& x : in) prepped.push_back(identity_step(x));
+        return op(prepped, dut);
+      };
+      const Array f = filter_jit(body, {.name = std::string(info.name) + "_f16"})(half);
+      const Array f32v = inexact ? astype(f, f32) : f;
+      CHECK_MESSAGE(compare(f32v, got32, tol) == "", "fused vs eager: ", compare(f32v, got32, tol));
+    }
+    prims += any ? 1 : 0;
+  }
+  MESSAGE(total, " f16 cases over ", prims, " primitives on ", dut.to_string());
+  CHECK(prims > 0);
+}
+
+// ---- arrays past 128 MiB ----
+
+namespace {
+
+// Just past the 2^27 bytes that Vulkan guarantees one storage buffer can
+// address (maxStorageBufferRange): the Vulkan backend reaches such arrays
+// through their device addresses (bufferDeviceAddress), and refuses them,
+// naming the limit, without it. A device whose range is larger still runs
+// the cases.
+constexpr std::int64_t kBigBytes = std::int64_t{1} << 27;
+constexpr std::int64_t kCols = 256;
+constexpr std::int64_t kBigRows = kBigBytes / 4 / kCols + 7;  // f32 [rows, 256] > 128 MiB
+
+// On the CPU: an arange folded into [-1, 1] by sin, cheap to make, with
+// neighbours distinct enough that a misplaced element shows.
+Array big_uniform(const Shape& shape) {
+  return on_default(Device::cpu(), [&] {
+    const Array i = astype(reshape(arange(numel(shape)), shape), f32);
+    return sin(i * 0.7548776662466927);
+  });
+}
+
+// "" when got (any device) equals want (CPU) within `rel` of max(1, |want|),
+// compared on the CPU without copying to doubles.
+std::string compare_big(const Array& got_dev, const Array& want, double rel) {
+  const Array got = to_device(got_dev, Device::cpu());
+  if (got.dtype() != want.dtype() || got.shape() != want.shape()) return compare(got, want, rel);
+  if (rel == 0.0 || !is_inexact(want.dtype())) {
+    return all(equal(got, want)).item<bool>() ? "" : "values differ";
+  }
+  const Array excess = abs(got - want) - maximum(abs(want), 1.0) * rel;
+  const float worst = max(excess).item<float>();
+  return worst <= 0.0f ? "" : detail::str_cat("off by up to ", worst, " past the tolerance");
+}
+
+}  // namespace
+
+TEST_CASE("arrays past 128 MiB: a few primitives per family on the device against the CPU") {
+  const Device dut = default_device();
+  if (dut == Device::cpu()) {
+    MESSAGE("the CPU is the reference: nothing to compare");
+    return;
+  }
+  const Shape big{kBigRows, kCols};
+  try {
+    (void)zeros(big, f32, dut);
+  } catch (const OutOfMemoryError& e) {
+    // Without bufferDeviceAddress (KILN_VK_DISABLE_BUFFER_ADDRESS=1) or a
+    // larger range, such an array is refused up front, naming the limit.
+    const std::string what = e.what();
+    CHECK(what.find("maxStorageBufferRange") != std::string::npos);
+    CHECK(what.find("bufferDeviceAddress") != std::string::npos);
+    MESSAGE("refused: ", what);
+    return;
+  }
+  const Array hx = big_uniform(big);
+  REQUIRE(static_cast<std::int64_t>(hx.nbytes()) > kBigBytes);
+  const Array x = to_device(hx, dut);
+  // One input for all (each SUBCASE would build it again); a block per family.
+  {  // binary: add, broadcasting a row
+    const Array hb = big_uniform({kCols}) * 3.0;
+    CHECK(compare_big(x + to_device(hb, dut), hx + hb, 0.0) == "");
+  }
+  {  // reduce: sum per row and over everything
+    CHECK(compare_big(sum(x, 1), sum(hx, 1), 1e-5) == "");
+    CHECK(compare_big(sum(x), sum(hx), 1e-3) == "");
+  }
+  {  // index: take rows near the end, scatter_add into the big array
+    const Array idx = Array::from_data<std::int32_t>(
+        std::vector<std::int32_t>{static_cast<std::int32_t>(kBigRows - 1), 0, -2,
+                                  static_cast<std::int32_t>(kBigRows / 2), -1},
+        {5});
+    CHECK(compare_big(take(x, to_device(idx, dut), 0), take(hx, idx, 0), 0.0) == "");
+    const Array hu = big_uniform({5, kCols});
+    CHECK(compare_big(scatter_add(x, to_device(idx, dut), to_device(hu, dut), 0),
+                      scatter_add(hx, idx, hu, 0), 0.0) == "");
+  }
+  {  // layout: transpose, and concatenate past the first range
+    CHECK(compare_big(transpose(x), transpose(hx), 0.0) == "");
+    const Array tail = slice_axis(hx, 0, kBigRows - 3, kBigRows);
+    CHECK(compare_big(concatenate({to_device(tail, dut), x}, 0), concatenate({tail, hx}, 0), 0.0) == "");
+  }
+}
