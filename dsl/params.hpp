@@ -130,6 +130,9 @@ class Params {
     requires(!std::is_same_v<std::remove_cvref_t<T>, Params> &&
              std::is_constructible_v<ParamsVariant, T>)
   Params(T&& v) : v_(std::forward<T>(v)) {}  // NOLINT(google-explicit-constructor)
+  // A default T built in place (no copy of it).
+  template <class T>
+  explicit Params(std::in_place_type_t<T> t) : v_(t) {}
 
   // The struct this binding holds; asking for another is an internal error
   // (bindings are made through bind(), which checks the row's type).
