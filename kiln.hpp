@@ -4,9 +4,11 @@
 #pragma once
 
 #include "kiln/dsl/autodiff.hpp"
+#include "kiln/dsl/control.hpp"
 #include "kiln/dsl/jit.hpp"
 #include "kiln/dsl/ops.hpp"
 #include "kiln/dsl/random.hpp"
+#include "kiln/dsl/vmap.hpp"
 #include "kiln/modules/nn.hpp"
 #include "kiln/optim/optim.hpp"
 #include "kiln/runtime/array.hpp"

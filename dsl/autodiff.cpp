@@ -2,6 +2,7 @@
 #include "kiln/dsl/autodiff.hpp"
 
 #include "kiln/dsl/check.hpp"
+#include "kiln/dsl/control_run.hpp"
 #include "kiln/dsl/ops.hpp"
 #include "kiln/dsl/vjp.hpp"
 #include "kiln/runtime/error.hpp"
@@ -51,31 +52,82 @@ void throw_nothing_to_differentiate(const TreeDef& def, std::span<const Array> l
       "; grad differentiates the floating leaves of its first argument"));
 }
 
+void check_transform_output(std::string_view op, const Array& out) {
+  if (out.is_null()) throw ValueError(str_cat("[", op, "] the function returned None"));
+  if (!is_inexact(out.dtype())) {
+    throw DTypeError(str_cat("[", op, "] the function must return floating arrays, got ",
+                             name(out.dtype()), to_string(out.shape())));
+  }
+}
+
+void throw_tangent_mismatch(std::size_t got, std::size_t want) {
+  throw TreeError(str_cat("[jvp] the tangent has ", got, " arrays but x has ", want,
+                          "; pass a tangent with x's structure"));
+}
+
+Array one_hot_row(std::int64_t i, std::int64_t n, DType dtype, Device device) {
+  return astype(arange(0, static_cast<double>(n), 1, DType::kI32, device) ==
+                    full({}, static_cast<double>(i), DType::kI32, device),
+                dtype);
+}
+
+std::vector<Array> pull_back(const Program& p, std::span<const Array> env,
+                             std::span<const Array> output_cts) {
+  std::vector<Array> ct(p.num_values());
+  auto add = [&](ValueId v, const Array& c) {
+    if (c.is_null() || !is_inexact(p.avals[v].dtype)) return;
+    ct[v] = ct[v].is_null() ? c : ct[v] + c;
+  };
+  for (std::size_t i = 0; i < p.outputs.size() && i < output_cts.size(); ++i) {
+    add(p.outputs[i], output_cts[i]);
+  }
+  absl::InlinedVector<Array, 3> args;
+  std::vector<Array> outs, out_ct;
+  for (auto it = p.equations.rbegin(); it != p.equations.rend(); ++it) {
+    args.clear();
+    std::vector<Array> in_ct;
+    if (family(it->prim) == PrimFamily::kControl) {
+      outs.clear();
+      out_ct.clear();
+      bool any = false;
+      for (ValueId v : outputs_of(*it)) {
+        outs.push_back(env[v]);
+        out_ct.push_back(ct[v]);
+        any = any || !ct[v].is_null();
+      }
+      if (!any) continue;
+      for (ValueId in : it->inputs) args.push_back(env[in]);
+      in_ct = control_vjp(*it, args, outs, out_ct);
+    } else {
+      const Array& g = ct[it->output];
+      if (g.is_null() || !is_inexact(p.avals[it->output].dtype)) continue;
+      for (ValueId in : it->inputs) args.push_back(env[in]);
+      in_ct = detail::vjp(*it, args, env[it->output], g);
+    }
+    for (std::size_t i = 0; i < it->inputs.size(); ++i) add(it->inputs[i], in_ct[i]);
+  }
+  std::vector<Array> grads;
+  grads.reserve(p.inputs.size());
+  for (ValueId v : p.inputs) grads.push_back(ct[v].is_null() ? zeros_like(env[v]) : ct[v]);
+  return grads;
+}
+
+std::vector<Array> pull_back_program(const Program& p, std::span<const Array> inputs,
+                                     std::span<const Array> output_cts) {
+  const Program q = with_residuals(p);
+  const std::vector<Array> env = eval_all(q, inputs);
+  return pull_back(q, env, output_cts);
+}
+
 std::pair<std::vector<Array>, std::vector<Array>> value_and_grad_program(
     const Program& p, std::span<const Array> inputs) {
-  std::vector<Array> env = eval_all(p, inputs);
-  std::vector<Array> ct(p.num_values());
-  const ValueId loss = p.outputs.front();
-  ct[loss] = ones_like(env[loss]);
-  absl::InlinedVector<Array, 3> args;
-  for (auto it = p.equations.rbegin(); it != p.equations.rend(); ++it) {
-    const Array& g = ct[it->output];
-    if (g.is_null() || !is_inexact(p.avals[it->output].dtype)) continue;
-    args.clear();
-    for (ValueId in : it->inputs) args.push_back(env[in]);
-    std::vector<Array> in_ct = vjp(*it, args, env[it->output], g);
-    for (std::size_t i = 0; i < it->inputs.size(); ++i) {
-      const ValueId v = it->inputs[i];
-      if (in_ct[i].is_null() || !is_inexact(p.avals[v].dtype)) continue;
-      ct[v] = ct[v].is_null() ? in_ct[i] : ct[v] + in_ct[i];
-    }
-  }
-  std::vector<Array> outs, grads;
-  for (ValueId v : p.outputs) outs.push_back(env[v]);
-  for (std::size_t i = 0; i < p.inputs.size(); ++i) {
-    const ValueId v = p.inputs[i];
-    grads.push_back(ct[v].is_null() ? zeros_like(inputs[i]) : ct[v]);
-  }
+  const Program q = with_residuals(p);
+  const std::vector<Array> env = eval_all(q, inputs);
+  std::vector<Array> out_ct(q.outputs.size());
+  out_ct[0] = ones_like(env[q.outputs.front()]);
+  std::vector<Array> grads = pull_back(q, env, out_ct);
+  std::vector<Array> outs;
+  for (ValueId v : q.outputs) outs.push_back(env[v]);
   return {std::move(outs), std::move(grads)};
 }
 

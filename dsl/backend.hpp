@@ -69,6 +69,12 @@ class ProgramScope {
   Backend* backend_;
 };
 
+namespace detail {
+// A control-flow primitive (family kControl) reached a backend's eval: they
+// are run by dsl/control.cpp, never by a backend (an internal Error).
+[[noreturn]] void control_reached_backend(Prim p);
+}  // namespace detail
+
 // Defined in backends/registry.cpp. Throws DeviceError for an unavailable device.
 Backend& backend_for(Device d);
 

@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "kiln/dsl/backend.hpp"
+#include "kiln/dsl/control_run.hpp"
 #include "kiln/runtime/error.hpp"
 #include "kiln/runtime/strings.hpp"
 
@@ -16,6 +17,15 @@ Executable::Executable(Program program, Device device, std::string name,
                        const FusionOptions& options)
     : program_(std::move(program)), device_(device), name_(std::move(name)) {
   steps_ = fuse(program_, options);
+  subs_.resize(steps_.size());
+  for (std::size_t s = 0; s < steps_.size(); ++s) {
+    const Equation* eq = steps_[s].equation;
+    if (eq == nullptr || family(eq->prim) != PrimFamily::kControl) continue;
+    for (const ProgramRef& sub : detail::sub_programs(eq->prim, eq->params)) {
+      subs_[s].push_back(std::make_unique<Executable>(
+          *sub, device_, detail::str_cat(name_, "/", kiln::name(eq->prim)), options));
+    }
+  }
   is_output_.assign(program_.num_values(), false);
   is_constant_.assign(program_.num_values(), false);
   for (ValueId v : program_.constants) is_constant_[v] = true;
@@ -114,7 +124,32 @@ std::vector<Array> Executable::run_steps(std::vector<Array>& env, std::size_t li
   ProgramScope scope(backend);
   for (std::size_t s = 0; s < steps_.size(); ++s) {
     const Step& step = steps_[s];
-    if (step.equation != nullptr) {
+    if (step.equation != nullptr && !subs_[s].empty()) {
+      // Control flow: the driver runs the compiled bodies (dsl/control_run.hpp).
+      args.clear();
+      for (ValueId v : step.inputs) args.push_back(env[v]);
+      const Equation& eq = *step.equation;
+      const auto ids = outputs_of(eq);
+      std::vector<Aval> outs;
+      for (ValueId v : ids) outs.push_back(p.avals[v]);
+      std::size_t body_peak = 0;
+      std::vector<Array> results = detail::run_control(
+          eq.prim, eq.params, args, outs, [&](std::size_t k, std::vector<Array> in) {
+            // The body's peak counts its inputs, which the call holds already.
+            std::size_t in_bytes = 0;
+            for (const Array& a : in) in_bytes += a.nbytes();
+            RunStats st;
+            std::vector<Array> r = subs_[s][k]->run(in, &st);
+            body_peak = std::max(body_peak, st.peak_bytes - std::min(st.peak_bytes, in_bytes));
+            local.launches += st.launches;
+            return r;
+          });
+      local.peak_bytes = std::max(local.peak_bytes, live_bytes + body_peak);
+      for (std::size_t i = 0; i < ids.size(); ++i) {
+        live_bytes += results[i].nbytes();
+        env[ids[i]] = std::move(results[i]);
+      }
+    } else if (step.equation != nullptr) {
       args.clear();
       for (ValueId v : step.inputs) args.push_back(env[v]);
       const Equation& eq = *step.equation;

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -66,6 +67,9 @@ class Executable {
   std::vector<bool> is_constant_;
   std::vector<bool> input_used_;
   std::vector<std::size_t> used_inputs_;  // indices i with input_used_[i]
+  // Per step: the compiled sub-programs of a control-flow step (empty for
+  // other steps), in detail::sub_programs order.
+  std::vector<std::vector<std::unique_ptr<Executable>>> subs_;
 };
 
 }  // namespace kiln

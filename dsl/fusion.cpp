@@ -28,9 +28,12 @@ bool fusible(Prim prim) {
     case PrimFamily::kAstype:
     case PrimFamily::kIdentity:
       return true;
-    default:
+    case PrimFamily::kReduce: case PrimFamily::kArgReduce: case PrimFamily::kScan:
+    case PrimFamily::kSort: case PrimFamily::kMatmul: case PrimFamily::kLayout:
+    case PrimFamily::kIndex: case PrimFamily::kCreation: case PrimFamily::kControl:
       return false;
   }
+  return false;
 }
 
 namespace {
@@ -167,7 +170,7 @@ std::vector<Step> fuse(const Program& p, const FusionOptions& options) {
       Step s;
       s.equation = &eq;
       s.inputs.assign(eq.inputs.begin(), eq.inputs.end());
-      s.outputs = {eq.output};
+      for (ValueId v : outputs_of(eq)) s.outputs.push_back(v);
       steps.push_back(std::move(s));
       continue;
     }

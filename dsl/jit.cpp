@@ -240,9 +240,9 @@ Device JitState::check_leaves(const JitCall& call) const {
     check_not_donated(options_.name, leaf, path);
     if (is_tracer(leaf)) {
       throw ValueError(str_cat("[", options_.name, "] ", path,
-                               " is a tracer: calling a jitted function inside grad or "
-                               "another filter_jit is not supported yet; call the plain "
-                               "function there"));
+                               " is a tracer of a trace that has ended (an array kept from "
+                               "inside grad, filter_jit or a loop body and used after it); "
+                               "return it from the traced function instead"));
     }
     if (leaf.device() != device) {
       throw DeviceError(str_cat("[", options_.name, "] arguments live on different devices: ",
@@ -459,6 +459,18 @@ void JitState::finish(const std::shared_ptr<Pending>& pending,
 
 std::pair<std::vector<Array>, std::shared_ptr<const JitEntry>> JitState::call(
     JitCall& call, TraceFn trace, const TraceGuards& guards) {
+  if (current_trace() != nullptr) {
+    // Called inside another trace (grad, another filter_jit, a control-flow
+    // body): find or trace this function's program for the arguments' avals
+    // (its own cache and trace count as usual) and inline it into the
+    // enclosing trace by re-binding its equations. Nothing is donated.
+    const Device device = call.leaves.empty() ? default_device() : call.leaves.front().device();
+    const std::size_t hash = key_hash(call, device);
+    std::shared_ptr<const JitEntry> entry = find(call, hash, device);
+    if (entry == nullptr) entry = find_or_trace(call, hash, device, trace, guards);
+    std::vector<Array> outputs = eval(entry->executable->program(), call.leaves);
+    return {std::move(outputs), std::move(entry)};
+  }
   const Device device = check_leaves(call);
   const std::size_t hash = key_hash(call, device);
   std::shared_ptr<const JitEntry> entry = find(call, hash, device);

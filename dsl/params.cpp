@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/dsl/program.hpp"
 #include "kiln/runtime/error.hpp"
 #include "kiln/runtime/strings.hpp"
 
@@ -21,6 +22,16 @@ namespace {
 
 std::string tuple(const auto& xs) { return str_cat("(", join(xs, ", "), ")"); }
 
+// A nested program's text, its lines indented under the equation holding it.
+std::string indent(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    out += c;
+    if (c == '\n') out += "    ";
+  }
+  return out;
+}
+
 template <class F>
 std::string field_string(std::string_view name, const F& f) {
   if constexpr (std::is_same_v<F, bool>) {
@@ -31,6 +42,14 @@ std::string field_string(std::string_view name, const F& f) {
     return str_cat(name, "=", kiln::name(f));
   } else if constexpr (std::is_same_v<F, Device>) {
     return str_cat(name, "=", f.to_string());
+  } else if constexpr (std::is_same_v<F, ProgramRef>) {
+    return f == nullptr ? std::string() : str_cat(name, "=", indent(to_string(*f)));
+  } else if constexpr (std::is_same_v<F, std::vector<ProgramRef>>) {
+    std::vector<std::string> parts;
+    for (const ProgramRef& b : f) parts.push_back(indent(to_string(*b)));
+    return str_cat(name, "=(", join(parts, ",\n    "), ")");
+  } else if constexpr (std::is_same_v<F, std::string>) {
+    return f.empty() ? std::string() : str_cat(name, "=", f);
   } else {
     return str_cat(name, "=", f);
   }
@@ -68,6 +87,15 @@ std::string cache_key(const Params& p) {
             key += detail::str_cat("/", kiln::name(f));
           } else if constexpr (std::is_same_v<F, Device>) {
             key += detail::str_cat("/", f.to_string());
+          } else if constexpr (std::is_same_v<F, ProgramRef>) {
+            key += detail::str_cat("/p", reinterpret_cast<std::uintptr_t>(f.get()));
+          } else if constexpr (std::is_same_v<F, std::vector<ProgramRef>>) {
+            for (const ProgramRef& b : f) {
+              key += detail::str_cat("/p", reinterpret_cast<std::uintptr_t>(b.get()));
+            }
+            key += "/.";
+          } else if constexpr (std::is_same_v<F, std::string>) {
+            key += detail::str_cat("/", f.size(), ":", f);
           } else if constexpr (std::is_floating_point_v<F>) {
             key += detail::str_cat("/bits", std::bit_cast<std::uint64_t>(static_cast<double>(f)));
           } else {

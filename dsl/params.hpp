@@ -12,10 +12,12 @@
 
 #include <bit>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <type_traits>
 #include <utility>
 #include <variant>
+#include <vector>
 
 #include "kiln/runtime/aggregate.hpp"
 #include "kiln/runtime/array.hpp"
@@ -91,10 +93,62 @@ struct ArangeParams {
   Device device;
 };
 
+// ---- control flow (dsl/control.hpp): parameters holding sub-programs ----
+// A sub-program is immutable once traced and shared by pointer: two bindings
+// are equal when they hold the same programs (identity, never contents), so
+// CSE merges only what one trace produced once.
+struct Program;
+using ProgramRef = std::shared_ptr<const Program>;
+
+// scan: body(consts..., carry..., x_t...) -> (carry..., y_t...), `length`
+// iterations over the leading axis of the xs (from the end when `reverse`).
+// Inputs: consts, init carry, xs; outputs: final carry, stacked ys, and with
+// `save_carries` (set by autodiff, never by the public op) the carry before
+// each iteration, stacked (what the reverse pass reads).
+struct ScanLoopParams {
+  ProgramRef body;
+  std::int64_t length = 0;
+  std::int64_t num_consts = 0;
+  std::int64_t num_carry = 0;
+  bool reverse = false;
+  bool save_carries = false;
+};
+// while: cond(cond_consts..., carry...) -> bool[]; body(body_consts...,
+// carry...) -> carry. Inputs: cond consts, body consts, init; outputs: carry.
+struct WhileParams {
+  ProgramRef cond;
+  ProgramRef body;
+  std::int64_t num_cond_consts = 0;
+  std::int64_t num_body_consts = 0;
+};
+// cond / switch: inputs (index i32[] clamped to the branches, operands...);
+// every branch takes all operands and returns outputs of the same avals.
+struct CondParams {
+  std::vector<ProgramRef> branches;
+};
+// call: runs `body` on the inputs. `remat`: the backward pass recomputes the
+// body's values from its inputs instead of keeping them (checkpoint).
+struct CallParams {
+  ProgramRef body;
+  std::string name;
+  bool remat = false;
+};
+// custom_vjp: outputs are primal(inputs...); the backward pass runs
+// fwd(inputs...) -> (outputs..., residuals...) and then
+// bwd(residuals..., output cotangents...) -> one cotangent per input.
+struct CustomVjpParams {
+  ProgramRef primal;
+  ProgramRef fwd;
+  ProgramRef bwd;
+  std::string name;
+  std::int64_t num_residuals = 0;
+};
+
 using ParamsVariant =
     std::variant<NoParams, ReduceParams, ArgReduceParams, ScanParams, SortParams, DTypeParams,
                  MatmulParams, ShapeParams, TransposeParams, AxisParams, SliceParams,
-                 OneHotParams, FullParams, ArangeParams>;
+                 OneHotParams, FullParams, ArangeParams, ScanLoopParams, WhileParams,
+                 CondParams, CallParams, CustomVjpParams>;
 
 template <class T, class V>
 struct VariantIndex;

@@ -11,6 +11,7 @@
 #include <string_view>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "kiln/dsl/params.hpp"
 #include "kiln/runtime/array.hpp"
@@ -32,7 +33,7 @@ inline constexpr std::size_t kNumPrims = 0
 
 enum class PrimFamily : std::uint8_t {
   kUnary, kBinary, kWhere, kAstype, kReduce, kArgReduce, kScan, kSort, kMatmul, kLayout,
-  kIndex, kCreation, kIdentity
+  kIndex, kCreation, kIdentity, kControl
 };
 
 // Properties of a primitive that code outside its kernels asks about (see the
@@ -147,6 +148,11 @@ template <Prim P>
 Array bind(ParamsOf<P> params, std::span<const Array> inputs, Aval out) {
   return bind(P, Params(std::move(params)), inputs, std::move(out));
 }
+// Binds a control-flow primitive (family kControl: several results, bodies in
+// its parameters; dsl/control.hpp): recorded inside a trace, else run now
+// (the bodies evaluated eagerly, op by op).
+std::vector<Array> bind_multi(Prim p, const Params& params, std::span<const Array> inputs,
+                              std::span<const Aval> outs);
 }  // namespace detail
 
 }  // namespace kiln

@@ -52,7 +52,9 @@ std::string to_string(const Program& p) {
   }
   os << ". let\n";
   for (const Equation& eq : p.equations) {
-    os << "    " << decl(eq.output) << " = " << name(eq.prim) << to_string(eq.params);
+    os << "    " << decl(eq.output);
+    for (ValueId v : eq.more_outputs) os << " " << decl(v);
+    os << " = " << name(eq.prim) << to_string(eq.params);
     for (ValueId in : eq.inputs) os << " " << value_name(in);
     os << "\n";
   }
@@ -86,10 +88,19 @@ std::vector<Array> eval_all(const Program& p, std::span<const Array> inputs) {
   }
   for (std::size_t i = 0; i < p.constants.size(); ++i) env[p.constants[i]] = p.constant_values[i];
   absl::InlinedVector<Array, 3> args;
+  std::vector<Aval> outs;
   for (const Equation& eq : p.equations) {
     args.clear();
     for (ValueId in : eq.inputs) args.push_back(env[in]);
-    env[eq.output] = detail::bind(eq.prim, eq.params, args, p.avals[eq.output]);
+    if (family(eq.prim) != PrimFamily::kControl) {
+      env[eq.output] = detail::bind(eq.prim, eq.params, args, p.avals[eq.output]);
+      continue;
+    }
+    const auto ids = outputs_of(eq);
+    outs.clear();
+    for (ValueId v : ids) outs.push_back(p.avals[v]);
+    std::vector<Array> results = detail::bind_multi(eq.prim, eq.params, args, outs);
+    for (std::size_t i = 0; i < ids.size(); ++i) env[ids[i]] = std::move(results[i]);
   }
   return env;
 }
@@ -107,7 +118,9 @@ void eliminate_dead_code(Program& p) {
   for (ValueId v : p.outputs) live[v] = true;
   std::vector<Equation> kept;
   for (auto it = p.equations.rbegin(); it != p.equations.rend(); ++it) {
-    if (!live[it->output]) continue;
+    bool used = live[it->output];
+    for (ValueId v : it->more_outputs) used = used || live[v];
+    if (!used) continue;
     for (ValueId in : it->inputs) live[in] = true;
     kept.push_back(std::move(*it));
   }
@@ -151,6 +164,10 @@ void eliminate_common_subexpressions(Program& p) {
   std::vector<Equation> kept;
   for (Equation& eq : p.equations) {
     for (ValueId& in : eq.inputs) in = rename[in];
+    if (!eq.more_outputs.empty()) {  // several results: kept as they are
+      kept.push_back(std::move(eq));
+      continue;
+    }
     Key key{eq.prim, eq.params, p.avals[eq.output], eq.inputs};
     auto [it, inserted] = seen.try_emplace(std::move(key), eq.output);
     if (inserted) {
@@ -174,7 +191,8 @@ void fold_scalar_constants(Program& p) {
   std::vector<Equation> kept;
   for (Equation& eq : p.equations) {
     const Aval& out = p.avals[eq.output];
-    bool foldable = numel(out.shape) <= kFoldMaxElements;
+    // Control flow is never run at trace time (a loop could be long).
+    bool foldable = numel(out.shape) <= kFoldMaxElements && family(eq.prim) != PrimFamily::kControl;
     absl::InlinedVector<Array, 3> args;
     for (ValueId in : eq.inputs) {
       foldable = foldable && !known[in].is_null();

@@ -20,8 +20,18 @@ struct Equation {
   Prim prim;
   Params params;
   absl::InlinedVector<ValueId, 3> inputs;
-  ValueId output;
+  ValueId output;  // the result (a control-flow primitive's first result)
+  // A control-flow primitive's (family kControl) results after the first;
+  // empty for every other primitive.
+  std::vector<ValueId> more_outputs = {};
 };
+
+// Every result of `eq`, in order.
+inline absl::InlinedVector<ValueId, 4> outputs_of(const Equation& eq) {
+  absl::InlinedVector<ValueId, 4> out{eq.output};
+  out.insert(out.end(), eq.more_outputs.begin(), eq.more_outputs.end());
+  return out;
+}
 
 struct Program {
   std::vector<Aval> avals;  // indexed by ValueId

@@ -64,6 +64,29 @@ Array Trace::record(Prim p, const Params& params, std::span<const Array> inputs,
   return Array::tracer(std::move(out), device, id_, program_.equations.back().output);
 }
 
+std::vector<Array> Trace::record_multi(Prim p, const Params& params,
+                                       std::span<const Array> inputs,
+                                       std::span<const Aval> outs) {
+  Equation eq{p, params, {}, 0};
+  Device device = device_;
+  for (const Array& in : inputs) {
+    eq.inputs.push_back(value_of(in));
+    device = in.device();
+  }
+  std::vector<Array> results;
+  for (std::size_t i = 0; i < outs.size(); ++i) {
+    const ValueId v = program_.new_value(outs[i]);
+    if (i == 0) {
+      eq.output = v;
+    } else {
+      eq.more_outputs.push_back(v);
+    }
+    results.push_back(Array::tracer(outs[i], device, id_, v));
+  }
+  program_.equations.push_back(std::move(eq));
+  return results;
+}
+
 Program Trace::finish(std::span<const Array> outputs,
                       std::vector<std::string> output_names) {
   if (!active_ || t_stack.empty() || t_stack.back() != this) {

@@ -27,6 +27,9 @@ class Trace {
   // Records one binding (called by detail::bind while this trace is active).
   Array record(Prim p, const Params& params, std::span<const Array> inputs,
                Aval out);
+  // Records a binding with several results (control flow; bind_multi).
+  std::vector<Array> record_multi(Prim p, const Params& params, std::span<const Array> inputs,
+                                  std::span<const Aval> outs);
   // Deactivates the trace and returns the program computing `outputs`.
   Program finish(std::span<const Array> outputs,
                  std::vector<std::string> output_names = {});

@@ -238,6 +238,9 @@ std::vector<Array> vjp(const Equation& eq, std::span<const Array> in, const Arra
       Array gu = take(g, idx, axis);
       return {scatter(g, idx, zeros(upd.shape(), dt, g.device()), axis), Array(),
               where(won, gu, zeros_like(gu))};
+    } else if constexpr (family(P) == PrimFamily::kControl) {
+      // Several results: dsl/control_vjp.cpp (autodiff calls control_vjp).
+      throw Error(str_cat("[kiln internal] vjp() of ", name(P), "; use control_vjp"));
     } else {
       static_assert(kUnhandled<P>, "a differentiable primitive without a vjp rule");
     }

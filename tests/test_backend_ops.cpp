@@ -7,7 +7,8 @@
 //   - the device under test (KILN_DEVICE) against the CPU backend (reference),
 //   - filter_jit with fusion off against eager, and fused against unfused,
 //   - the vjp of differentiable primitives against central finite differences
-//     (in f64 where the op takes f64).
+//     (in f64 where the op takes f64),
+//   - vmap of the op (its primitive's batching rule) against the op per example.
 // cases_for() switches over Prim with no default: a primitive added to the
 // table without cases here is a compile error (-Wswitch, warnings are errors).
 // The float math rows (KILN_MATH) get theirs from MathDef<P>, expanded from
@@ -27,6 +28,7 @@
 
 #include "kiln/dsl/trace.hpp"
 #include "kiln/dsl/unary_math.hpp"
+#include "kiln/dsl/vmap.hpp"
 #include "kiln/runtime/strings.hpp"
 
 using namespace kiln;
@@ -524,6 +526,93 @@ std::vector<Case> cases_for(Prim p) {
       return {one("f32 (17)", {uniform({17}, -1, 1)}, [](Inputs x, Device) { return stop_gradient(x[0]); }),
               one("i32 (4,33)", {integers({4, 33}, -9, 9)},
                   [](Inputs x, Device) { return stop_gradient(x[0]); })};
+    // Control flow (dsl/control.hpp): each case's op returns one array built
+    // from all of the construct's results.
+    case Prim::kScanLoop: {
+      const auto rnn = [](bool reverse) {
+        return [reverse](Inputs x, Device) {
+          const Array& w = x[2];
+          auto [h, ys] = scan(
+              [&](const Array& c, const Array& xt) {
+                const Array n = tanh(c * w + xt);
+                return std::pair{n, n * 2.0};
+              },
+              x[0], x[1], std::nullopt, reverse);
+          return concatenate({reshape(ys, {ys.size()}), h}, 0);
+        };
+      };
+      const auto rnn_inputs = [](std::int64_t n) {
+        return std::vector<Array>{uniform({3}, -1, 1), uniform({n, 3}, -1, 1), uniform({3}, -1, 1)};
+      };
+      return {one("tanh rnn, 5 steps", rnn_inputs(5), rnn(false)),
+              one("reverse", rnn_inputs(4), rnn(true)),
+              one("length 0", rnn_inputs(0), rnn(false)),
+              one("i32 and f32 carry (tuple)", {integers({}, 0, 5), uniform({4, 2}, -1, 1)},
+                  [](Inputs x, Device) {
+                    using C = std::tuple<Array, Array>;
+                    auto [c, ys] = scan(
+                        [](const C& c, const Array& xt) {
+                          const auto& [k, s] = c;
+                          return std::pair{C{k + ones_like(k), s + xt * astype(k, f32)}, k};
+                        },
+                        C{x[0], zeros({2}, f32, x[1].device())}, x[1]);
+                    return std::get<1>(c) + astype(sum(ys), f32);
+                  })};
+    }
+    case Prim::kWhileLoop:
+      return {one("f32 grow until sum >= 50", {uniform({4}, 0.5, 1)},
+                  [](Inputs x, Device) {
+                    return while_loop([](const Array& c) { return sum(c) < 50.0; },
+                                      [](const Array& c) { return c * 1.5 + 0.25; }, x[0]);
+                  }),
+              one("i32 counter, zero trips possible", {integers({}, 0, 9), integers({3}, -9, 9)},
+                  [](Inputs x, Device) {
+                    using C = std::tuple<Array, Array>;
+                    const C r = while_loop(
+                        [](const C& c) { return std::get<0>(c) < 6; },
+                        [](const C& c) {
+                          return C{std::get<0>(c) + 1, std::get<1>(c) * 2 - std::get<0>(c)};
+                        },
+                        C{x[0], x[1]});
+                    return std::get<1>(r) + std::get<0>(r);
+                  })};
+    case Prim::kCond: {
+      const auto pick = [](Inputs x, Device) {
+        return cond(sum(x[0]) > 0.0, [](const Array& v) { return v * 2.0 + 1.0; },
+                    [](const Array& v) { return sin(v) * v; }, x[0]);
+      };
+      return {one("true branch", {uniform({5}, 0.2, 1)}, pick),
+              one("false branch", {uniform({5}, -1, -0.2)}, pick),
+              one("switch, index clamped", {uniform({2, 3}, -1, 1), integers({}, -3, 5)},
+                  [](Inputs x, Device) {
+                    return switch_case(
+                        x[1], x[0], [](const Array& v) { return v * 3.0; },
+                        [](const Array& v) { return exp(v); }, [](const Array& v) { return -v; });
+                  })};
+    }
+    case Prim::kCall:
+      return {one("checkpointed layer", {uniform({4, 3}, -1, 1), uniform({3, 2}, -1, 1)},
+                  [](Inputs x, Device) {
+                    const auto layer = checkpoint(
+                        [](const Array& a, const Array& w) { return tanh(matmul(a, w)) * a.shape()[1]; });
+                    return layer(x[0], x[1]);
+                  })};
+    case Prim::kCustomVjp:
+      // A hand-written gradient equal to the true one (the harness checks it
+      // against finite differences).
+      return {one("sin(x) * w, cos saved", {uniform({6}, -2, 2), uniform({6}, -1, 1)},
+                  [](Inputs x, Device) {
+                    const auto f = custom_vjp(
+                        [](const Array& a, const Array& w) { return sin(a) * w; },
+                        [](const Array& a, const Array& w) {
+                          return std::pair{sin(a) * w, std::tuple{cos(a), sin(a), w}};
+                        },
+                        [](const std::tuple<Array, Array, Array>& r, const Array& g) {
+                          const auto& [c, sn, w] = r;
+                          return std::tuple{g * c * w, g * sn};
+                        });
+                    return f(x[0], x[1]);
+                  })};
   }
   return {};
 }
@@ -653,6 +742,41 @@ void check_vjp(Prim p, const Case& c, Device device) {
   }
 }
 
+// vmap of the case's op over two examples (the inputs, and the float ones
+// scaled by 0.75) against the op on each example: every input batched, and
+// (with several inputs) only the first, the others shared. Checks the
+// primitive's batching rule (dsl/vmap.cpp).
+void check_vmap(const Case& c, Device device) {
+  if (c.inputs.empty()) return;  // creation: nothing to map over
+  const std::vector<Array> x1 = on(device, c.inputs);
+  std::vector<Array> x2, stacked;
+  for (const Array& x : x1) {
+    x2.push_back(is_inexact(x.dtype()) ? x * 0.75 : x);
+    stacked.push_back(stack({x, x2.back()}));
+  }
+  const auto flat = [&](std::span<const Array> xs) {
+    return std::vector<Array>{c.op(xs, device)};
+  };
+  const std::vector<std::string> names(x1.size(), "x");
+  const auto run = [&](const std::vector<std::optional<std::int64_t>>& axes,
+                       const std::vector<Array>& second) {
+    std::vector<Array> leaves;
+    for (std::size_t i = 0; i < x1.size(); ++i) leaves.push_back(axes[i] ? stacked[i] : x1[i]);
+    const Array got = detail::vmap_flat(flat, leaves, axes, names)[0];
+    const Array want = stack({c.op(x1, device), c.op(second, device)});
+    const double tol = is_inexact(want.dtype()) ? 1e-5 : 0.0;
+    CHECK_MESSAGE(compare(got, want, tol) == "", "vmap vs per example: ", compare(got, want, tol));
+  };
+  run(std::vector<std::optional<std::int64_t>>(x1.size(), 0), x2);
+  if (x1.size() > 1) {
+    std::vector<std::optional<std::int64_t>> axes(x1.size(), std::nullopt);
+    axes[0] = 0;
+    std::vector<Array> second = x1;
+    second[0] = x2[0];
+    run(axes, second);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("every primitive of the table: bound by its op, device vs CPU, jit fused vs unfused, vjp vs finite differences") {
@@ -695,6 +819,7 @@ TEST_CASE("every primitive of the table: bound by its op, device vs CPU, jit fus
       CHECK_MESSAGE(compare(f, u, fused_tol) == "", "fused vs unfused: ", compare(f, u, fused_tol));
 
       if (has_trait(p, PrimTrait::kDifferentiable) && c.grad) check_vjp(p, c, dut);
+      check_vmap(c, dut);
     }
   }
   MESSAGE(total, " cases over ", all_prims().size(), " primitives on ", dut.to_string());
@@ -718,6 +843,7 @@ bool takes_f16(Prim p) {
     case PrimFamily::kIdentity:
       return true;
     case PrimFamily::kAstype: case PrimFamily::kCreation: case PrimFamily::kMatmul:
+    case PrimFamily::kControl:
       return false;
   }
   return false;

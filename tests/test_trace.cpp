@@ -155,6 +155,10 @@ TEST_CASE("equations differing only in a parameter are not merged, and every Par
           f = Device::vulkan(3);
         } else if constexpr (std::is_integral_v<T>) {
           f = f + 1;
+        } else if constexpr (std::is_same_v<T, ProgramRef>) {
+          f = std::make_shared<const Program>();  // another program (identity)
+        } else if constexpr (std::is_same_v<T, std::vector<ProgramRef>>) {
+          f.push_back(std::make_shared<const Program>());
         } else {
           f.push_back(1);  // Axes, Shape
         }

@@ -43,6 +43,8 @@ std::shared_ptr<Buffer> CpuBackend::eval(Prim p, const Params& params,
       return eval_creation(p, params, inputs, out);
     case PrimFamily::kIdentity:  // arrays are immutable: share the buffer
       return inputs[0].buffer();
+    case PrimFamily::kControl:
+      detail::control_reached_backend(p);
   }
   return nullptr;
 }

@@ -493,6 +493,7 @@ std::vector<std::shared_ptr<Buffer>> CpuBackend::eval_fused(
       case PrimFamily::kReduce: case PrimFamily::kArgReduce: case PrimFamily::kScan:
       case PrimFamily::kSort: case PrimFamily::kMatmul: case PrimFamily::kLayout:
       case PrimFamily::kIndex: case PrimFamily::kCreation: case PrimFamily::kIdentity:
+      case PrimFamily::kControl:
         break;  // dsl/fusion.cpp never puts these in an elementwise body
     }
     throw Error(detail::str_cat("[fused] ", name(eq.prim), " is not elementwise"));

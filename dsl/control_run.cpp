@@ -1,0 +1,212 @@
+// Binding and running the control-flow primitives.
+#include "kiln/dsl/control_run.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "kiln/dsl/backend.hpp"
+#include "kiln/dsl/control.hpp"
+#include "kiln/dsl/ops.hpp"
+#include "kiln/dsl/trace.hpp"
+#include "kiln/runtime/error.hpp"
+#include "kiln/runtime/strings.hpp"
+
+namespace kiln {
+namespace detail {
+
+void control_reached_backend(Prim p) {
+  throw Error(str_cat("[kiln internal] ", name(p),
+                      " reached a backend's eval; control flow runs in dsl/control_run.cpp"));
+}
+
+std::vector<ProgramRef> sub_programs(Prim p, const Params& params) {
+  return visit_family<PrimFamily::kControl>(p, [&]<Prim P>(PrimC<P>) -> std::vector<ProgramRef> {
+    const auto& q = params.as<ParamsOf<P>>();
+    if constexpr (P == Prim::kScanLoop || P == Prim::kCall) {
+      return {q.body};
+    } else if constexpr (P == Prim::kWhileLoop) {
+      return {q.cond, q.body};
+    } else if constexpr (P == Prim::kCond) {
+      return q.branches;
+    } else if constexpr (P == Prim::kCustomVjp) {
+      return {q.primal};
+    } else {
+      static_assert(kUnhandled<P>, "a control primitive without its sub-programs");
+    }
+  });
+}
+
+namespace {
+
+// x[t] along the leading axis.
+Array index_lead(const Array& x, std::int64_t t) {
+  return reshape(slice_axis(x, 0, t, t + 1), Shape(x.shape().begin() + 1, x.shape().end()));
+}
+
+// Per-iteration values stacked along a new leading axis (position t at t).
+Array stack_lead(std::vector<Array>& parts, const Aval& aval, Device device) {
+  if (parts.empty()) return zeros(aval.shape, aval.dtype, device);
+  return stack(parts, 0);
+}
+
+std::vector<Array> run_scan(const ScanLoopParams& q, std::span<const Array> in,
+                            std::span<const Aval> outs, RunBody run) {
+  const auto nc = static_cast<std::size_t>(q.num_consts);
+  const auto ncarry = static_cast<std::size_t>(q.num_carry);
+  const std::span<const Array> consts = in.first(nc);
+  std::vector<Array> carry(in.begin() + static_cast<std::ptrdiff_t>(nc),
+                           in.begin() + static_cast<std::ptrdiff_t>(nc + ncarry));
+  const std::span<const Array> xs = in.subspan(nc + ncarry);
+  const std::size_t ny = outs.size() - ncarry - (q.save_carries ? ncarry : 0);
+  const auto n = static_cast<std::size_t>(q.length);
+  std::vector<std::vector<Array>> ys(ny, std::vector<Array>(n));
+  std::vector<std::vector<Array>> saved(q.save_carries ? ncarry : 0, std::vector<Array>(n));
+  const Device device = device_of(in);
+  std::vector<Array> args;
+  for (std::size_t it = 0; it < n; ++it) {
+    const std::size_t t = q.reverse ? n - 1 - it : it;
+    args.assign(consts.begin(), consts.end());
+    for (std::size_t j = 0; j < saved.size(); ++j) saved[j][t] = carry[j];
+    // Moved, not copied: a carry nobody else holds can be updated in place.
+    args.insert(args.end(), std::make_move_iterator(carry.begin()),
+                std::make_move_iterator(carry.end()));
+    for (const Array& x : xs) args.push_back(index_lead(x, static_cast<std::int64_t>(t)));
+    std::vector<Array> r = run(0, std::move(args));
+    for (std::size_t j = 0; j < ncarry; ++j) carry[j] = std::move(r[j]);
+    for (std::size_t j = 0; j < ny; ++j) ys[j][t] = std::move(r[ncarry + j]);
+  }
+  std::vector<Array> result = std::move(carry);
+  for (std::size_t j = 0; j < ny; ++j)
+    result.push_back(stack_lead(ys[j], outs[ncarry + j], device));
+  for (std::size_t j = 0; j < saved.size(); ++j) {
+    result.push_back(stack_lead(saved[j], outs[ncarry + ny + j], device));
+  }
+  return result;
+}
+
+bool read_flag(const Array& a) { return astype(a, DType::kI32).item<std::int32_t>() != 0; }
+
+// How many iterations a while loop runs between reads of its condition. The
+// CPU reads for free: 1. A device pays a submit and a wait per read, so the
+// loop runs batches of 1, 2, 4, ... up to 32 iterations, each guarded
+// (carry = where(go, body(carry), carry)), and reads the condition once per
+// batch; iterations after the condition turned false change nothing.
+// KILN_WHILE_MAX_BATCH overrides the device's 32 (1: read after every
+// iteration; bench/rnn_scan.cpp measures both).
+std::size_t max_batch(Device d) {
+  if (d == Device::cpu()) return 1;
+  static const std::size_t most = [] {
+    const char* v = std::getenv("KILN_WHILE_MAX_BATCH");
+    const long n = v == nullptr ? 0 : std::strtol(v, nullptr, 10);
+    return n > 0 ? static_cast<std::size_t>(n) : std::size_t{32};
+  }();
+  return most;
+}
+
+std::vector<Array> run_while(const WhileParams& q, std::span<const Array> in, RunBody run) {
+  const auto ncc = static_cast<std::size_t>(q.num_cond_consts);
+  const auto nbc = static_cast<std::size_t>(q.num_body_consts);
+  const std::span<const Array> cc = in.first(ncc), bc = in.subspan(ncc, nbc);
+  std::vector<Array> carry(in.begin() + static_cast<std::ptrdiff_t>(ncc + nbc), in.end());
+  auto cond = [&](const std::vector<Array>& c) {
+    std::vector<Array> args(cc.begin(), cc.end());
+    args.insert(args.end(), c.begin(), c.end());
+    return run(0, std::move(args))[0];
+  };
+  auto body = [&](const std::vector<Array>& c) {
+    std::vector<Array> args(bc.begin(), bc.end());
+    args.insert(args.end(), c.begin(), c.end());
+    return run(1, std::move(args));
+  };
+  Array go = cond(carry);
+  const std::size_t most = max_batch(device_of(in));
+  std::size_t batch = 1;
+  while (read_flag(go)) {
+    for (std::size_t k = 0; k < batch; ++k) {
+      std::vector<Array> next = body(carry);
+      if (batch == 1) {
+        carry = std::move(next);
+        go = cond(carry);
+      } else {
+        for (std::size_t j = 0; j < carry.size(); ++j) carry[j] = where(go, next[j], carry[j]);
+        go = logical_and(go, cond(carry));
+      }
+    }
+    batch = std::min(batch * 2, most);
+  }
+  return carry;
+}
+
+std::vector<Array> run_cond(const CondParams& q, std::span<const Array> in, RunBody run) {
+  const std::int64_t n = static_cast<std::int64_t>(q.branches.size());
+  const std::int64_t k =
+      std::clamp<std::int64_t>(astype(in[0], DType::kI32).item<std::int32_t>(), 0, n - 1);
+  return run(static_cast<std::size_t>(k), std::vector<Array>(in.begin() + 1, in.end()));
+}
+
+}  // namespace
+
+std::vector<Array> run_control(Prim p, const Params& params, std::span<const Array> inputs,
+                               std::span<const Aval> outs, RunBody run) {
+  return visit_family<PrimFamily::kControl>(p, [&]<Prim P>(PrimC<P>) -> std::vector<Array> {
+    const auto& q = params.as<ParamsOf<P>>();
+    if constexpr (P == Prim::kScanLoop) {
+      return run_scan(q, inputs, outs, run);
+    } else if constexpr (P == Prim::kWhileLoop) {
+      return run_while(q, inputs, run);
+    } else if constexpr (P == Prim::kCond) {
+      return run_cond(q, inputs, run);
+    } else if constexpr (P == Prim::kCall || P == Prim::kCustomVjp) {
+      return run(0, std::vector<Array>(inputs.begin(), inputs.end()));
+    } else {
+      static_assert(kUnhandled<P>, "a control primitive without a run rule");
+    }
+  });
+}
+
+std::vector<Array> bind_multi(Prim p, const Params& params, std::span<const Array> inputs,
+                              std::span<const Aval> outs) {
+  if (params.index() != info(p).params) wrong_params(params.index(), info(p).params);
+  if (family(p) != PrimFamily::kControl) {
+    throw Error(str_cat("[kiln internal] bind_multi of ", name(p), ", which has one result"));
+  }
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i].is_donated()) check_not_donated(name(p), inputs[i], str_cat("argument ", i + 1));
+  }
+  if (Trace* trace = current_trace()) return trace->record_multi(p, params, inputs, outs);
+  if (!inputs.empty()) {
+    const Device device = inputs[0].device();
+    for (const Array& in : inputs.subspan(1)) {
+      if (in.device() != device) {
+        throw DeviceError(str_cat("[", name(p),
+                                  "] inputs live on different devices: ", device.to_string(),
+                                  " and ", in.device().to_string(), "; move one with to_device()"));
+      }
+    }
+  }
+  const std::vector<ProgramRef> subs = sub_programs(p, params);
+  std::vector<Array> results =
+      run_control(p, params, inputs, outs,
+                  [&](std::size_t k, std::vector<Array> args) { return eval(*subs[k], args); });
+  return results;
+}
+
+Program with_residuals(const Program& p) {
+  Program q = p;
+  for (Equation& eq : q.equations) {
+    if (eq.prim != Prim::kScanLoop) continue;
+    ScanLoopParams s = eq.params.as<ScanLoopParams>();
+    if (s.save_carries) continue;
+    s.save_carries = true;
+    const std::vector<Aval> outs = scan_output_avals(s);
+    for (std::size_t j = outs.size() - static_cast<std::size_t>(s.num_carry); j < outs.size();
+         ++j) {
+      eq.more_outputs.push_back(q.new_value(outs[j]));
+    }
+    eq.params = Params(std::move(s));
+  }
+  return q;
+}
+
+}  // namespace detail
+}  // namespace kiln
