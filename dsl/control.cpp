@@ -215,7 +215,32 @@ std::vector<Array> scan_flat(const ClosedBody& body, std::span<const Array> init
 
 std::vector<Array> while_flat(const ClosedBody& cond, const ClosedBody& body,
                               std::span<const Array> init) {
-  WhileParams q{cond.program, body.program, static_cast<std::int64_t>(cond.hoisted.size()),
+  // The guarded step: both bodies inlined, the carry kept where go is false.
+  const std::size_t ncc = cond.hoisted.size(), nbc = body.hoisted.size(), nc = init.size();
+  std::vector<Aval> step_in;
+  for (const Array& a : cond.hoisted) step_in.push_back(a.aval());
+  for (const Array& a : body.hoisted) step_in.push_back(a.aval());
+  step_in.emplace_back();  // go: bool[] (built in place: GCC 12 warns on a moved empty Shape)
+  step_in.back().dtype = DType::kBool;
+  for (const Array& a : init) step_in.push_back(a.aval());
+  auto step_fn = [&](std::span<const Array> t) {
+    const std::span<const Array> cc = t.first(ncc), bc = t.subspan(ncc, nbc),
+                                 carry = t.subspan(ncc + nbc + 1, nc);
+    const Array& go = t[ncc + nbc];
+    std::vector<Array> args(bc.begin(), bc.end());
+    args.insert(args.end(), carry.begin(), carry.end());
+    const std::vector<Array> next = eval(*body.program, args);
+    std::vector<Array> out{Array()};
+    for (std::size_t j = 0; j < nc; ++j) out.push_back(where(go, next[j], carry[j]));
+    args.assign(cc.begin(), cc.end());
+    args.insert(args.end(), out.begin() + 1, out.end());
+    out[0] = logical_and(go, eval(*cond.program, args)[0]);
+    return out;
+  };
+  const ClosedBody step = trace_body("while_loop (guarded step)", step_fn, step_in,
+                                     device_of(init, cond.hoisted), {});
+  WhileParams q{cond.program, body.program, step.program,
+                static_cast<std::int64_t>(cond.hoisted.size()),
                 static_cast<std::int64_t>(body.hoisted.size())};
   const std::vector<Aval> outs = output_avals(*body.program);
   return bind_multi(Prim::kWhileLoop, Params(std::move(q)),

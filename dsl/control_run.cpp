@@ -25,7 +25,7 @@ std::vector<ProgramRef> sub_programs(Prim p, const Params& params) {
     if constexpr (P == Prim::kScanLoop || P == Prim::kCall) {
       return {q.body};
     } else if constexpr (P == Prim::kWhileLoop) {
-      return {q.cond, q.body};
+      return {q.cond, q.body, q.step};
     } else if constexpr (P == Prim::kCond) {
       return q.branches;
     } else if constexpr (P == Prim::kCustomVjp) {
@@ -38,15 +38,37 @@ std::vector<ProgramRef> sub_programs(Prim p, const Params& params) {
 
 namespace {
 
-// x[t] along the leading axis.
-Array index_lead(const Array& x, std::int64_t t) {
-  return reshape(slice_axis(x, 0, t, t + 1), Shape(x.shape().begin() + 1, x.shape().end()));
+// x[t] along the leading axis, as a take at an index that is data: a device
+// backend compiles one kernel for every t (a slice would bake t into its
+// kernel, one compile per iteration on the first call).
+Array index_lead(const Array& x, const Array& t) { return take(x, t, 0); }
+
+Array index_array(std::size_t t, Device device) {
+  const auto v = static_cast<std::int32_t>(t);
+  return to_device(Array::from_data<std::int32_t>(std::span<const std::int32_t>(&v, 1), {}),
+                   device);
 }
 
 // Per-iteration values stacked along a new leading axis (position t at t).
+// Concatenated 8 at a time, level by level: the pieces' offsets (baked into
+// a device's copy kernels) take at most 8 values per level, so stacking T
+// values compiles O(8 log8 T) kernels rather than T, for log8 T copies.
 Array stack_lead(std::vector<Array>& parts, const Aval& aval, Device device) {
   if (parts.empty()) return zeros(aval.shape, aval.dtype, device);
-  return stack(parts, 0);
+  constexpr std::size_t kGroup = 8;
+  std::vector<Array> level;
+  level.reserve(parts.size());
+  for (const Array& p : parts) level.push_back(expand_dims(p, 0));
+  while (level.size() > 1) {
+    std::vector<Array> next;
+    for (std::size_t i = 0; i < level.size(); i += kGroup) {
+      const std::size_t n = std::min(kGroup, level.size() - i);
+      next.push_back(n == 1 ? level[i]
+                            : concatenate(std::span<const Array>(level).subspan(i, n), 0));
+    }
+    level = std::move(next);
+  }
+  return level.front();
 }
 
 std::vector<Array> run_scan(const ScanLoopParams& q, std::span<const Array> in,
@@ -65,12 +87,13 @@ std::vector<Array> run_scan(const ScanLoopParams& q, std::span<const Array> in,
   std::vector<Array> args;
   for (std::size_t it = 0; it < n; ++it) {
     const std::size_t t = q.reverse ? n - 1 - it : it;
+    const Array at = xs.empty() ? Array() : index_array(t, device);
     args.assign(consts.begin(), consts.end());
     for (std::size_t j = 0; j < saved.size(); ++j) saved[j][t] = carry[j];
     // Moved, not copied: a carry nobody else holds can be updated in place.
     args.insert(args.end(), std::make_move_iterator(carry.begin()),
                 std::make_move_iterator(carry.end()));
-    for (const Array& x : xs) args.push_back(index_lead(x, static_cast<std::int64_t>(t)));
+    for (const Array& x : xs) args.push_back(index_lead(x, at));
     std::vector<Array> r = run(0, std::move(args));
     for (std::size_t j = 0; j < ncarry; ++j) carry[j] = std::move(r[j]);
     for (std::size_t j = 0; j < ny; ++j) ys[j][t] = std::move(r[ncarry + j]);
@@ -88,9 +111,10 @@ bool read_flag(const Array& a) { return astype(a, DType::kI32).item<std::int32_t
 
 // How many iterations a while loop runs between reads of its condition. The
 // CPU reads for free: 1. A device pays a submit and a wait per read, so the
-// loop runs batches of 1, 2, 4, ... up to 32 iterations, each guarded
-// (carry = where(go, body(carry), carry)), and reads the condition once per
-// batch; iterations after the condition turned false change nothing.
+// loop runs batches of 1, 2, 4, ... up to 32 guarded iterations (the step
+// program: next = go ? body(carry) : carry, go = go && cond(next)) and reads
+// the condition once per batch; iterations after it turned false change
+// nothing.
 // KILN_WHILE_MAX_BATCH overrides the device's 32 (1: read after every
 // iteration; bench/rnn_scan.cpp measures both).
 std::size_t max_batch(Device d) {
@@ -118,20 +142,26 @@ std::vector<Array> run_while(const WhileParams& q, std::span<const Array> in, Ru
     args.insert(args.end(), c.begin(), c.end());
     return run(1, std::move(args));
   };
+  // One guarded iteration (the step program: fused, compiled once).
+  auto step = [&](Array go) {
+    std::vector<Array> args(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(ncc + nbc));
+    args.push_back(std::move(go));
+    args.insert(args.end(), std::make_move_iterator(carry.begin()),
+                std::make_move_iterator(carry.end()));
+    std::vector<Array> r = run(2, std::move(args));
+    carry.assign(std::make_move_iterator(r.begin() + 1), std::make_move_iterator(r.end()));
+    return std::move(r[0]);
+  };
   Array go = cond(carry);
   const std::size_t most = max_batch(device_of(in));
   std::size_t batch = 1;
   while (read_flag(go)) {
-    for (std::size_t k = 0; k < batch; ++k) {
-      std::vector<Array> next = body(carry);
-      if (batch == 1) {
-        carry = std::move(next);
-        go = cond(carry);
-      } else {
-        for (std::size_t j = 0; j < carry.size(); ++j) carry[j] = where(go, next[j], carry[j]);
-        go = logical_and(go, cond(carry));
-      }
+    if (most == 1) {
+      carry = body(carry);
+      go = cond(carry);
+      continue;
     }
+    for (std::size_t k = 0; k < batch; ++k) go = step(std::move(go));
     batch = std::min(batch * 2, most);
   }
   return carry;

@@ -115,9 +115,13 @@ struct ScanLoopParams {
 };
 // while: cond(cond_consts..., carry...) -> bool[]; body(body_consts...,
 // carry...) -> carry. Inputs: cond consts, body consts, init; outputs: carry.
+// `step` is one guarded iteration, what a device runs between reads of the
+// condition: step(cond_consts..., body_consts..., go, carry...) ->
+// (go && cond(next), next...) with next = go ? body(carry) : carry.
 struct WhileParams {
   ProgramRef cond;
   ProgramRef body;
+  ProgramRef step;
   std::int64_t num_cond_consts = 0;
   std::int64_t num_body_consts = 0;
 };

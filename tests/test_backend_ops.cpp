@@ -470,6 +470,8 @@ std::vector<Case> cases_for(Prim p) {
                   [](Inputs x, Device) { return take(x[0], x[1], 1); }),
               one("no indices", {uniform({4, 6}, -1, 1), integers({0}, 0, 3)},
                   [](Inputs x, Device) { return take(x[0], x[1], 0); }),
+              one("0-d index into a vector: a scalar", {uniform({7}, -1, 1), integers({}, -7, 6)},
+                  [](Inputs x, Device) { return take(x[0], x[1], 0); }),
               one("i32 values, u32 indices", {integers({9}, -9, 9), integers({4}, 0, 8, u32)},
                   [](Inputs x, Device) { return take(x[0], x[1], 0); })};
     case Prim::kTakeAlongAxis:

@@ -418,6 +418,11 @@ std::shared_ptr<Buffer> gather(Context& ctx, Prim p, const AxisParams& params,
     // out dims: a[:axis] ++ idx.shape ++ a[axis+1:]
     const std::size_t ir = idx.shape().size();
     View av, iv;
+    if (out.shape.empty()) {  // a 0-d index into a vector: one element
+      spec.domain = {1};
+      av.strides = {0};
+      iv.strides = {0};
+    }
     for (std::size_t d = 0; d < out.shape.size(); ++d) {
       if (d < axis) {
         av.strides.push_back(astr[d]);
