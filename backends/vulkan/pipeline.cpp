@@ -106,15 +106,26 @@ void PipelineCache::save() {
 }
 
 // Validated SPIR-V for `text`: from the disk cache, else assembled, validated,
-// optimized and stored (payload: encode_spirv_payload, disk_cache.hpp).
+// optimized and stored (payload: encode_spirv_payload, disk_cache.hpp). A
+// cached entry is validated again: its checksum only proves that the bytes are
+// the ones written, and invalid SPIR-V handed to the driver failed every op
+// that used the kernel, in every later run. Such an entry is rebuilt and
+// replaced, with a warning.
 std::vector<std::uint32_t> PipelineCache::spirv_for(const std::string& text) {
   const std::uint64_t key = stable_hash(text);
   if (disk_) {
     if (auto hit = disk_->load("spirv", key)) {
-      if (auto words = decode_spirv_payload(*hit, text)) {
+      auto words = decode_spirv_payload(*hit, text);
+      if (words && spv::valid(*words)) {
         ++stats_.disk_hits;
         return *std::move(words);
       }
+      ++stats_.disk_rejects;
+      const std::string line = detail::str_cat(
+          "kiln: warning: [disk_cache] ", disk_->path_for("spirv", key).string(),
+          words ? " holds SPIR-V that fails validation" : " is not this kernel's SPIR-V",
+          "; rebuilding it\n");
+      std::fwrite(line.data(), 1, line.size(), stderr);
     }
   }
   std::vector<std::uint32_t> words = spv::assemble(text, optimize_kernels());
