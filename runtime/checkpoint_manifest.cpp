@@ -256,6 +256,7 @@ class Parser {
   struct Open {
     std::size_t node;
     std::uint32_t next = 0;                     // the next child's index
+    std::vector<std::string_view> fields;       // struct: its type's fields
     std::unordered_set<std::string_view> keys;  // dict: children's paths
   };
 
@@ -278,6 +279,8 @@ class Parser {
       }
       if (nodes[i].arity > 0) {
         open.push_back(Open{i});
+        // The parser checked that the type names `arity` fields.
+        if (nodes[i].kind == NodeKind::kStruct) open.back().fields = *struct_fields(nodes[i].type);
         continue;
       }
       nodes[i].size = 1;
@@ -299,9 +302,7 @@ class Parser {
     std::string want;
     switch (p.kind) {
       case NodeKind::kStruct:
-        // The parser checked that the type names `arity` fields.
-        want = str_cat(p.path, p.path.empty() ? "" : ".",
-                       (*struct_fields(p.type))[k]);
+        want = str_cat(p.path, p.path.empty() ? "" : ".", parent.fields[k]);
         break;
       case NodeKind::kDict: {
         const std::string prefix = p.path + "[\"";
