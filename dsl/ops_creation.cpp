@@ -10,15 +10,6 @@
 namespace kiln {
 namespace {
 
-void check_shape(const char* op, const Shape& shape) {
-  for (auto d : shape) {
-    if (d < 0) {
-      throw ShapeError(detail::str_cat("[", op, "] negative dimension in shape ",
-                                       to_string(shape)));
-    }
-  }
-}
-
 // Throws when `value` is not exactly representable in an integer/bool dtype.
 void check_representable(const char* op, double value, DType dtype) {
   if (is_inexact(dtype)) return;
@@ -36,7 +27,7 @@ void check_representable(const char* op, double value, DType dtype) {
 }  // namespace
 
 Array full(const Shape& shape, double value, DType dtype, Device device) {
-  check_shape("full", shape);
+  check_shape("full", shape, size_of(dtype));
   check_representable("full", value, dtype);
   return detail::bind<Prim::kFull>(FullParams{value, device}, {},
                                    Aval{dtype, shape});

@@ -31,6 +31,9 @@ void not_a_prim(Prim p) {
 Array bind(Prim p, const Params& params, std::span<const Array> inputs,
            Aval out) {
   if (params.index() != info(p).params) detail::wrong_params(params.index(), info(p).params);
+  // Every result shape (a user's for creation and layout ops, or one computed
+  // from inputs) is checked here, before a backend sizes a buffer from it.
+  check_shape(name(p), out.shape, size_of(out.dtype));
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     if (inputs[i].is_donated()) {
       check_not_donated(name(p), inputs[i], str_cat("argument ", i + 1));

@@ -8,12 +8,7 @@ namespace kiln {
 namespace detail {
 
 void check_data_size(std::size_t n, const Shape& shape) {
-  for (auto d : shape) {
-    if (d < 0) {
-      throw ShapeError(detail::str_cat("[array] negative dimension in shape ",
-                                    to_string(shape)));
-    }
-  }
+  check_shape("array", shape, 1);
   if (static_cast<std::int64_t>(n) != numel(shape)) {
     throw ShapeError(detail::str_cat("[array] ", n, " values cannot fill shape ",
                                   to_string(shape), " (", numel(shape),
@@ -48,6 +43,7 @@ Array take_donated(const Array& a) {
 }  // namespace detail
 
 Array::Array(DType dtype, Shape shape, std::shared_ptr<Buffer> buffer) {
+  check_shape("array", shape, size_of(dtype));
   const Device device = buffer ? buffer->device() : Device::cpu();
   impl_ = std::make_shared<ArrayImpl>(
       ArrayImpl{Aval{dtype, std::move(shape)}, std::move(buffer), device});

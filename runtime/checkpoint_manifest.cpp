@@ -11,7 +11,9 @@
 
 #include <algorithm>
 #include <charconv>
+#include <optional>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 
 #include "kiln/runtime/checkpoint.hpp"
@@ -69,6 +71,33 @@ std::string dims_text(const Shape& s) {
     out += std::to_string(s[i]);
   }
   return out;
+}
+
+// The field names of a struct record's type "Name(a, b)", or nullopt when
+// the type does not have that form.
+std::optional<std::vector<std::string_view>> struct_fields(std::string_view type) {
+  const std::size_t open = type.find('(');
+  if (open == std::string_view::npos || open == 0 || type.back() != ')') {
+    return std::nullopt;
+  }
+  std::vector<std::string_view> out;
+  std::string_view inner = type.substr(open + 1, type.size() - open - 2);
+  while (!inner.empty()) {
+    const std::size_t sep = inner.find(", ");
+    out.push_back(inner.substr(0, sep));
+    if (out.back().empty()) return std::nullopt;
+    if (sep == std::string_view::npos) break;
+    inner.remove_prefix(sep + 2);
+    if (inner.empty()) return std::nullopt;
+  }
+  return out;
+}
+
+// "(a, b)" of a struct type (validated by the parser for files; the
+// template's are made by make_manifest).
+std::string_view fields_text(std::string_view type) {
+  const std::size_t open = type.find('(');
+  return open == std::string_view::npos ? type : type.substr(open);
 }
 
 class Parser {
@@ -168,7 +197,18 @@ class Parser {
     switch (n.kind) {
       case NodeKind::kStruct:
         want = 4;
-        if (f.size() == want) n.type = f[3];
+        if (f.size() == want) {
+          n.type = f[3];
+          const auto fields = struct_fields(n.type);
+          if (!fields) {
+            bad(str_cat("struct type '", n.type, "' is not Name(field, ...)"));
+          }
+          if (fields->size() != n.arity) {
+            bad(str_cat("struct ", n.type, " has ", n.arity,
+                        " children, its type names ", fields->size(),
+                        " fields"));
+          }
+        }
         break;
       case NodeKind::kStatic:
         want = 5;
@@ -204,30 +244,86 @@ class Parser {
       dims.remove_prefix(comma + 1);
       if (dims.empty()) bad("trailing comma in shape");
     }
+    const ShapeSize size = shape_size(n.shape, size_of(n.dtype));
+    if (!size.ok()) bad(size.error);
     n.member = f[5];
     if (n.member.empty()) bad("empty member name");
   }
 
-  // Subtree sizes from the arities, checking that the records form one tree.
+  // Subtree sizes from the arities, checking that the records form one tree
+  // and that each record's path is the one its place in the tree gives it
+  // (load_checkpoint pairs records by position, and messages name paths).
+  struct Open {
+    std::size_t node;
+    std::uint32_t next = 0;                     // the next child's index
+    std::vector<std::string_view> fields;       // struct: its type's fields
+    std::unordered_set<std::string_view> keys;  // dict: children's paths
+  };
+
+  // Record i is on line i + 3 (after the format and treedef lines).
+  [[noreturn]] void bad_at(std::size_t i, std::string_view what) {
+    line_no_ = i + 3;
+    bad(what);
+  }
+
   void compute_sizes(std::vector<ManifestNode>& nodes) {
-    std::vector<std::pair<std::size_t, std::uint32_t>> open;  // node, left
+    std::vector<Open> open;
     for (std::size_t i = 0; i < nodes.size(); ++i) {
-      if (i > 0) {
-        if (open.empty()) bad("records after the end of the tree");
-        --open.back().second;
+      if (i == 0) {
+        if (!nodes[0].path.empty()) {
+          bad_at(0, str_cat("root path '", nodes[0].path, "' is not empty"));
+        }
+      } else {
+        if (open.empty()) bad_at(i, "records after the end of the tree");
+        check_path(open.back(), nodes, i);
       }
       if (nodes[i].arity > 0) {
-        open.emplace_back(i, nodes[i].arity);
+        open.push_back(Open{i});
+        // The parser checked that the type names `arity` fields.
+        if (nodes[i].kind == NodeKind::kStruct) open.back().fields = *struct_fields(nodes[i].type);
         continue;
       }
       nodes[i].size = 1;
-      while (!open.empty() && open.back().second == 0) {
-        const std::size_t idx = open.back().first;
+      while (!open.empty() && open.back().next == nodes[open.back().node].arity) {
+        const std::size_t idx = open.back().node;
         nodes[idx].size = static_cast<std::uint32_t>(i - idx + 1);
         open.pop_back();
       }
     }
     if (!open.empty()) bad("the tree ends early");
+  }
+
+  // Checks child `i` of the open node `parent` and counts it.
+  void check_path(Open& parent, const std::vector<ManifestNode>& nodes,
+                  std::size_t i) {
+    const ManifestNode& p = nodes[parent.node];
+    const std::string& path = nodes[i].path;
+    const std::uint32_t k = parent.next++;
+    std::string want;
+    switch (p.kind) {
+      case NodeKind::kStruct:
+        want = str_cat(p.path, p.path.empty() ? "" : ".", parent.fields[k]);
+        break;
+      case NodeKind::kDict: {
+        const std::string prefix = p.path + "[\"";
+        if (path.size() < prefix.size() + 2 || !path.starts_with(prefix) ||
+            !path.ends_with("\"]")) {
+          bad_at(i, str_cat("path '", path, "' is not an entry of dict '",
+                            p.path, "'"));
+        }
+        if (!parent.keys.insert(path).second) {
+          bad_at(i, str_cat("dict '", p.path, "' has two entries at '", path,
+                            "'"));
+        }
+        return;
+      }
+      default:
+        want = str_cat(p.path, "[", k, "]");
+    }
+    if (path != want) {
+      bad_at(i, str_cat("path '", path, "', the tree puts this record at '",
+                        want, "'"));
+    }
   }
 
   std::string_view text_;
@@ -254,7 +350,10 @@ std::string describe(const ManifestNode& n) {
 class Comparer {
  public:
   Comparer(const Manifest& file, const Manifest& like, bool check_statics)
-      : f_(file.nodes), t_(like.nodes), check_statics_(check_statics) {}
+      : f_(file.nodes),
+        t_(like.nodes),
+        check_statics_(check_statics),
+        file_arrays_(like.nodes.size(), kNoRecord) {}
 
   void run(std::size_t fi, std::size_t ti) {
     const ManifestNode& f = f_[fi];
@@ -268,8 +367,8 @@ class Comparer {
         if (describe(f) != describe(t)) {
           return add(t.path, describe(f), describe(t));
         }
-        return add(t.path, "fields " + f.type.substr(f.type.find('(')),
-                   t.type.substr(t.type.find('(')));
+        return add(t.path, str_cat("fields ", fields_text(f.type)),
+                   std::string(fields_text(t.type)));
       case NodeKind::kList:
       case NodeKind::kTuple:
         if (f.arity == t.arity) return children(fi, ti);
@@ -278,6 +377,7 @@ class Comparer {
       case NodeKind::kDict:
         return dict(fi, ti);
       case NodeKind::kArray:
+        file_arrays_[ti] = fi;
         if (f.dtype != t.dtype) {
           add(t.path, str_cat("dtype ", name(f.dtype)),
               std::string(name(t.dtype)));
@@ -301,7 +401,14 @@ class Comparer {
     }
   }
 
-  std::vector<std::string> take() { return std::move(out_); }
+  Comparison take() {
+    Comparison c;
+    c.differences = std::move(out_);
+    for (std::size_t ti = 0; ti < t_.size(); ++ti) {
+      if (t_[ti].kind == NodeKind::kArray) c.file_arrays.push_back(file_arrays_[ti]);
+    }
+    return c;
+  }
 
  private:
   void add(const std::string& path, const std::string& in_file,
@@ -324,6 +431,11 @@ class Comparer {
   void children(std::size_t fi, std::size_t ti) {
     const auto fc = child_indices(f_, fi);
     const auto tc = child_indices(t_, ti);
+    // Callers compared the arities; this keeps the pairing in bounds anyway.
+    if (fc.size() != tc.size()) {
+      return add(t_[ti].path, str_cat(fc.size(), " children"),
+                 std::to_string(tc.size()));
+    }
     for (std::size_t i = 0; i < tc.size(); ++i) run(fc[i], tc[i]);
   }
 
@@ -356,6 +468,7 @@ class Comparer {
   const std::vector<ManifestNode>& t_;
   bool check_statics_;
   std::vector<std::string> out_;
+  std::vector<std::size_t> file_arrays_;  // by template node
 };
 
 }  // namespace
@@ -429,8 +542,8 @@ Manifest parse_manifest(std::string_view text, std::string_view context) {
   return Parser(text, context).parse();
 }
 
-std::vector<std::string> compare(const Manifest& file, const Manifest& like,
-                                 bool check_statics) {
+Comparison compare(const Manifest& file, const Manifest& like,
+                   bool check_statics) {
   Comparer c(file, like, check_statics);
   c.run(0, 0);
   return c.take();

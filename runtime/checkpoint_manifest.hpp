@@ -43,13 +43,23 @@ std::string member_name(std::string_view path);
 Manifest make_manifest(const TreeDef& def, std::span<const Array> leaves);
 std::string format_manifest(const Manifest& m);
 // Throws CheckpointError "<context>: ..." for text that is not a well-formed
-// manifest (so nothing after this needs to distrust the node records).
+// manifest (so nothing after this needs to distrust the node records): every
+// count, shape and name is checked, the records must form one tree, struct
+// arities must match their types' fields, and each path must be the one the
+// record's place in the tree gives it.
 Manifest parse_manifest(std::string_view text, std::string_view context);
 
-// Every difference between the file's manifest and the template's, as
-// "path: what in file, what in template" lines, at the deepest node where it
-// shows (children of nodes that differ in kind, type or length are skipped).
-std::vector<std::string> compare(const Manifest& file, const Manifest& like,
-                                 bool check_statics);
+inline constexpr std::size_t kNoRecord = static_cast<std::size_t>(-1);
+struct Comparison {
+  // Every difference between the file's manifest and the template's, as
+  // "path: what in file, what in template" lines, at the deepest node where it
+  // shows (children of nodes that differ in kind, type or length are skipped).
+  std::vector<std::string> differences;
+  // For each array of the template (leaf order), the index of the file's
+  // record it was compared with (kNoRecord where none was).
+  std::vector<std::size_t> file_arrays;
+};
+Comparison compare(const Manifest& file, const Manifest& like,
+                   bool check_statics);
 
 }  // namespace kiln::detail::ckpt

@@ -53,6 +53,9 @@ class DictParser {
     if (fortran_ && h.shape.size() > 1) {
       fail(context_, "Fortran-order arrays are not supported");
     }
+    if (const ShapeSize size = shape_size(h.shape, size_of(h.dtype)); !size.ok()) {
+      bad(size.error);
+    }
     return h;
   }
 
@@ -100,7 +103,6 @@ class DictParser {
   Shape shape() {
     expect('(');
     Shape out;
-    std::int64_t count = 1;
     while (!peek(')')) {
       skip_space();
       std::int64_t dim = 0;
@@ -113,11 +115,6 @@ class DictParser {
         ++digits;
       }
       if (digits == 0) bad(str_cat("expected a dimension at offset ", pos_));
-      // Element counts past 2^62 cannot be real (and would overflow bytes).
-      if (dim != 0 && count > (std::int64_t{1} << 62) / dim) {
-        bad("element count too large");
-      }
-      count *= dim;
       out.push_back(dim);
       if (out.size() > 64) bad("more than 64 dimensions");
       if (!peek(')')) expect(',');

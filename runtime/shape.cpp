@@ -14,6 +14,36 @@ std::int64_t numel(const Shape& s) {
   return n;
 }
 
+ShapeSize shape_size(const Shape& s, std::size_t item_bytes) {
+  ShapeSize out;
+  // The non-zero dimensions' product times the element size must fit.
+  const auto item = static_cast<std::int64_t>(std::max<std::size_t>(item_bytes, 1));
+  std::int64_t bytes = item;
+  bool zero = false;
+  for (auto d : s) {
+    if (d < 0) {
+      out.error = detail::str_cat("negative dimension in shape ", to_string(s));
+      return out;
+    }
+    if (d == 0) {
+      zero = true;
+    } else if (__builtin_mul_overflow(bytes, d, &bytes)) {
+      out.error = detail::str_cat("shape ", to_string(s), " is too large (",
+                                  item, "-byte elements): its size in bytes ",
+                                  "overflows a signed 64-bit count");
+      return out;
+    }
+  }
+  out.elements = zero ? 0 : bytes / item;
+  out.bytes = out.elements * static_cast<std::int64_t>(item_bytes);
+  return out;
+}
+
+void check_shape(std::string_view op, const Shape& s, std::size_t item_bytes) {
+  ShapeSize size = shape_size(s, item_bytes);
+  if (!size.ok()) throw ShapeError(detail::str_cat("[", op, "] ", size.error));
+}
+
 std::string to_string(const Shape& s) {
   if (s.size() == 1) return detail::str_cat("(", s[0], ",)");
   return detail::str_cat("(", detail::join(s, ", "), ")");

@@ -18,7 +18,27 @@ namespace kiln {
 using Shape = absl::InlinedVector<std::int64_t, 6>;
 using Axes = absl::InlinedVector<std::int64_t, 6>;
 
+// Unchecked: for shapes of arrays that exist (their shapes passed
+// shape_size when they were made).
 std::int64_t numel(const Shape& s);
+
+// The element count and byte size of an array of shape `s` with
+// `item_bytes`-byte elements, or why no such array can exist: a negative
+// dimension, or a byte size past int64 (counted as numpy does: the non-zero
+// dimensions times item_bytes must fit even when another dimension is 0, so
+// reshaping or slicing a size-0 array cannot reach an overflowing count).
+// Every shape that comes from a user or a file goes through this before
+// anything is allocated: ops (detail::bind, Array), the .npy header and
+// checkpoint manifest readers. Callers choose the error type.
+struct ShapeSize {
+  std::int64_t elements = 0;
+  std::int64_t bytes = 0;
+  std::string error;  // empty when the shape is valid
+  bool ok() const { return error.empty(); }
+};
+ShapeSize shape_size(const Shape& s, std::size_t item_bytes);
+// Throws ShapeError "[op] <shape_size's error>" for an invalid shape.
+void check_shape(std::string_view op, const Shape& s, std::size_t item_bytes);
 std::string to_string(const Shape& s);  // "(2, 3)", "()" for a scalar, "(5,)"
 Shape row_major_strides(const Shape& s);  // in elements
 

@@ -156,7 +156,7 @@ TEST_CASE("bad .npy headers, sizes and manifests give clear errors") {
   check_corrupt(
       tampered(w,
                npy(dict("<f4", "False", "(99999999999, 99999999999)"), data)),
-      like, prefix + "bad npy header: element count too large");
+      like, prefix + "bad npy header: shape (99999999999, 99999999999) is too large");
   check_corrupt(tampered(w, npy("{'descr': '<f4', 'shape': (2, 3)}\n", data)),
                 like,
                 prefix +
@@ -213,4 +213,58 @@ TEST_CASE("bad .npy headers, sizes and manifests give clear errors") {
                 "corrupt manifest (line 20): unterminated line");
   check_corrupt(tampered(manifest, replaced("treedef\t", "treedef\t\\q")), like,
                 "corrupt manifest (line 2): bad escape");
+}
+
+// Found by the checkpoint fuzzer (tests/fuzz/corpus/checkpoint_load/): zips
+// whose manifests are well-formed line by line but describe another tree than
+// their records spell out. Each must be a CheckpointError, never a read past
+// a buffer or a std::out_of_range.
+TEST_CASE("manifests whose records disagree with each other are corrupt") {
+  TempDir dir;
+  const Model model = make_model();
+  const Model like = zeros_like_model(model);
+  save_checkpoint(dir / "good.npz", model);
+  const Members good = read_zip(dir / "good.npz");
+  const std::string manifest = "__kiln_manifest__.txt";
+  auto with_manifest = [&](const std::string& from, const std::string& to) {
+    Members m = good;
+    std::string& text = member(m, manifest);
+    const std::size_t at = text.find(from);
+    REQUIRE(at != std::string::npos);
+    text.replace(at, from.size(), to);
+    write_zip(dir / "bad.npz", m);
+    return dir / "bad.npz";
+  };
+
+  // A struct with fewer children than its type names (the template's count
+  // used to index the file's children: a heap read past the end).
+  check_corrupt(
+      with_manifest(
+          "struct\t2\tlayers[1]\tLinear(weight, bias)\narray\t0\tlayers[1].weight\tf32\t3,1\t"
+          "layers[1].weight.npy\narray\t0\tlayers[1].bias\tf32\t1\tlayers[1].bias.npy\n",
+          "struct\t1\tlayers[1]\tLinear(weight, bias)\narray\t0\tlayers[1].weight\tf32\t3,1\t"
+          "layers[1].weight.npy\n"),
+      like,
+      "corrupt manifest (line 8): struct Linear(weight, bias) has 1 children, "
+      "its type names 2 fields");
+  // A record whose path is not where the tree puts it (load looked the
+  // template's path up with unordered_map::at: std::out_of_range).
+  check_corrupt(with_manifest("array\t0\tlayers[0].weight\t",
+                              "array\t0\tlayers[0].wieght\t"),
+                like,
+                "corrupt manifest (line 6): path 'layers[0].wieght', the tree "
+                "puts this record at 'layers[0].weight'");
+  // A struct type that is not Name(fields) (substr(npos): std::out_of_range).
+  check_corrupt(with_manifest("\tLinear(weight, bias)\n", "\tLinear\n"), like,
+                "corrupt manifest (line 5): struct type 'Linear' is not "
+                "Name(field, ...)");
+  // Two dict entries with one key.
+  check_corrupt(with_manifest("[\"key\"]\t", "[\"count\"]\t"), like,
+                "corrupt manifest (line ");
+  // Dimensions whose byte size overflows (the template cannot match, but the
+  // manifest is refused before any comparison multiplies them).
+  check_corrupt(with_manifest("\tf32\t2,3\t", "\tf32\t4611686018427387904,3\t"),
+                like,
+                "corrupt manifest (line 6): shape (4611686018427387904, 3) is too "
+                "large (4-byte elements)");
 }

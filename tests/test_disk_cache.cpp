@@ -587,3 +587,54 @@ TEST_CASE("concurrent writers and readers only ever see complete payloads") {
   CHECK(files_under(tmp.path()) ==
         fs::relative(shared.path_for("spirv", 1), tmp.path()).string());
 }
+
+TEST_CASE("verify_entry checks a file's bytes without a device or a file") {
+  const auto payload = bytes(40, 3);
+  const std::vector<std::uint8_t> file =
+      kiln::vk::encode_entry(lavapipe(), "spirv", 7, payload);
+  REQUIRE(file.size() == kDiskCacheHeaderSize + payload.size());
+  CHECK(kiln::vk::verify_entry(file, lavapipe(), "spirv", 7).empty());
+  CHECK(std::equal(file.begin() + kDiskCacheHeaderSize, file.end(), payload.begin()));
+  CHECK(kiln::vk::verify_entry(file, lavapipe(), "spirv", 8) ==
+        "holds spirv key 0x0000000000000007, expected spirv key 0x0000000000000008");
+  std::vector<std::uint8_t> cut(file.begin(), file.end() - 1);
+  CHECK(kiln::vk::verify_entry(cut, lavapipe(), "spirv", 7) ==
+        "truncated: the header promises 40 payload bytes, the file has 39");
+  std::vector<std::uint8_t> flipped = file;
+  flipped.back() ^= 1;
+  CHECK(kiln::vk::verify_entry(flipped, lavapipe(), "spirv", 7) ==
+        "checksum mismatch (corrupt header or payload)");
+}
+
+TEST_CASE("a spirv entry with a valid checksum over bad contents is a miss, not a kernel") {
+  using kiln::vk::decode_spirv_payload;
+  using kiln::vk::encode_spirv_payload;
+  const std::string text = "; a kernel's text";
+  const std::vector<std::uint32_t> words = {0x07230203, 0x00010300, 0, 10, 0, 42};
+  const auto payload = encode_spirv_payload(text, words);
+  CHECK(decode_spirv_payload(payload, text) == words);
+  // Made from another kernel's text.
+  CHECK_FALSE(decode_spirv_payload(payload, "; another kernel").has_value());
+  // Words that are not SPIR-V (no magic number), or too few for its header.
+  std::vector<std::uint32_t> garbage = words;
+  garbage[0] = 0xdeadbeef;
+  CHECK_FALSE(decode_spirv_payload(encode_spirv_payload(text, garbage), text).has_value());
+  CHECK_FALSE(decode_spirv_payload(encode_spirv_payload(text, std::span(words).first(4)), text)
+                  .has_value());
+  // A text length past the payload, a ragged word count, nothing at all.
+  std::vector<std::uint8_t> bad = payload;
+  bad[3] = 0x7f;
+  CHECK_FALSE(decode_spirv_payload(bad, text).has_value());
+  bad = payload;
+  bad.push_back(0);
+  CHECK_FALSE(decode_spirv_payload(bad, text).has_value());
+  CHECK_FALSE(decode_spirv_payload({}, text).has_value());
+  // Through a DiskCache: the entry verifies (its checksum is right) but decodes
+  // to nothing, so the pipeline cache assembles the kernel again and stores it.
+  TempDir tmp;
+  DiskCache cache(tmp.path(), lavapipe());
+  CHECK(cache.store("spirv", 9, encode_spirv_payload(text, garbage)));
+  const auto hit = cache.load("spirv", 9);
+  REQUIRE(hit.has_value());
+  CHECK_FALSE(decode_spirv_payload(*hit, text).has_value());
+}

@@ -63,3 +63,59 @@ TEST_CASE("creating an array on a device the machine does not have is a DeviceEr
                        doctest::Contains("there is no device vulkan:99 (this machine has"),
                        DeviceError);
 }
+
+TEST_CASE("shape_size counts elements and bytes and refuses overflowing shapes") {
+  const ShapeSize ok = shape_size({2, 3}, 4);
+  CHECK(ok.ok());
+  CHECK(ok.elements == 6);
+  CHECK(ok.bytes == 24);
+  CHECK(shape_size({}, 8).elements == 1);
+  CHECK(shape_size({}, 8).bytes == 8);
+  CHECK(shape_size({4, 0, 5}, 2).elements == 0);
+  CHECK(shape_size({4, 0, 5}, 2).bytes == 0);
+  const std::int64_t big = std::int64_t{1} << 62;
+  // 2^62 elements fit; 2^62 four-byte elements do not fit in a byte count.
+  CHECK(shape_size({big}, 1).ok());
+  CHECK(shape_size({big, 4}, 1).error ==
+        "shape (4611686018427387904, 4) is too large (1-byte elements): its "
+        "size in bytes overflows a signed 64-bit count");
+  CHECK_FALSE(shape_size({big}, 4).ok());
+  CHECK(shape_size({big / 2, 3}, 1).bytes == 3 * (big / 2));
+  CHECK_FALSE(shape_size({big, 2}, 1).ok());  // 2^63 > 2^63 - 1
+  // numpy's rule: a zero dimension does not excuse the others' overflow.
+  CHECK_FALSE(shape_size({0, big, big}, 1).ok());
+  CHECK(shape_size({2, -1}, 4).error == "negative dimension in shape (2, -1)");
+  CHECK_THROWS_WITH_AS(check_shape("reshape", {big, 8}, 4),
+                       doctest::Contains("[reshape] shape (4611686018427387904, 8) is "
+                                         "too large (4-byte elements)"),
+                       ShapeError);
+}
+
+TEST_CASE("ops refuse result shapes whose size overflows, naming the op and the shape") {
+  const std::int64_t big = std::int64_t{1} << 62;
+  // Before: numel wrapped to 0, zeros succeeded with size 0, and a take on it
+  // read out of bounds (CPU) or returned zeros (Vulkan).
+  CHECK_THROWS_WITH_AS(zeros({big, 4}),
+                       "[full] shape (4611686018427387904, 4) is too large (4-byte "
+                       "elements): its size in bytes overflows a signed 64-bit count",
+                       ShapeError);
+  CHECK_THROWS_WITH_AS(zeros({big, 4}, f32, Device::cpu()),
+                       doctest::Contains("[full] shape (4611686018427387904, 4)"),
+                       ShapeError);
+  CHECK_THROWS_WITH_AS(zeros({2, -3}), "[full] negative dimension in shape (2, -3)",
+                       ShapeError);
+  // A size-0 array reshaped or broadcast to an overflowing shape.
+  const Array empty = zeros({0});
+  CHECK_THROWS_WITH_AS(reshape(empty, {0, big, big}),
+                       doctest::Contains("shape (0, 4611686018427387904, "
+                                         "4611686018427387904) is too large"),
+                       ShapeError);
+  CHECK_THROWS_WITH_AS(broadcast_to(zeros({1}), {big, 4}),
+                       doctest::Contains("[broadcast_to] shape (4611686018427387904, 4) "
+                                         "is too large"),
+                       ShapeError);
+  // Arrays made from host data or buffers go through the same check.
+  CHECK_THROWS_WITH_AS(Array(f32, Shape{big, 4}, HostBuffer::allocate(0)),
+                       doctest::Contains("[array] shape (4611686018427387904, 4) is too large"),
+                       ShapeError);
+}

@@ -10,7 +10,10 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <cstdint>
 #include <kiln/kiln.hpp>
@@ -19,6 +22,7 @@
 
 #include "kiln/backends/vulkan/check.hpp"
 #include "kiln/backends/vulkan/context.hpp"
+#include "kiln/backends/vulkan/disk_cache.hpp"
 #include "kiln/backends/vulkan/external.hpp"
 #include "kiln/backends/vulkan/memory.hpp"
 #include "kiln/backends/vulkan/pipeline.hpp"
@@ -741,7 +745,9 @@ ChildRun run_child(const std::string& cache_dir) {
 }
 }  // namespace
 
-TEST_CASE("kernels come back from the disk cache after a restart; a corrupt file is rebuilt") {
+TEST_CASE(
+    "kernels come back from the disk cache after a restart; a corrupt file or invalid SPIR-V "
+    "is rebuilt") {
   char tmpl[] = "/tmp/kiln-disk-cache-XXXXXX";
   REQUIRE(mkdtemp(tmpl) != nullptr);
   const std::string dir = tmpl;
@@ -772,6 +778,41 @@ TEST_CASE("kernels come back from the disk cache after a restart; a corrupt file
   CHECK(damaged.output.find("ignoring " + victim) != std::string::npos);
   const ChildRun repaired = run_child(dir);
   CHECK(repaired.disk_hits == repaired.pipelines);
+
+  // An entry whose checksum is valid over SPIR-V that is not (a header, then
+  // garbage words), as a buggy writer would leave it: before, the driver got it
+  // and every op using the kernel failed in every later run. Now it fails
+  // validation, is rebuilt with a warning, and the next run hits again.
+  {
+    std::ifstream in(victim, std::ios::binary);
+    const std::vector<std::uint8_t> file{std::istreambuf_iterator<char>(in), {}};
+    REQUIRE(file.size() > vk::kDiskCacheHeaderSize + 4);
+    vk::CacheProvenance prov;
+    std::memcpy(&prov.vendor_id, file.data() + 12, 4);
+    std::memcpy(&prov.device_id, file.data() + 16, 4);
+    std::memcpy(&prov.driver_version, file.data() + 20, 4);
+    std::memcpy(prov.pipeline_cache_uuid.data(), file.data() + 24, 16);
+    std::uint64_t key = 0;
+    std::memcpy(&key, file.data() + 40, 8);
+    std::vector<std::uint8_t> payload(file.begin() + vk::kDiskCacheHeaderSize, file.end());
+    std::uint32_t text_bytes = 0;
+    std::memcpy(&text_bytes, payload.data(), 4);
+    const std::size_t words_at = 4 + text_bytes;
+    REQUIRE(payload.size() > words_at + 5 * 4);
+    for (std::size_t i = words_at + 5 * 4; i < payload.size(); ++i) payload[i] = 0xab;
+    REQUIRE(vk::verify_entry(vk::encode_entry(prov, "spirv", key, payload), prov, "spirv", key)
+                .empty());
+    const auto bad = vk::encode_entry(prov, "spirv", key, payload);
+    std::ofstream(victim, std::ios::binary | std::ios::trunc)
+        .write(reinterpret_cast<const char*>(bad.data()), static_cast<std::streamsize>(bad.size()));
+  }
+  const ChildRun invalid = run_child(dir);
+  CAPTURE(invalid.output);
+  CHECK(invalid.disk_hits == invalid.pipelines - 1);
+  CHECK(invalid.output.find(victim + " holds SPIR-V that fails validation; rebuilding it") !=
+        std::string::npos);
+  const ChildRun rebuilt = run_child(dir);
+  CHECK(rebuilt.disk_hits == rebuilt.pipelines);
   std::filesystem::remove_all(dir);
 }
 

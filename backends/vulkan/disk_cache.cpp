@@ -146,11 +146,13 @@ Header make_header(const CacheProvenance& p, std::string_view kind,
   return h;
 }
 
-// Why `file` (all of its bytes) is not the entry (p, kind, key); empty when it
-// is. Version before anything else: a future version may lay the header out
+}  // namespace
+
+// Version before anything else: a future version may lay the header out
 // differently, so none of its other fields can be trusted.
-std::string verify(std::span<const std::uint8_t> file, const CacheProvenance& p,
-                   std::string_view kind, std::uint64_t key) {
+std::string verify_entry(std::span<const std::uint8_t> file,
+                         const CacheProvenance& p, std::string_view kind,
+                         std::uint64_t key) {
   if (file.empty()) return "empty file (truncated)";
   if (file.size() < kDiskCacheHeaderSize) {
     return detail::str_cat("truncated: ", file.size(),
@@ -202,6 +204,55 @@ std::string verify(std::span<const std::uint8_t> file, const CacheProvenance& p,
   }
   return {};
 }
+
+std::vector<std::uint8_t> encode_entry(const CacheProvenance& provenance,
+                                       std::string_view kind, std::uint64_t key,
+                                       std::span<const std::uint8_t> payload) {
+  check_kind(kind);
+  const Header h = make_header(provenance, kind, key, payload);
+  // Sized once and filled by memcpy (GCC 12 warns, wrongly, about
+  // vector::insert after a range constructor here).
+  std::vector<std::uint8_t> out(h.size() + payload.size());
+  std::memcpy(out.data(), h.data(), h.size());
+  if (!payload.empty()) {
+    std::memcpy(out.data() + h.size(), payload.data(), payload.size());
+  }
+  return out;
+}
+
+std::vector<std::uint8_t> encode_spirv_payload(
+    std::string_view text, std::span<const std::uint32_t> words) {
+  std::vector<std::uint8_t> payload(4 + text.size() + words.size() * 4);
+  const auto n = static_cast<std::uint32_t>(text.size());
+  std::memcpy(payload.data(), &n, 4);
+  std::memcpy(payload.data() + 4, text.data(), text.size());
+  if (!words.empty()) {
+    std::memcpy(payload.data() + 4 + text.size(), words.data(), words.size() * 4);
+  }
+  return payload;
+}
+
+std::optional<std::vector<std::uint32_t>> decode_spirv_payload(
+    std::span<const std::uint8_t> payload, std::string_view text) {
+  constexpr std::uint32_t kSpirvMagic = 0x07230203;
+  constexpr std::size_t kSpirvHeaderWords = 5;
+  std::uint32_t n = 0;
+  if (payload.size() < 4) return std::nullopt;
+  std::memcpy(&n, payload.data(), 4);
+  // Every size from the file is checked against what is there before use.
+  if (n != text.size() || payload.size() - 4 < n) return std::nullopt;
+  const std::span<const std::uint8_t> rest = payload.subspan(4 + n);
+  if (std::string_view(reinterpret_cast<const char*>(payload.data()) + 4, n) != text ||
+      rest.size() % 4 != 0 || rest.size() < 4 * kSpirvHeaderWords) {
+    return std::nullopt;
+  }
+  std::vector<std::uint32_t> words(rest.size() / 4);
+  std::memcpy(words.data(), rest.data(), rest.size());
+  if (words[0] != kSpirvMagic) return std::nullopt;
+  return words;
+}
+
+namespace {
 
 // Reads all of `path`. nullopt for a missing file (reason left empty, a silent
 // miss) or with `reason` set for any other failure.
@@ -356,7 +407,7 @@ std::optional<std::vector<std::uint8_t>> DiskCache::load(std::string_view kind,
     if (!reason.empty()) warn_load(path, reason);
     return std::nullopt;
   }
-  reason = verify(*bytes, provenance_, kind, key);
+  reason = verify_entry(*bytes, provenance_, kind, key);
   if (!reason.empty()) {
     warn_load(path, reason);
     return std::nullopt;

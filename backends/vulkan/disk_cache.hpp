@@ -58,6 +58,28 @@ struct CacheProvenance {
                          const CacheProvenance&) = default;
 };
 
+// Why `file` (a cache file's bytes: header, then payload) is not the entry
+// (provenance, kind, key); empty when it is, and then the payload is
+// file.subspan(kDiskCacheHeaderSize). This is all DiskCache::load checks after
+// reading the file; it needs no device and no file (tests/fuzz calls it).
+std::string verify_entry(std::span<const std::uint8_t> file,
+                         const CacheProvenance& provenance,
+                         std::string_view kind, std::uint64_t key);
+// The bytes of the file that holds `payload` as the entry (provenance, kind,
+// key): what DiskCache::store writes. `kind` must be valid.
+std::vector<std::uint8_t> encode_entry(const CacheProvenance& provenance,
+                                       std::string_view kind, std::uint64_t key,
+                                       std::span<const std::uint8_t> payload);
+
+// The "spirv" kind's payload: u32 length of the kernel's text, the text, then
+// its SPIR-V words (host byte order). decode returns the words only for a
+// payload made from `text` whose words start with a SPIR-V header (magic
+// number, 5 words); anything else is a miss.
+std::vector<std::uint8_t> encode_spirv_payload(
+    std::string_view text, std::span<const std::uint32_t> words);
+std::optional<std::vector<std::uint32_t>> decode_spirv_payload(
+    std::span<const std::uint8_t> payload, std::string_view text);
+
 // Thread-safe; any number of DiskCache objects, in any number of processes, may
 // share one directory.
 class DiskCache {

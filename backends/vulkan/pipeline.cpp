@@ -106,31 +106,31 @@ void PipelineCache::save() {
 }
 
 // Validated SPIR-V for `text`: from the disk cache, else assembled, validated,
-// optimized and stored. Payload: u32 text length, the text, then the words.
+// optimized and stored (payload: encode_spirv_payload, disk_cache.hpp). A
+// cached entry is validated again: its checksum only proves that the bytes are
+// the ones written, and invalid SPIR-V handed to the driver failed every op
+// that used the kernel, in every later run. Such an entry is rebuilt and
+// replaced, with a warning.
 std::vector<std::uint32_t> PipelineCache::spirv_for(const std::string& text) {
   const std::uint64_t key = stable_hash(text);
   if (disk_) {
     if (auto hit = disk_->load("spirv", key)) {
-      std::uint32_t n = 0;
-      if (hit->size() >= 4) std::memcpy(&n, hit->data(), 4);
-      const std::size_t words_at = 4 + static_cast<std::size_t>(n);
-      if (hit->size() >= words_at && (hit->size() - words_at) % 4 == 0 &&
-          std::string_view(reinterpret_cast<const char*>(hit->data()) + 4, n) == text) {
-        std::vector<std::uint32_t> words((hit->size() - words_at) / 4);
-        std::memcpy(words.data(), hit->data() + words_at, words.size() * 4);
+      auto words = decode_spirv_payload(*hit, text);
+      if (words && spv::valid(*words)) {
         ++stats_.disk_hits;
-        return words;
+        return *std::move(words);
       }
+      ++stats_.disk_rejects;
+      const std::string line = detail::str_cat(
+          "kiln: warning: [disk_cache] ", disk_->path_for("spirv", key).string(),
+          words ? " holds SPIR-V that fails validation" : " is not this kernel's SPIR-V",
+          "; rebuilding it\n");
+      std::fwrite(line.data(), 1, line.size(), stderr);
     }
   }
   std::vector<std::uint32_t> words = spv::assemble(text, optimize_kernels());
   if (disk_) {
-    std::vector<std::uint8_t> payload(4 + text.size() + words.size() * 4);
-    const auto n = static_cast<std::uint32_t>(text.size());
-    std::memcpy(payload.data(), &n, 4);
-    std::memcpy(payload.data() + 4, text.data(), text.size());
-    std::memcpy(payload.data() + 4 + text.size(), words.data(), words.size() * 4);
-    disk_->store("spirv", key, payload);
+    disk_->store("spirv", key, encode_spirv_payload(text, words));
   }
   return words;
 }

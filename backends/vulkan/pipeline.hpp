@@ -53,6 +53,7 @@ struct PipelineStats {
   std::size_t keys = 0;          // lowering keys seen
   std::size_t text_hits = 0;     // keys that found an equal kernel already built
   std::size_t disk_hits = 0;     // kernels whose SPIR-V came from the disk cache
+  std::size_t disk_rejects = 0;  // disk entries that verified but held bad SPIR-V
   double compile_seconds = 0.0;  // assemble + validate + vkCreateComputePipelines
 };
 

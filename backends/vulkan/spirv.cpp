@@ -724,4 +724,11 @@ std::vector<std::uint32_t> assemble(const std::string& text, bool optimize) {
   return words;
 }
 
+bool valid(std::span<const std::uint32_t> words) {
+  spvtools::SpirvTools tools(SPV_ENV_VULKAN_1_2);
+  tools.SetMessageConsumer([](spv_message_level_t, const char*, const spv_position_t&,
+                              const char*) {});
+  return tools.Validate(words.data(), words.size(), spvtools::ValidatorOptions());
+}
+
 }  // namespace kiln::vk::spv

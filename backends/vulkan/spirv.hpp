@@ -8,6 +8,7 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -152,5 +153,8 @@ std::uint32_t address_word(std::uint32_t push_words);
 // SPIR-V words for `text`, validated for Vulkan 1.2. Throws DeviceError with the
 // assembler's or validator's message and the numbered text on failure.
 std::vector<std::uint32_t> assemble(const std::string& text, bool optimize);
+// Whether `words` pass the same Vulkan 1.2 validation (silently): SPIR-V read
+// back from the disk cache is checked before a driver sees it.
+bool valid(std::span<const std::uint32_t> words);
 
 }  // namespace kiln::vk::spv
