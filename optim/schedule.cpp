@@ -21,6 +21,40 @@ using detail::str_cat;
 
 Array as_f32(const Array& a) { return astype(a, f32); }
 
+// optax.piecewise_interpolate_schedule: the values at the boundaries are a
+// cumulative product in f32 (jnp.cumprod of the stacked floats), pct is
+// (count - start) / max(interval, 1) in f32, and past the last boundary the
+// last value holds.
+Array eval_interpolate(const SchedulePiece& p, const Array& count) {
+  std::vector<std::int64_t> bounds = {0};
+  std::vector<float> values = {static_cast<float>(p.init_value)};
+  for (const auto& [boundary, scale] : p.boundaries_and_scales) {
+    bounds.push_back(boundary);
+    values.push_back(values.back() * static_cast<float>(scale));
+  }
+  const Array zero = full_like(as_f32(count), 0.0);
+  Array out = where(count >= static_cast<double>(bounds.back()),
+                    full_like(zero, values.back()), zero);
+  for (std::size_t i = 0; i + 1 < bounds.size(); ++i) {
+    const double size = static_cast<double>(
+        std::max<std::int64_t>(bounds[i + 1] - bounds[i], 1));
+    const Array pct = as_f32(count - static_cast<double>(bounds[i])) / size;
+    const float start = values[i], end = values[i + 1];
+    Array interp;
+    if (p.kind == SchedulePiece::Kind::kLinearInterpolate) {
+      interp = pct * static_cast<double>(end - start) + start;
+    } else {
+      const float half = (start - end) / 2.0f;
+      interp = (cos(pct * std::numbers::pi) + 1.0) * half + end;
+    }
+    const Array inside =
+        logical_and(count >= static_cast<double>(bounds[i]),
+                    count < static_cast<double>(bounds[i + 1]));
+    out = where(inside, interp, out);
+  }
+  return out;
+}
+
 Array eval_piece(const SchedulePiece& p, const Array& count_i32) {
   const Array count =
       p.offset == 0 ? count_i32 : count_i32 - static_cast<double>(p.offset);
@@ -38,8 +72,7 @@ Array eval_piece(const SchedulePiece& p, const Array& count_i32) {
     case SchedulePiece::Kind::kCosine: {
       const double steps = static_cast<double>(p.steps);
       const Array c = minimum(as_f32(count), steps);
-      const Array cosine =
-          (cos(c * std::numbers::pi / steps) + 1.0) * 0.5;
+      const Array cosine = (cos(c * std::numbers::pi / steps) + 1.0) * 0.5;
       const Array shaped =
           p.exponent == 1.0 ? cosine : power(cosine, p.exponent);
       return (shaped * (1.0 - p.alpha) + p.alpha) * p.init_value;
@@ -51,6 +84,9 @@ Array eval_piece(const SchedulePiece& p, const Array& count_i32) {
       }
       return v;
     }
+    case SchedulePiece::Kind::kLinearInterpolate:
+    case SchedulePiece::Kind::kCosineInterpolate:
+      return eval_interpolate(p, count);
   }
   throw ValueError("[optim.schedule] unknown schedule kind");
 }
@@ -131,6 +167,15 @@ std::ostream& operator<<(std::ostream& os, const Schedule& s) {
           os << ", " << b << ": x" << sc;
         os << ")";
         break;
+      case SchedulePiece::Kind::kLinearInterpolate:
+      case SchedulePiece::Kind::kCosineInterpolate:
+        os << (p.kind == SchedulePiece::Kind::kLinearInterpolate ? "linear"
+                                                                 : "cosine")
+           << "_interpolate(init=" << p.init_value;
+        for (const auto& [b, sc] : p.boundaries_and_scales)
+          os << ", " << b << ": x" << sc;
+        os << ")";
+        break;
     }
     if (p.offset != 0) os << " from step " << p.offset;
   };
@@ -186,6 +231,76 @@ Schedule piecewise_constant_schedule(
   p.init_value = init_value;
   p.boundaries_and_scales = std::move(boundaries_and_scales);
   return Schedule({p}, {});
+}
+
+Schedule piecewise_interpolate_schedule(
+    std::string_view interpolate_type, double init_value,
+    std::vector<std::pair<std::int64_t, double>> boundaries_and_scales) {
+  SchedulePiece p;
+  if (interpolate_type == "linear") {
+    p.kind = SchedulePiece::Kind::kLinearInterpolate;
+  } else if (interpolate_type == "cosine") {
+    p.kind = SchedulePiece::Kind::kCosineInterpolate;
+  } else {
+    throw ValueError(str_cat(
+        "[optim.piecewise_interpolate_schedule] interpolate_type must be "
+        "'linear' or 'cosine', got '",
+        interpolate_type, "'"));
+  }
+  // As a Python dict literal: the last entry for a boundary wins.
+  std::vector<std::pair<std::int64_t, double>> unique;
+  for (const auto& [b, s] : boundaries_and_scales) {
+    auto it = std::find_if(unique.begin(), unique.end(),
+                           [b = b](const auto& e) { return e.first == b; });
+    if (it != unique.end()) {
+      it->second = s;
+    } else {
+      unique.emplace_back(b, s);
+    }
+    if (s < 0) {
+      throw ValueError(
+          str_cat("[optim.piecewise_interpolate_schedule] scales must be "
+                  "non-negative, got ",
+                  s, " at boundary ", b));
+    }
+  }
+  std::sort(unique.begin(), unique.end());
+  p.init_value = init_value;
+  p.boundaries_and_scales = std::move(unique);
+  return Schedule({p}, {});
+}
+
+namespace {
+void check_transition_steps(std::string_view op, std::int64_t steps) {
+  if (steps <= 0) {
+    throw ValueError(str_cat(
+        "[optim.", op, "] transition_steps must be positive, got ", steps));
+  }
+}
+}  // namespace
+
+Schedule linear_onecycle_schedule(std::int64_t transition_steps,
+                                  double peak_value, double pct_start,
+                                  double pct_final, double div_factor,
+                                  double final_div_factor) {
+  check_transition_steps("linear_onecycle_schedule", transition_steps);
+  const double steps = static_cast<double>(transition_steps);
+  return piecewise_interpolate_schedule(
+      "linear", peak_value / div_factor,
+      {{static_cast<std::int64_t>(pct_start * steps), div_factor},
+       {static_cast<std::int64_t>(pct_final * steps), 1.0 / div_factor},
+       {transition_steps, 1.0 / final_div_factor}});
+}
+
+Schedule cosine_onecycle_schedule(std::int64_t transition_steps,
+                                  double peak_value, double pct_start,
+                                  double div_factor, double final_div_factor) {
+  check_transition_steps("cosine_onecycle_schedule", transition_steps);
+  const double steps = static_cast<double>(transition_steps);
+  return piecewise_interpolate_schedule(
+      "cosine", peak_value / div_factor,
+      {{static_cast<std::int64_t>(pct_start * steps), div_factor},
+       {transition_steps, 1.0 / (div_factor * final_div_factor)}});
 }
 
 Schedule join_schedules(const std::vector<Schedule>& schedules,
