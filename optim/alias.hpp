@@ -96,8 +96,10 @@ GradientTransformation multi_transform(
 // Moves the named hyperparameters ("weight_decay", "b1", "b2", "eps",
 // "decay", "momentum", "max_delta", "step_size", ...) of every stage that has
 // them into the state as dynamic f32 scalars (optax.inject_hyperparams):
-// change them with set_hyperparameter, with no retrace. ValueError when a
-// name matches no stage (listing the names the stages have).
+// change them with set_hyperparameter, with no retrace. "learning_rate" on a
+// schedule keeps the schedule's numbers in the state (set_schedule); a
+// constant learning rate is always there. ValueError when a name matches no
+// stage (listing the names the stages have).
 GradientTransformation inject_hyperparams(const GradientTransformation& inner,
                                           std::vector<std::string> names);
 

@@ -21,6 +21,22 @@ GradientTransformation inject_hyperparams(const GradientTransformation& inner,
   for (const std::string& name : names) {
     bool found = false;
     for (Stage& s : stages) {
+      // A constant learning rate is always in the state; a schedule's
+      // numbers go there when asked for.
+      if (const auto* lr = std::get_if<ScaleByLearningRate>(&s.op)) {
+        if (std::find(known.begin(), known.end(), "learning_rate") ==
+            known.end())
+          known.push_back("learning_rate");
+        if (name == "learning_rate") {
+          found = true;
+          if (!lr->learning_rate.is_constant() &&
+              !std::binary_search(s.dynamic.begin(), s.dynamic.end(), name)) {
+            s.dynamic.insert(
+                std::lower_bound(s.dynamic.begin(), s.dynamic.end(), name),
+                name);
+          }
+        }
+      }
       for (const auto& [hp, value] : detail::injectable_hyperparameters(s.op)) {
         if (std::find(known.begin(), known.end(), hp) == known.end())
           known.push_back(hp);
@@ -36,8 +52,7 @@ GradientTransformation inject_hyperparams(const GradientTransformation& inner,
       throw ValueError(
           str_cat("[optim.inject_hyperparams] no stage of ", inner,
                   " has a hyperparameter '", name, "'; they have: ",
-                  known.empty() ? std::string("none") : join(known, ", "),
-                  " (constant learning rates are always in the state)"));
+                  known.empty() ? std::string("none") : join(known, ", ")));
     }
   }
   return GradientTransformation(std::move(stages));
@@ -82,6 +97,42 @@ State set_hyperparameter(const State& state, std::string_view name,
         "'; it has: ", names.empty() ? std::string("none") : join(names, ", "),
         " (make one run-time with optim::inject_hyperparams(opt, {\"", name,
         "\"}))"));
+  }
+  return out;
+}
+
+State set_schedule(const State& state, const Schedule& schedule) {
+  const std::vector<Schedule::Parameter> params = schedule.parameters();
+  std::vector<std::string> want;
+  for (const Schedule::Parameter& p : params) want.push_back(p.name);
+  std::sort(want.begin(), want.end());
+  State out = state;
+  bool found = false;
+  for (StageState& s : out.stages) {
+    std::vector<std::string> have;
+    for (const auto& [name, value] : s.scalars) {
+      if (name.starts_with("schedule")) have.push_back(name);
+    }
+    if (have.empty()) continue;
+    std::sort(have.begin(), have.end());
+    if (have != want) {
+      throw ValueError(str_cat(
+          "[optim.set_schedule] ", schedule,
+          " does not have the shape of the state's schedule: it has the "
+          "numbers ",
+          join(want, ", "), " but the state has ", join(have, ", ")));
+    }
+    for (const Schedule::Parameter& p : params) {
+      Array& a = s.scalars.at(p.name);
+      a = full(Shape{}, p.value, a.dtype(), a.device());
+    }
+    found = true;
+  }
+  if (!found) {
+    throw ValueError(
+        "[optim.set_schedule] this optimizer state has no run-time schedule "
+        "(make one with optim::inject_hyperparams(opt, {\"learning_rate\"}) "
+        "on an optimizer whose learning rate is a schedule)");
   }
   return out;
 }

@@ -122,7 +122,9 @@ double Schedule::constant_value() const {
   return pieces_[0].init_value;
 }
 
-Array Schedule::operator()(const Array& count) const {
+namespace {
+
+void check_count(const Array& count) {
   if (count.is_null() || count.dtype() != i32 || count.ndim() != 0) {
     throw DTypeError(
         str_cat("[optim.schedule] the step count must be an i32 scalar, got ",
@@ -130,6 +132,138 @@ Array Schedule::operator()(const Array& count) const {
                     ? std::string("None")
                     : str_cat(name(count.dtype()), to_string(count.shape()))));
   }
+}
+
+using Lookup = std::function<Array(const std::string&)>;
+
+// eval_piece with piece k's numbers from `lookup` (see Schedule::parameters),
+// in f32 (integers in i32).
+Array eval_piece_dynamic(const SchedulePiece& p, std::size_t k,
+                         const Array& count_i32, const Lookup& lookup) {
+  auto f = [&](const std::string& field) {
+    return astype(lookup(str_cat("schedule[", k, "].", field)), f32);
+  };
+  auto n = [&](const std::string& field) {
+    return astype(lookup(str_cat("schedule[", k, "].", field)), i32);
+  };
+  const Array count = count_i32 - n("offset");
+  switch (p.kind) {
+    case SchedulePiece::Kind::kConstant:
+      return f("init_value");
+    case SchedulePiece::Kind::kLinear: {
+      const Array steps = n("steps");
+      Array c = count - n("begin");
+      c = minimum(maximum(c, 0.0), steps);
+      const Array frac = 1.0 - as_f32(c) / as_f32(maximum(steps, 1.0));
+      const Array init = f("init_value"), end = f("end_value");
+      return where(less_equal(steps, full_like(steps, 0.0)), init,
+                   frac * (init - end) + end);
+    }
+    case SchedulePiece::Kind::kCosine: {
+      const Array steps = as_f32(n("steps"));
+      const Array c = minimum(as_f32(count), steps);
+      const Array cosine = (cos(c * std::numbers::pi / steps) + 1.0) * 0.5;
+      const Array exponent = f("exponent");
+      const Array shaped = where(equal(exponent, full_like(exponent, 1.0)),
+                                 cosine, power(cosine, exponent));
+      const Array alpha = f("alpha");
+      return (shaped * (1.0 - alpha) + alpha) * f("init_value");
+    }
+    case SchedulePiece::Kind::kPiecewise: {
+      Array v = f("init_value");
+      for (std::size_t j = 0; j < p.boundaries_and_scales.size(); ++j) {
+        const Array b = n(str_cat("boundary[", j, "]"));
+        v = where(greater_equal(count, b), v * f(str_cat("scale[", j, "]")), v);
+      }
+      return v;
+    }
+    case SchedulePiece::Kind::kLinearInterpolate:
+    case SchedulePiece::Kind::kCosineInterpolate: {
+      std::vector<Array> bounds = {full_like(count, 0.0)};
+      std::vector<Array> values = {f("init_value")};
+      for (std::size_t j = 0; j < p.boundaries_and_scales.size(); ++j) {
+        bounds.push_back(n(str_cat("boundary[", j, "]")));
+        values.push_back(values.back() * f(str_cat("scale[", j, "]")));
+      }
+      const Array zero = full_like(values[0], 0.0);
+      Array out =
+          where(greater_equal(count, bounds.back()), values.back(), zero);
+      for (std::size_t i = 0; i + 1 < bounds.size(); ++i) {
+        const Array size = maximum(bounds[i + 1] - bounds[i], 1.0);
+        const Array pct = as_f32(count - bounds[i]) / as_f32(size);
+        const Array& start = values[i];
+        const Array& end = values[i + 1];
+        const Array interp =
+            p.kind == SchedulePiece::Kind::kLinearInterpolate
+                ? pct * (end - start) + start
+                : (cos(pct * std::numbers::pi) + 1.0) * ((start - end) / 2.0) +
+                      end;
+        const Array inside = logical_and(greater_equal(count, bounds[i]),
+                                         less(count, bounds[i + 1]));
+        out = where(inside, interp, out);
+      }
+      return out;
+    }
+  }
+  throw ValueError("[optim.schedule] unknown schedule kind");
+}
+
+}  // namespace
+
+std::vector<Schedule::Parameter> Schedule::parameters() const {
+  std::vector<Parameter> out;
+  for (std::size_t k = 0; k < pieces_.size(); ++k) {
+    const SchedulePiece& p = pieces_[k];
+    auto add = [&](const std::string& field, double v, bool integer) {
+      out.push_back({str_cat("schedule[", k, "].", field), v, integer});
+    };
+    add("init_value", p.init_value, false);
+    add("offset", static_cast<double>(p.offset), true);
+    switch (p.kind) {
+      case SchedulePiece::Kind::kConstant:
+        break;
+      case SchedulePiece::Kind::kLinear:
+        add("end_value", p.end_value, false);
+        add("steps", static_cast<double>(p.steps), true);
+        add("begin", static_cast<double>(p.begin), true);
+        break;
+      case SchedulePiece::Kind::kCosine:
+        add("steps", static_cast<double>(p.steps), true);
+        add("alpha", p.alpha, false);
+        add("exponent", p.exponent, false);
+        break;
+      case SchedulePiece::Kind::kPiecewise:
+      case SchedulePiece::Kind::kLinearInterpolate:
+      case SchedulePiece::Kind::kCosineInterpolate:
+        for (std::size_t j = 0; j < p.boundaries_and_scales.size(); ++j) {
+          add(str_cat("boundary[", j, "]"),
+              static_cast<double>(p.boundaries_and_scales[j].first), true);
+          add(str_cat("scale[", j, "]"), p.boundaries_and_scales[j].second,
+              false);
+        }
+        break;
+    }
+  }
+  for (std::size_t i = 0; i < boundaries_.size(); ++i) {
+    out.push_back({str_cat("schedule.boundary[", i, "]"),
+                   static_cast<double>(boundaries_[i]), true});
+  }
+  return out;
+}
+
+Array Schedule::operator()(const Array& count, const Lookup& lookup) const {
+  check_count(count);
+  Array out = eval_piece_dynamic(pieces_[0], 0, count, lookup);
+  for (std::size_t i = 0; i < boundaries_.size(); ++i) {
+    const Array b = astype(lookup(str_cat("schedule.boundary[", i, "]")), i32);
+    out = where(less(count, b), out,
+                eval_piece_dynamic(pieces_[i + 1], i + 1, count, lookup));
+  }
+  return out;
+}
+
+Array Schedule::operator()(const Array& count) const {
+  check_count(count);
   Array out = eval_piece(pieces_[0], count);
   for (std::size_t i = 0; i < boundaries_.size(); ++i) {
     out = where(count < static_cast<double>(boundaries_[i]), out,

@@ -6,7 +6,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <iosfwd>
+#include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -67,6 +69,26 @@ class Schedule {
   Array operator()(const Array& count) const;
   // Convenience for tests and logging: the value at an integer step.
   double at(std::int64_t count) const;
+
+  // The numbers of this schedule by name ("schedule[1].init_value",
+  // "schedule.boundary[0]", ...), for keeping them in an optimizer state
+  // (inject_hyperparams(opt, {"learning_rate"})). Integers (steps,
+  // boundaries) are i32 there, the rest f32. Two schedules of the same
+  // shape (same kinds of pieces, same number of boundaries and scales) have
+  // the same names.
+  struct Parameter {
+    std::string name;
+    double value;
+    bool integer;
+  };
+  std::vector<Parameter> parameters() const;
+  // The value at `count` with every number read from `lookup(name)` (a 0-d
+  // i32 or f32 array, possibly a tracer) instead of from this schedule:
+  // the schedule's shape is static, its numbers dynamic. f32 arithmetic
+  // throughout (Optax's, when its schedule gets jnp arrays).
+  Array operator()(
+      const Array& count,
+      const std::function<Array(const std::string&)>& lookup) const;
 
   const std::vector<SchedulePiece>& pieces() const { return pieces_; }
   const std::vector<std::int64_t>& boundaries() const { return boundaries_; }

@@ -350,6 +350,12 @@ State set_learning_rate(const State& state, double learning_rate);
 // No retrace. ValueError naming the ones there are when no stage has it.
 State set_hyperparameter(const State& state, std::string_view name,
                          double value);
+// The state with the numbers of its run-time schedule (made by
+// inject_hyperparams(opt, {"learning_rate"}) on a scheduled optimizer)
+// replaced by those of `schedule`, which must have the same shape (say,
+// another warmup_cosine_decay_schedule: other peak, warmup and decay steps).
+// No retrace. ValueError naming both sets of numbers otherwise.
+State set_schedule(const State& state, const Schedule& schedule);
 // The value of the run-time hyperparameter `name` in the first stage that
 // has it (ValueError if none).
 Array hyperparameter(const State& state, std::string_view name);

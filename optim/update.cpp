@@ -280,6 +280,16 @@ State init_flat(const GradientTransformation& opt, const TreeDef& def,
                   scalar_on(op.learning_rate.constant_value(), f32, device);
             } else {
               st.scalars["count"] = scalar_on(0, i32, device);
+              // inject_hyperparams(opt, {"learning_rate"}): the schedule's
+              // numbers are state too (set_schedule).
+              if (std::binary_search(stage.dynamic.begin(), stage.dynamic.end(),
+                                     "learning_rate")) {
+                for (const Schedule::Parameter& p :
+                     op.learning_rate.parameters()) {
+                  st.scalars[p.name] =
+                      scalar_on(p.value, p.integer ? i32 : f32, device);
+                }
+              }
             }
           } else if constexpr (std::is_same_v<Op, Freeze>) {
             for (std::size_t i = 0; i < live.size(); ++i) {
@@ -469,7 +479,14 @@ std::pair<std::vector<Array>, State> update_flat(
               step = state_scalar(st, c, "learning_rate");
             } else {
               const Array count = state_scalar(st, c, "count");
-              step = op.learning_rate(count);
+              if (std::binary_search(stage.dynamic.begin(), stage.dynamic.end(),
+                                     "learning_rate")) {
+                step = op.learning_rate(count, [&](const std::string& name) {
+                  return state_scalar(st, c, name);
+                });
+              } else {
+                step = op.learning_rate(count);
+              }
               st.scalars["count"] = safe_increment(count);
             }
             if (op.flip_sign) step = -step;

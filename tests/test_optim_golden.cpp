@@ -8,6 +8,7 @@
 #include <cstring>
 #include <functional>
 #include <kiln/kiln.hpp>
+#include <map>
 
 #include "golden_file.hpp"
 
@@ -182,11 +183,23 @@ TEST_CASE("schedule values at steps 0..11 equal Optax's") {
                                              {{3, 0.5}, {4, 2.0}, {9, 0.0}})},
   };
   for (const auto& [name, schedule] : cases) {
+    // The same schedule with its numbers read from arrays, as
+    // inject_hyperparams keeps them in the state (f32 arithmetic throughout).
+    std::map<std::string, Array> numbers;
+    for (const optim::Schedule::Parameter& p : schedule.parameters()) {
+      numbers[p.name] = full(Shape{}, p.value, p.integer ? i32 : f32);
+    }
     for (int t = 0; t < 12; ++t) {
       const double want = record(name, "value" + std::to_string(t)).values[0];
       const double got = schedule.at(t);
       INFO(name << " at step " << t << ": kiln " << got << ", optax " << want);
       CHECK(std::abs(got - want) <= 1e-6 * std::abs(want) + 1e-7);
+      const double dynamic =
+          schedule(scalar<std::int32_t>(t), [&](const std::string& n) {
+            return numbers.at(n);
+          }).item<float>();
+      INFO("with run-time numbers: " << dynamic);
+      CHECK(std::abs(dynamic - want) <= 1e-5 * std::abs(want) + 1e-7);
     }
   }
 }

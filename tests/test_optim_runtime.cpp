@@ -151,6 +151,44 @@ TEST_CASE(
   CHECK(net.frozen->to_vector<float>() == start.frozen->to_vector<float>());
 }
 
+TEST_CASE(
+    "inject_hyperparams on a schedule: set_schedule changes its numbers with "
+    "no retrace") {
+  const optim::Schedule first =
+      optim::warmup_cosine_decay_schedule(0.0, 0.1, 2, 10, 0.01);
+  const optim::Schedule second =
+      optim::warmup_cosine_decay_schedule(0.05, 0.5, 3, 20, 0.0);
+  const auto opt =
+      optim::inject_hyperparams(optim::sgd(first), {"learning_rate"});
+  auto step = make_step(opt);
+  Net net = make_net();
+  optim::State state = opt.init(optim::gradient_template(net));
+  for (int t = 0; t < 5; ++t) {
+    if (t == 2) state = optim::set_schedule(state, second);
+    const Net g = grad(loss)(net, batch());
+    Net updates;
+    std::tie(net, state, updates) = step(net, state, batch());
+    const double lr = (t < 2 ? first : second).at(t);
+    const std::vector<float> u = updates.w.to_vector<float>();
+    const std::vector<float> gw = g.w.to_vector<float>();
+    for (std::size_t i = 0; i < u.size(); ++i)
+      CHECK(u[i] == doctest::Approx(-lr * gw[i]).epsilon(1e-5));
+  }
+  CHECK(step.trace_count() == 1);
+  CHECK(
+      error_text([&] {
+        (void)optim::set_schedule(state, optim::linear_schedule(1, 0, 5));
+      })
+          .starts_with("[optim.set_schedule] linear(1 -> 0, steps=5, begin=0) "
+                       "does not have the shape of the state's schedule"));
+  CHECK(error_text([&] {
+          (void)optim::set_schedule(
+              optim::sgd(first).init(optim::gradient_template(net)), second);
+        })
+            .starts_with("[optim.set_schedule] this optimizer state has no "
+                         "run-time schedule"));
+}
+
 TEST_CASE("adafactor keeps row and column moments for factored leaves only") {
   optim::AdafactorOptions o;
   o.min_dim_size_to_factor = 2;
@@ -213,8 +251,7 @@ TEST_CASE("issue-18 errors name what is missing and what there is") {
             (void)optim::inject_hyperparams(optim::sgd(0.1), {"b1"});
           }) ==
           "[optim.inject_hyperparams] no stage of scale_by_learning_rate(0.1) "
-          "has a hyperparameter 'b1'; they have: none (constant learning "
-          "rates are always in the state)");
+          "has a hyperparameter 'b1'; they have: learning_rate");
   }
   SUBCASE("setting a hyperparameter that is not run-time") {
     const optim::State s = optim::adamw(0.1).init(tmpl);
