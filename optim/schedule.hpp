@@ -6,19 +6,29 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <iosfwd>
+#include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "absl/hash/hash.h"
-#include "kiln/runtime/static_kind.hpp"
 #include "kiln/runtime/array.hpp"
+#include "kiln/runtime/static_kind.hpp"
 
 namespace kiln::optim {
 
 // One basic schedule, evaluated at (count - offset).
 struct SchedulePiece {
-  enum class Kind : std::uint8_t { kConstant, kLinear, kCosine, kPiecewise };
+  enum class Kind : std::uint8_t {
+    kConstant,
+    kLinear,
+    kCosine,
+    kPiecewise,
+    kLinearInterpolate,  // piecewise_interpolate_schedule("linear", ...)
+    kCosineInterpolate,  // piecewise_interpolate_schedule("cosine", ...)
+  };
   Kind kind = Kind::kConstant;
   double init_value = 0;
   double end_value = 0;    // kLinear
@@ -27,7 +37,7 @@ struct SchedulePiece {
   double alpha = 0;        // kCosine: final value as a fraction of init
   double exponent = 1;     // kCosine
   std::vector<std::pair<std::int64_t, double>>
-      boundaries_and_scales;  // kPiecewise
+      boundaries_and_scales;  // kPiecewise, k*Interpolate
   std::int64_t offset = 0;    // set by join_schedules
 
   friend bool operator==(const SchedulePiece&, const SchedulePiece&) = default;
@@ -59,6 +69,26 @@ class Schedule {
   Array operator()(const Array& count) const;
   // Convenience for tests and logging: the value at an integer step.
   double at(std::int64_t count) const;
+
+  // The numbers of this schedule by name ("schedule[1].init_value",
+  // "schedule.boundary[0]", ...), for keeping them in an optimizer state
+  // (inject_hyperparams(opt, {"learning_rate"})). Integers (steps,
+  // boundaries) are i32 there, the rest f32. Two schedules of the same
+  // shape (same kinds of pieces, same number of boundaries and scales) have
+  // the same names.
+  struct Parameter {
+    std::string name;
+    double value;
+    bool integer;
+  };
+  std::vector<Parameter> parameters() const;
+  // The value at `count` with every number read from `lookup(name)` (a 0-d
+  // i32 or f32 array, possibly a tracer) instead of from this schedule:
+  // the schedule's shape is static, its numbers dynamic. f32 arithmetic
+  // throughout (Optax's, when its schedule gets jnp arrays).
+  Array operator()(
+      const Array& count,
+      const std::function<Array(const std::string&)>& lookup) const;
 
   const std::vector<SchedulePiece>& pieces() const { return pieces_; }
   const std::vector<std::int64_t>& boundaries() const { return boundaries_; }
@@ -92,6 +122,28 @@ Schedule cosine_decay_schedule(double init_value, std::int64_t decay_steps,
 Schedule piecewise_constant_schedule(
     double init_value,
     std::vector<std::pair<std::int64_t, double>> boundaries_and_scales);
+// Interpolates (linearly, or along half a cosine) between init_value and
+// init_value times the product of the scales reached, from one boundary to the
+// next (optax.piecewise_interpolate_schedule; kind "linear" or "cosine").
+// A later entry for the same boundary replaces an earlier one.
+Schedule piecewise_interpolate_schedule(
+    std::string_view interpolate_type, double init_value,
+    std::vector<std::pair<std::int64_t, double>> boundaries_and_scales);
+// One-cycle: linear from peak/div_factor up to peak at pct_start, back down
+// by pct_final, then to peak/(div_factor*final_div_factor) at
+// transition_steps (optax.linear_onecycle_schedule).
+Schedule linear_onecycle_schedule(std::int64_t transition_steps,
+                                  double peak_value, double pct_start = 0.3,
+                                  double pct_final = 0.85,
+                                  double div_factor = 25.0,
+                                  double final_div_factor = 1e4);
+// One-cycle along half cosines: up to peak at pct_start, down to
+// peak/(div_factor*final_div_factor) at transition_steps
+// (optax.cosine_onecycle_schedule).
+Schedule cosine_onecycle_schedule(std::int64_t transition_steps,
+                                  double peak_value, double pct_start = 0.3,
+                                  double div_factor = 25.0,
+                                  double final_div_factor = 1e4);
 // schedules[0] before boundaries[0], then schedules[i] at (count -
 // boundaries[i-1]) (optax.join_schedules). Needs one boundary fewer than
 // schedules.

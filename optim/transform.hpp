@@ -36,6 +36,9 @@ namespace kiln::optim {
 struct Mask {
   using Filter = bool (*)(const Array& leaf);
   using PathFilter = bool (*)(std::string_view path, const Array& leaf);
+  // multi_transform's labeller: the label of a slot ("" for none).
+  using LabelFn = std::string_view (*)(std::string_view path,
+                                       const Array& leaf);
 
   Filter filter = nullptr;
   PathFilter path_filter = nullptr;
@@ -45,13 +48,26 @@ struct Mask {
   // nothing).
   std::vector<std::string> paths;
   bool invert = false;  // act where the mask does *not* match
+  // multi_transform: the slot's label (label_fn's, else that of the longest
+  // path prefix in path_labels that holds the slot) must equal `label`.
+  std::string label;
+  LabelFn label_fn = nullptr;
+  std::vector<std::pair<std::string, std::string>> path_labels;
 
-  static Mask by_filter(Filter f) { return Mask{f, nullptr, {}, false}; }
+  static Mask by_filter(Filter f) {
+    Mask m;
+    m.filter = f;
+    return m;
+  }
   static Mask by_path_filter(PathFilter f) {
-    return Mask{nullptr, f, {}, false};
+    Mask m;
+    m.path_filter = f;
+    return m;
   }
   static Mask by_paths(std::vector<std::string> p) {
-    return Mask{nullptr, nullptr, std::move(p), false};
+    Mask m;
+    m.paths = std::move(p);
+    return m;
   }
   Mask operator!() const {
     Mask m = *this;
@@ -59,13 +75,17 @@ struct Mask {
     return m;
   }
   bool matches(std::string_view path, const Array& leaf) const;
+  // The multi_transform label of a slot under label_fn / path_labels ("" when
+  // it has none).
+  std::string label_of(std::string_view path, const Array& leaf) const;
 
   friend bool operator==(const Mask&, const Mask&) = default;
   template <class H>
   friend H AbslHashValue(H h, const Mask& m) {
-    return H::combine(std::move(h), reinterpret_cast<std::uintptr_t>(m.filter),
-                      reinterpret_cast<std::uintptr_t>(m.path_filter), m.paths,
-                      m.invert);
+    return H::combine(
+        std::move(h), reinterpret_cast<std::uintptr_t>(m.filter),
+        reinterpret_cast<std::uintptr_t>(m.path_filter), m.paths, m.invert,
+        m.label, reinterpret_cast<std::uintptr_t>(m.label_fn), m.path_labels);
   }
 };
 
@@ -99,12 +119,90 @@ struct ClipByGlobalNorm {
   double max_norm = 1.0;
   KILN_OPTIM_STAGE_(ClipByGlobalNorm, "clip_by_global_norm", s.max_norm)
 };
-// Multiplies by -learning_rate: a constant is kept in the state as a dynamic
-// f32 "learning_rate"; a schedule is evaluated at the state's i32 "count".
+// Multiplies by -learning_rate (by +learning_rate when !flip_sign, as
+// adafactor): a constant is kept in the state as a dynamic f32
+// "learning_rate"; a schedule is evaluated at the state's i32 "count".
 struct ScaleByLearningRate {
   Schedule learning_rate;
+  bool flip_sign = true;
   KILN_OPTIM_STAGE_(ScaleByLearningRate, "scale_by_learning_rate",
-                    s.learning_rate)
+                    s.learning_rate, s.flip_sign)
+};
+// sign((1 - b1) * g + b1 * mu); mu <- EMA of g with b2 (optax.scale_by_lion).
+struct ScaleByLion {
+  double b1 = 0.9, b2 = 0.99;
+  KILN_OPTIM_STAGE_(ScaleByLion, "scale_by_lion", s.b1, s.b2)
+};
+// g * rsqrt(sum of g^2 so far + eps), 0 where the sum is 0 (adagrad).
+struct ScaleByRss {
+  double initial_accumulator_value = 0.1, eps = 1e-7;
+  KILN_OPTIM_STAGE_(ScaleByRss, "scale_by_rss", s.initial_accumulator_value,
+                    s.eps)
+};
+// Elementwise clip to [-max_delta, max_delta] (optax.clip).
+struct Clip {
+  double max_delta = 1.0;
+  KILN_OPTIM_STAGE_(Clip, "clip", s.max_delta)
+};
+// update * trust_coefficient * |param| / (|update| + eps) per leaf, 1 where
+// either norm is 0 (lamb; optax.scale_by_trust_ratio). Needs the params.
+struct ScaleByTrustRatio {
+  double min_norm = 0.0, trust_coefficient = 1.0, eps = 0.0;
+  KILN_OPTIM_STAGE_(ScaleByTrustRatio, "scale_by_trust_ratio", s.min_norm,
+                    s.trust_coefficient, s.eps)
+};
+// Adafactor's second moments: per-row and per-column EMAs of g^2 for leaves
+// whose two largest dimensions are >= min_dim_size_to_factor, a full EMA
+// otherwise (optax.scale_by_factored_rms). Needs the params.
+struct ScaleByFactoredRms {
+  bool factored = true;
+  double decay_rate = 0.8;
+  std::int64_t step_offset = 0;
+  std::int64_t min_dim_size_to_factor = 128;
+  double eps = 1e-30;
+  KILN_OPTIM_STAGE_(ScaleByFactoredRms, "scale_by_factored_rms", s.factored,
+                    s.decay_rate, s.step_offset, s.min_dim_size_to_factor,
+                    s.eps)
+};
+// u / max(1, rms(u) / threshold) per leaf (optax.clip_by_block_rms).
+struct ClipByBlockRms {
+  double threshold = 1.0;
+  KILN_OPTIM_STAGE_(ClipByBlockRms, "clip_by_block_rms", s.threshold)
+};
+// u * max(rms(param), min_scale) (optax.scale_by_param_block_rms).
+struct ScaleByParamBlockRms {
+  double min_scale = 1e-3;
+  KILN_OPTIM_STAGE_(ScaleByParamBlockRms, "scale_by_param_block_rms",
+                    s.min_scale)
+};
+// u * step_size (optax.scale).
+struct Scale {
+  double step_size = 1.0;
+  KILN_OPTIM_STAGE_(Scale, "scale", s.step_size)
+};
+// An EMA of the updates, bias-corrected when debias (optax.ema).
+struct Ema {
+  double decay = 0.9;
+  bool debias = true;
+  KILN_OPTIM_STAGE_(Ema, "ema", s.decay, s.debias)
+};
+// Gradient accumulation (optax.MultiSteps): the next `inner_stages` stages
+// see the mean (or sum) of the gradients since their last step and advance
+// their state only every `every_k`-th call; the other calls give zero
+// updates. One program for every call: which call emits is a dynamic
+// "mini_step" in the state.
+struct MultiSteps {
+  std::int64_t every_k = 1;
+  bool use_grad_mean = true;
+  std::int64_t inner_stages = 0;
+  KILN_OPTIM_STAGE_(MultiSteps, "multi_steps", s.every_k, s.use_grad_mean,
+                    s.inner_stages)
+};
+// multi_transform's check: every array slot that reaches it has exactly one
+// of `labels`. Acts on nothing.
+struct LabelCheck {
+  std::vector<std::string> labels;
+  KILN_OPTIM_STAGE_(LabelCheck, "multi_transform", s.labels)
 };
 #undef KILN_OPTIM_STAGE_
 // Replaces the update by None (apply_updates leaves the parameter untouched,
@@ -120,17 +218,23 @@ struct Freeze {
 
 using StageOp =
     std::variant<ScaleByAdam, ScaleByRms, Momentum, AddDecayedWeights,
-                 ClipByGlobalNorm, ScaleByLearningRate, Freeze>;
+                 ClipByGlobalNorm, ScaleByLearningRate, Freeze, ScaleByLion,
+                 ScaleByRss, Clip, ScaleByTrustRatio, ScaleByFactoredRms,
+                 ClipByBlockRms, ScaleByParamBlockRms, Scale, Ema, MultiSteps,
+                 LabelCheck>;
 
 struct Stage {
   StageOp op;
   std::vector<Mask> masks;  // all must match (nested `masked` intersect)
+  // Hyperparameters read from the state's scalars rather than from `op`
+  // (inject_hyperparams), sorted: new values there need no new program.
+  std::vector<std::string> dynamic;
 
   std::string_view name() const;
   friend bool operator==(const Stage&, const Stage&) = default;
   template <class H>
   friend H AbslHashValue(H h, const Stage& s) {
-    h = H::combine(std::move(h), s.op.index(), s.masks);
+    h = H::combine(std::move(h), s.op.index(), s.masks, s.dynamic);
     return std::visit(
         [&](const auto& op) { return H::combine(std::move(h), op); }, s.op);
   }
@@ -241,6 +345,20 @@ T apply_updates(const T& params, const T& updates) {
 // The state with every constant learning rate replaced (no retrace: it is a
 // dynamic scalar). ValueError when the optimizer has none (only schedules).
 State set_learning_rate(const State& state, double learning_rate);
+// The state with the run-time hyperparameter `name` ("weight_decay", "b1",
+// ...; made dynamic by inject_hyperparams) set in every stage that has it.
+// No retrace. ValueError naming the ones there are when no stage has it.
+State set_hyperparameter(const State& state, std::string_view name,
+                         double value);
+// The state with the numbers of its run-time schedule (made by
+// inject_hyperparams(opt, {"learning_rate"}) on a scheduled optimizer)
+// replaced by those of `schedule`, which must have the same shape (say,
+// another warmup_cosine_decay_schedule: other peak, warmup and decay steps).
+// No retrace. ValueError naming both sets of numbers otherwise.
+State set_schedule(const State& state, const Schedule& schedule);
+// The value of the run-time hyperparameter `name` in the first stage that
+// has it (ValueError if none).
+Array hyperparameter(const State& state, std::string_view name);
 // The constant learning rate of the first stage that has one (ValueError if
 // none).
 Array learning_rate(const State& state);

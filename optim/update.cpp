@@ -1,12 +1,14 @@
 // init, update and apply_updates on flattened trees: the structure checks
 // (once per structure, cached) and each stage's arithmetic, written with DSL
 // ops in the order Optax writes it so values agree to f32 rounding.
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <mutex>
 #include <tuple>
 
 #include "absl/container/flat_hash_map.h"
+#include "kiln/optim/stage_math.hpp"
 #include "kiln/optim/transform.hpp"
 #include "kiln/runtime/error.hpp"
 #include "kiln/runtime/strings.hpp"
@@ -16,8 +18,6 @@ namespace {
 
 using kiln::detail::join;
 using kiln::detail::str_cat;
-
-using Paths = std::vector<std::string>;
 
 // One path per array slot (array or None), in flatten order.
 Paths array_slot_paths(const TreeDef& def) {
@@ -112,15 +112,12 @@ void check_params(const TreeDef& grads, const TreeDef& params) {
   checked_cache().insert(key, {});
 }
 
+}  // namespace
+
 // ---- state access with errors that say which stage and which entry ----
-struct StageCtx {
-  std::size_t index;
-  std::string_view name;
-  const Paths& paths;
-  std::string where() const {
-    return str_cat("stage ", index, " (", name, ")");
-  }
-};
+std::string StageCtx::where() const {
+  return str_cat("stage ", index, " (", name, ")");
+}
 
 const Array& state_scalar(const StageState& s, const StageCtx& c,
                           const std::string& key) {
@@ -148,7 +145,25 @@ std::vector<Array>& state_leaves(StageState& s, const StageCtx& c,
   return it->second;
 }
 
-// The state entry for a gradient at slot i: present, same dtype and shape.
+const Array& state_entry_shaped(const std::vector<Array>& entries,
+                                const StageCtx& c, const std::string& key,
+                                std::size_t i, const Shape& shape) {
+  const Array& e = entries[i];
+  const std::string path = tree::display_path(c.paths[i]);
+  if (e.is_null()) {
+    throw TreeError(str_cat("[optim.update] ", c.where(),
+                            ": a gradient arrived at ", path,
+                            " but the state's '", key, "' has None there"));
+  }
+  if (e.shape() != shape) {
+    throw ShapeError(str_cat("[optim.update] ", c.where(), " at ", path,
+                             ": the state's '", key, "' is ", name(e.dtype()),
+                             to_string(e.shape()), " but this gradient needs ",
+                             to_string(shape)));
+  }
+  return e;
+}
+
 const Array& state_entry(const std::vector<Array>& entries, const StageCtx& c,
                          const std::string& key, std::size_t i,
                          const Array& g) {
@@ -168,18 +183,49 @@ const Array& state_entry(const std::vector<Array>& entries, const StageCtx& c,
   return e;
 }
 
-Array safe_increment(const Array& count) {
-  const double max = std::numeric_limits<std::int32_t>::max();
-  return where(count < max, count + 1, count);
+Hp StageIO::hp(const std::string& name, double value) const {
+  if (!std::binary_search(stage.dynamic.begin(), stage.dynamic.end(), name))
+    return Hp{value, Array()};
+  return Hp{value, state_scalar(st, c, name)};
 }
 
-Array scalar_on(double v, DType dtype, Device device) {
-  return full(Shape{}, v, dtype, device);
+void StageIO::require_params() const {
+  if (params_def == nullptr) {
+    throw ValueError(str_cat("[optim.update] ", c.where(),
+                             " needs the parameters: call opt.update(grads, "
+                             "state, params)"));
+  }
+  for (std::size_t i : active) {
+    if (params[i].is_null()) {
+      throw TreeError(
+          str_cat("[optim.update] ", c.where(), ": params has None at ",
+                  tree::display_path(c.paths[i]), " where a gradient arrived"));
+    }
+  }
 }
 
-// 1 - decay^count, in f32 as Optax computes it.
-Array bias_correction(double decay, const Array& count) {
-  return 1.0 - power(decay, astype(count, f32));
+namespace {
+
+// Array slots whose path no slot of `paths` lies under (for error messages).
+void check_mask_paths(const Stage& stage, std::size_t k, const Paths& paths) {
+  auto report = [&](const std::string& p, std::string_view what) {
+    Paths shown;
+    for (const std::string& q : paths) shown.push_back(tree::display_path(q));
+    throw ValueError(str_cat(
+        "[optim.init] stage ", k, " (", stage.name(), "): the ", what, " '", p,
+        "' names no array slot; the slots are: ", join(shown, ", ")));
+  };
+  auto exists = [&](const std::string& p) {
+    for (const std::string& q : paths)
+      if (Mask::by_paths({p}).matches(q, Array())) return true;
+    return false;
+  };
+  for (const Mask& m : stage.masks) {
+    for (const std::string& p : m.paths)
+      if (!exists(p)) report(p, "mask path");
+    for (const auto& [p, label] : m.path_labels)
+      if (!exists(p)) report(p, "labelled path");
+  }
 }
 
 }  // namespace
@@ -199,22 +245,7 @@ State init_flat(const GradientTransformation& opt, const TreeDef& def,
   state.gradient_structure = def;
   for (std::size_t k = 0; k < opt.stages().size(); ++k) {
     const Stage& stage = opt.stages()[k];
-    for (const Mask& m : stage.masks) {
-      for (const std::string& p : m.paths) {
-        bool found = false;
-        for (const std::string& q : paths)
-          found = found || Mask::by_paths({p}).matches(q, Array());
-        if (!found) {
-          Paths shown;
-          for (const std::string& q : paths)
-            shown.push_back(tree::display_path(q));
-          throw ValueError(str_cat(
-              "[optim.init] stage ", k, " (", stage.name(),
-              "): the mask path '", p,
-              "' names no array slot; the slots are: ", join(shown, ", ")));
-        }
-      }
-    }
+    check_mask_paths(stage, k, paths);
     std::vector<bool> active(live.size());
     for (std::size_t i = 0; i < live.size(); ++i) {
       active[i] = !live[i].is_null();
@@ -231,6 +262,7 @@ State init_flat(const GradientTransformation& opt, const TreeDef& def,
     };
     StageState st;
     st.kind = std::string(stage.name());
+    InitIO io{st, live, active, device};
     std::visit(
         [&]<class Op>(const Op& op) {
           (void)op;
@@ -248,18 +280,99 @@ State init_flat(const GradientTransformation& opt, const TreeDef& def,
                   scalar_on(op.learning_rate.constant_value(), f32, device);
             } else {
               st.scalars["count"] = scalar_on(0, i32, device);
+              // inject_hyperparams(opt, {"learning_rate"}): the schedule's
+              // numbers are state too (set_schedule).
+              if (std::binary_search(stage.dynamic.begin(), stage.dynamic.end(),
+                                     "learning_rate")) {
+                for (const Schedule::Parameter& p :
+                     op.learning_rate.parameters()) {
+                  st.scalars[p.name] =
+                      scalar_on(p.value, p.integer ? i32 : f32, device);
+                }
+              }
             }
           } else if constexpr (std::is_same_v<Op, Freeze>) {
             for (std::size_t i = 0; i < live.size(); ++i) {
               if (active[i]) live[i] = Array();
             }
+          } else if constexpr (std::is_same_v<Op, AddDecayedWeights> ||
+                               std::is_same_v<Op, ClipByGlobalNorm>) {
+            // stateless
+          } else if constexpr (std::is_same_v<Op, MultiSteps>) {
+            st.leaves["acc_grads"] = per_leaf(0);
+            st.scalars["mini_step"] = scalar_on(0, i32, device);
+            st.scalars["gradient_step"] = scalar_on(0, i32, device);
+            if (k + static_cast<std::size_t>(op.inner_stages) >=
+                opt.stages().size() + 1) {
+              throw ValueError(
+                  str_cat("[optim.init] stage ", k, " (multi_steps) covers ",
+                          op.inner_stages, " stages but only ",
+                          opt.stages().size() - k - 1, " follow it"));
+            }
+          } else if constexpr (std::is_same_v<Op, LabelCheck>) {
+            for (std::size_t i = 0; i < live.size(); ++i) {
+              if (!active[i]) continue;
+              const std::string label =
+                  stage.masks.front().label_of(paths[i], live[i]);
+              if (std::find(op.labels.begin(), op.labels.end(), label) ==
+                  op.labels.end()) {
+                throw ValueError(str_cat(
+                    "[optim.multi_transform] ", tree::display_path(paths[i]),
+                    label.empty() ? std::string(" has no label")
+                                  : str_cat(" has label '", label, "'"),
+                    "; the transforms are labelled ", join(op.labels, ", ")));
+              }
+            }
+          } else {
+            init_stage(op, io);
           }
         },
         stage.op);
+    // Run-time hyperparameters (inject_hyperparams) start at the stage's
+    // values, as f32 scalars.
+    for (const auto& [name, value] : injectable_hyperparameters(stage.op)) {
+      if (std::binary_search(stage.dynamic.begin(), stage.dynamic.end(), name))
+        st.scalars[name] = scalar_on(value, f32, device);
+    }
     state.stages.push_back(std::move(st));
   }
   return state;
 }
+
+namespace {
+
+// An open multi_steps: the inner stages [first, last] run on the
+// accumulated gradients; when `emit` is false their state stays as it was
+// and the updates it acted on are zero.
+struct Accumulation {
+  std::size_t first, last;
+  Array emit;                       // bool 0-d
+  std::vector<StageState> before;   // the inner stages' state at entry
+  std::vector<std::size_t> active;  // the slots it accumulated
+};
+
+void close_accumulation(Accumulation& acc, State& out, std::vector<Array>& g) {
+  for (std::size_t k = acc.first; k <= acc.last; ++k) {
+    StageState& now = out.stages[k];
+    const StageState& was = acc.before[k - acc.first];
+    for (auto& [key, entries] : now.leaves) {
+      const std::vector<Array>& old = was.leaves.at(key);
+      for (std::size_t i = 0; i < entries.size(); ++i) {
+        if (!entries[i].is_null())
+          entries[i] = where(acc.emit, entries[i], old[i]);
+      }
+    }
+    for (auto& [key, value] : now.scalars) {
+      auto it = was.scalars.find(key);
+      if (it != was.scalars.end()) value = where(acc.emit, value, it->second);
+    }
+  }
+  for (std::size_t i : acc.active) {
+    if (!g[i].is_null()) g[i] = astype(acc.emit, g[i].dtype()) * g[i];
+  }
+}
+
+}  // namespace
 
 std::pair<std::vector<Array>, State> update_flat(
     const GradientTransformation& opt, const TreeDef& grads_def,
@@ -278,6 +391,7 @@ std::pair<std::vector<Array>, State> update_flat(
   State out;
   out.gradient_structure = state.gradient_structure;
   out.stages = state.stages;
+  std::vector<Accumulation> open;  // nested multi_steps, innermost last
   for (std::size_t k = 0; k < opt.stages().size(); ++k) {
     const Stage& stage = opt.stages()[k];
     StageState& st = out.stages[k];
@@ -294,59 +408,55 @@ std::pair<std::vector<Array>, State> update_flat(
       for (const Mask& m : stage.masks) on = on && m.matches(paths[i], g[i]);
       if (on) active.push_back(i);
     }
+    StageIO io{stage, st, c, g, active, params_def, params};
     std::visit(
         [&]<class Op>(const Op& op) {
           (void)op;
           if constexpr (std::is_same_v<Op, ScaleByAdam>) {
             std::vector<Array>& mu = state_leaves(st, c, "mu");
             std::vector<Array>& nu = state_leaves(st, c, "nu");
+            const Hp b1 = io.hp("b1", op.b1), b2 = io.hp("b2", op.b2);
+            const Hp eps = io.hp("eps", op.eps);
+            const Hp eps_root = io.hp("eps_root", op.eps_root);
             const Array count = safe_increment(state_scalar(st, c, "count"));
-            const Array bc1 = bias_correction(op.b1, count);
-            const Array bc2 = bias_correction(op.b2, count);
+            const Array bc1 = bias_correction(b1, count);
+            const Array bc2 = bias_correction(b2, count);
             for (std::size_t i : active) {
-              const Array m = g[i] * (1.0 - op.b1) +
-                              state_entry(mu, c, "mu", i, g[i]) * op.b1;
-              const Array v = g[i] * g[i] * (1.0 - op.b2) +
-                              state_entry(nu, c, "nu", i, g[i]) * op.b2;
+              const Array m =
+                  g[i] * one_minus(b1) + state_entry(mu, c, "mu", i, g[i]) * b1;
+              const Array v = g[i] * g[i] * one_minus(b2) +
+                              state_entry(nu, c, "nu", i, g[i]) * b2;
               const Array m_hat = m / astype(bc1, m.dtype());
               const Array v_hat = v / astype(bc2, v.dtype());
-              g[i] = m_hat / (sqrt(v_hat + op.eps_root) + op.eps);
+              g[i] = m_hat / (sqrt(v_hat + eps_root) + eps);
               mu[i] = m;
               nu[i] = v;
             }
             st.scalars["count"] = count;
           } else if constexpr (std::is_same_v<Op, ScaleByRms>) {
             std::vector<Array>& nu = state_leaves(st, c, "nu");
+            const Hp decay = io.hp("decay", op.decay);
+            const Hp eps = io.hp("eps", op.eps);
             for (std::size_t i : active) {
-              const Array v = g[i] * g[i] * (1.0 - op.decay) +
-                              state_entry(nu, c, "nu", i, g[i]) * op.decay;
-              g[i] = rsqrt(v + op.eps) * g[i];
+              const Array v = g[i] * g[i] * one_minus(decay) +
+                              state_entry(nu, c, "nu", i, g[i]) * decay;
+              g[i] = rsqrt(v + eps) * g[i];
               nu[i] = v;
             }
           } else if constexpr (std::is_same_v<Op, Momentum>) {
             std::vector<Array>& trace = state_leaves(st, c, "trace");
+            const Hp decay = io.hp("momentum", op.decay);
             for (std::size_t i : active) {
               const Array t =
-                  g[i] + state_entry(trace, c, "trace", i, g[i]) * op.decay;
-              g[i] = op.nesterov ? g[i] + t * op.decay : t;
+                  g[i] + state_entry(trace, c, "trace", i, g[i]) * decay;
+              g[i] = op.nesterov ? g[i] + t * decay : t;
               trace[i] = t;
             }
           } else if constexpr (std::is_same_v<Op, AddDecayedWeights>) {
             if (active.empty()) return;
-            if (params_def == nullptr) {
-              throw ValueError(str_cat(
-                  "[optim.update] ", c.where(),
-                  " needs the parameters: call opt.update(grads, state, "
-                  "params)"));
-            }
-            for (std::size_t i : active) {
-              if (params[i].is_null()) {
-                throw TreeError(str_cat(
-                    "[optim.update] ", c.where(), ": params has None at ",
-                    tree::display_path(paths[i]), " where a gradient arrived"));
-              }
-              g[i] = g[i] + params[i] * op.weight_decay;
-            }
+            io.require_params();
+            const Hp wd = io.hp("weight_decay", op.weight_decay);
+            for (std::size_t i : active) g[i] = g[i] + params[i] * wd;
           } else if constexpr (std::is_same_v<Op, ClipByGlobalNorm>) {
             if (active.empty()) return;
             Array sq;
@@ -355,27 +465,82 @@ std::pair<std::vector<Array>, State> update_flat(
               sq = sq.is_null() ? s : sq + s;
             }
             const Array norm = sqrt(sq);
-            const Array keep = norm < op.max_norm;
+            const Hp max_norm = io.hp("max_norm", op.max_norm);
+            const Array keep = max_norm.dynamic.is_null()
+                                   ? norm < op.max_norm
+                                   : norm < max_norm.dynamic;
             for (std::size_t i : active) {
               g[i] = where(keep, g[i],
-                           (g[i] / astype(norm, g[i].dtype())) * op.max_norm);
+                           (g[i] / astype(norm, g[i].dtype())) * max_norm);
             }
           } else if constexpr (std::is_same_v<Op, ScaleByLearningRate>) {
             Array step;
             if (op.learning_rate.is_constant()) {
-              step = -state_scalar(st, c, "learning_rate");
+              step = state_scalar(st, c, "learning_rate");
             } else {
               const Array count = state_scalar(st, c, "count");
-              step = -op.learning_rate(count);
+              if (std::binary_search(stage.dynamic.begin(), stage.dynamic.end(),
+                                     "learning_rate")) {
+                step = op.learning_rate(count, [&](const std::string& name) {
+                  return state_scalar(st, c, name);
+                });
+              } else {
+                step = op.learning_rate(count);
+              }
               st.scalars["count"] = safe_increment(count);
             }
+            if (op.flip_sign) step = -step;
             for (std::size_t i : active)
               g[i] = astype(step, g[i].dtype()) * g[i];
           } else if constexpr (std::is_same_v<Op, Freeze>) {
             for (std::size_t i : active) g[i] = Array();
+          } else if constexpr (std::is_same_v<Op, MultiSteps>) {
+            // optax.MultiSteps: accumulate (Welford mean or sum), run the
+            // inner stages on the accumulation, keep what they did only on
+            // the every_k-th call.
+            std::vector<Array>& acc = state_leaves(st, c, "acc_grads");
+            const Array mini = state_scalar(st, c, "mini_step");
+            const Array gstep = state_scalar(st, c, "gradient_step");
+            const Array emit = mini == static_cast<double>(op.every_k - 1);
+            const Array n = astype(mini + 1, f32);
+            for (std::size_t i : active) {
+              const Array& a = state_entry(acc, c, "acc_grads", i, g[i]);
+              const Array next = op.use_grad_mean
+                                     ? a + (g[i] - a) / astype(n, a.dtype())
+                                     : g[i] + a;
+              g[i] = next;
+              acc[i] = astype(logical_not(emit), next.dtype()) * next;
+            }
+            st.scalars["mini_step"] =
+                mod(safe_increment(mini),
+                    full_like(mini, static_cast<double>(op.every_k)));
+            st.scalars["gradient_step"] =
+                where(emit, safe_increment(gstep), gstep);
+            const std::size_t last =
+                k + static_cast<std::size_t>(op.inner_stages);
+            if (op.inner_stages > 0) {
+              open.push_back(Accumulation{
+                  k + 1, last, emit,
+                  std::vector<StageState>(
+                      out.stages.begin() + static_cast<std::ptrdiff_t>(k + 1),
+                      out.stages.begin() +
+                          static_cast<std::ptrdiff_t>(last + 1)),
+                  active});
+            } else {
+              for (std::size_t i : active)
+                g[i] = astype(emit, g[i].dtype()) * g[i];
+            }
+          } else if constexpr (std::is_same_v<Op, LabelCheck>) {
+            // checked at init; the labelled stages follow
+          } else {
+            update_stage(op, io);
           }
         },
         stage.op);
+    while (!open.empty() && open.back().last == k) {
+      close_accumulation(open.back(), out, g);
+      open.pop_back();
+    }
   }
   return {std::move(g), std::move(out)};
 }
@@ -414,37 +579,3 @@ std::vector<Array> apply_updates_flat(const TreeDef& params_def,
 }
 
 }  // namespace kiln::optim::detail
-
-namespace kiln::optim {
-
-State set_learning_rate(const State& state, double learning_rate) {
-  State out = state;
-  bool found = false;
-  for (StageState& s : out.stages) {
-    auto it = s.scalars.find("learning_rate");
-    if (it == s.scalars.end()) continue;
-    it->second =
-        full(Shape{}, learning_rate, it->second.dtype(), it->second.device());
-    found = true;
-  }
-  if (!found) {
-    throw ValueError(
-        "[optim.set_learning_rate] this optimizer state has no constant "
-        "learning rate "
-        "(a schedule computes it from the step count)");
-  }
-  return out;
-}
-
-Array learning_rate(const State& state) {
-  for (const StageState& s : state.stages) {
-    auto it = s.scalars.find("learning_rate");
-    if (it != s.scalars.end()) return it->second;
-  }
-  throw ValueError(
-      "[optim.learning_rate] this optimizer state has no constant learning "
-      "rate "
-      "(a schedule computes it from the step count)");
-}
-
-}  // namespace kiln::optim
