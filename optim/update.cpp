@@ -145,16 +145,25 @@ std::vector<Array>& state_leaves(StageState& s, const StageCtx& c,
   return it->second;
 }
 
-const Array& state_entry_shaped(const std::vector<Array>& entries,
-                                const StageCtx& c, const std::string& key,
-                                std::size_t i, const Shape& shape) {
+namespace {
+// The state's entry i for `key`; a TreeError when it is None.
+const Array& present_entry(const std::vector<Array>& entries, const StageCtx& c,
+                           const std::string& key, std::size_t i, const std::string& path) {
   const Array& e = entries[i];
-  const std::string path = tree::display_path(c.paths[i]);
   if (e.is_null()) {
     throw TreeError(str_cat("[optim.update] ", c.where(),
                             ": a gradient arrived at ", path,
                             " but the state's '", key, "' has None there"));
   }
+  return e;
+}
+}  // namespace
+
+const Array& state_entry_shaped(const std::vector<Array>& entries,
+                                const StageCtx& c, const std::string& key,
+                                std::size_t i, const Shape& shape) {
+  const std::string path = tree::display_path(c.paths[i]);
+  const Array& e = present_entry(entries, c, key, i, path);
   if (e.shape() != shape) {
     throw ShapeError(str_cat("[optim.update] ", c.where(), " at ", path,
                              ": the state's '", key, "' is ", name(e.dtype()),
@@ -167,13 +176,8 @@ const Array& state_entry_shaped(const std::vector<Array>& entries,
 const Array& state_entry(const std::vector<Array>& entries, const StageCtx& c,
                          const std::string& key, std::size_t i,
                          const Array& g) {
-  const Array& e = entries[i];
   const std::string path = tree::display_path(c.paths[i]);
-  if (e.is_null()) {
-    throw TreeError(str_cat("[optim.update] ", c.where(),
-                            ": a gradient arrived at ", path,
-                            " but the state's '", key, "' has None there"));
-  }
+  const Array& e = present_entry(entries, c, key, i, path);
   if (e.dtype() != g.dtype() || e.shape() != g.shape()) {
     throw ShapeError(str_cat("[optim.update] ", c.where(), " at ", path,
                              ": the gradient is ", name(g.dtype()),

@@ -9,9 +9,12 @@
 #include <tuple>
 #include <vector>
 
+#include "check_close.hpp"
+
 #include "kiln/dsl/trace.hpp"
 
 using namespace kiln;
+using kiln::testing::check_close;
 
 namespace {
 
@@ -22,15 +25,6 @@ Array vec(std::vector<float> v) {
   return to_device(Array::from_data<float>(v, {n}), dev());
 }
 
-void check_close(const Array& got, const Array& want, double tol = 1e-5) {
-  REQUIRE(got.shape() == want.shape());
-  const std::vector<float> g = astype(got, f32).to_vector<float>();
-  const std::vector<float> w = astype(want, f32).to_vector<float>();
-  for (std::size_t i = 0; i < g.size(); ++i) {
-    INFO("element ", i);
-    CHECK(g[i] == doctest::Approx(w[i]).epsilon(tol).scale(1.0));
-  }
-}
 
 // The tanh RNN of these tests, as a scan and as the unrolled C++ loop.
 std::pair<Array, Array> rnn_scan(const Array& w, const Array& h0, const Array& xs) {

@@ -7,7 +7,10 @@
 #include <kiln/kiln.hpp>
 #include <vector>
 
+#include "check_close.hpp"
+
 using namespace kiln;
+using kiln::testing::check_close;
 
 namespace {
 
@@ -17,15 +20,6 @@ Array rand(std::uint32_t seed, const Shape& shape) {
   return to_device(random::normal(random::key(seed), shape), dev());
 }
 
-void check_close(const Array& got, const Array& want, double tol = 1e-5) {
-  REQUIRE(got.shape() == want.shape());
-  const std::vector<float> g = astype(got, f32).to_vector<float>();
-  const std::vector<float> w = astype(want, f32).to_vector<float>();
-  for (std::size_t i = 0; i < g.size(); ++i) {
-    INFO("element ", i);
-    CHECK(g[i] == doctest::Approx(w[i]).epsilon(tol).scale(1.0));
-  }
-}
 
 Array row(const Array& a, std::int64_t i) {
   return reshape(slice_axis(a, 0, i, i + 1), Shape(a.shape().begin() + 1, a.shape().end()));
