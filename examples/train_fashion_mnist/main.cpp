@@ -12,6 +12,7 @@
 // of every global batch; the gradients are averaged with dist::Group between a
 // jitted gradient step and a jitted update, so every rank holds the same model.
 // Rank 0 prints, writes the checkpoint, the plot and the JSON.
+#include <cctype>
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
@@ -44,10 +45,10 @@ struct Config {
   std::uint32_t seed = 0;
   double learning_rate = 1e-3;
   std::string data = fmnist::kDefaultDir;
-  std::string checkpoint;  // "": fashion_mnist_<model>.npz
+  std::string checkpoint;  // "": fashion_mnist_<model>_<device>_<epochs>ep.npz
   bool resume = false;
   bool no_checkpoint = false;
-  std::string plot;  // "": fashion_mnist_<model>.svg
+  std::string plot;  // "": fashion_mnist_<model>_<device>_<epochs>ep.svg
   bool no_plot = false;
   std::string json;
   std::int64_t train_limit = 0;
@@ -73,6 +74,15 @@ struct RunSettings {
 };
 
 // Everything a checkpoint holds: enough to continue exactly where a run stopped.
+// "fashion_mnist_mlp_vulkan0_10ep": the default name of a run's files.
+std::string default_stem(std::string_view model, const std::string& device, int epochs) {
+  std::string dev;
+  for (char c : device) {
+    if (std::isalnum(static_cast<unsigned char>(c))) dev += c;
+  }
+  return "fashion_mnist_" + std::string(model) + "_" + dev + "_" + std::to_string(epochs) + "ep";
+}
+
 template <class M>
 struct TrainState {
   M model;
@@ -134,13 +144,15 @@ int train(const Config& cfg, fmnist::Dataset& data, const dist::Group& group) {
   const std::int64_t local_batch = cfg.batch_size / world;
   const std::int64_t total_steps = steps_per_epoch * cfg.epochs;
   const auto opt = optim::adam(optim::cosine_decay_schedule(cfg.learning_rate, total_steps));
-  const std::string ckpt = cfg.no_checkpoint ? ""
-                           : !cfg.checkpoint.empty()
-                               ? cfg.checkpoint
-                               : std::string("fashion_mnist_") + M::kName + ".npz";
   std::ostringstream device_name;
   device_name << default_device();
   const std::string device = device_name.str();
+  // Default file names say what produced them (model, device, epochs), so runs
+  // with other settings do not overwrite each other's files.
+  const std::string stem = default_stem(M::kName, device, cfg.epochs);
+  const std::string ckpt = cfg.no_checkpoint            ? ""
+                           : !cfg.checkpoint.empty() ? cfg.checkpoint
+                                                     : stem + ".npz";
   out << "kiln: training the " << M::kName << " on Fashion-MNIST (" << n_train
             << " train / " << n_test << " test images) on " << device << "\n  "
             << cfg.epochs << " epochs of " << steps_per_epoch << " steps, batch "
@@ -279,7 +291,7 @@ int train(const Config& cfg, fmnist::Dataset& data, const dist::Group& group) {
   const int done = st.epochs_done.template item<std::int32_t>();
   if (!cfg.no_plot && done > 0) {
     const std::string path =
-        !cfg.plot.empty() ? cfg.plot : std::string("fashion_mnist_") + M::kName + ".svg";
+        !cfg.plot.empty() ? cfg.plot : stem + ".svg";
     std::vector<double> losses, accuracies;
     for (int e = 0; e < done; ++e) {
       losses.push_back(history[static_cast<std::size_t>(2 * e)]);
@@ -311,10 +323,12 @@ int main(int argc, char** argv) {
   app.add_option("--data", cfg.data, "Directory with the four *-ubyte.gz files")
       ->capture_default_str();
   app.add_option("--checkpoint", cfg.checkpoint,
-                 "Checkpoint written after each epoch (default fashion_mnist_<model>.npz)");
+                 "Checkpoint written after each epoch (default "
+                 "fashion_mnist_<model>_<device>_<epochs>ep.npz)");
   app.add_flag("--resume", cfg.resume, "Continue from the checkpoint");
   app.add_flag("--no-checkpoint", cfg.no_checkpoint, "Write no checkpoint");
-  app.add_option("--plot", cfg.plot, "SVG plot of the curves (default fashion_mnist_<model>.svg)");
+  app.add_option("--plot", cfg.plot, "SVG plot of the curves (default "
+                 "fashion_mnist_<model>_<device>_<epochs>ep.svg)");
   app.add_flag("--no-plot", cfg.no_plot, "Write no plot");
   app.add_option("--json", cfg.json, "Write per-epoch results as JSON to this file");
   app.add_option("--train-limit", cfg.train_limit,

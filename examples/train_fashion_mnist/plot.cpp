@@ -36,19 +36,22 @@ double tick_step(double span) {
 
 // One panel at horizontal offset x0: axes, ticks, the series as a polyline with
 // a marker per epoch.
+// The y range stays inside [floor, ceiling] (accuracy: 0-100%); a flat
+// series (one epoch) gets a margin of 5% of its value around it.
 void panel(std::ostream& svg, double x0, const std::string& title, const std::string& color,
-           const std::vector<double>& ys) {
+           const std::vector<double>& ys, double floor_value = -HUGE_VAL,
+           double ceiling = HUGE_VAL) {
   const double left = x0 + kMarginL, right = x0 + kPanelW - 25;
   const double top = kMarginT, bottom = kPanelH - kMarginB;
   double lo = *std::min_element(ys.begin(), ys.end());
   double hi = *std::max_element(ys.begin(), ys.end());
   if (hi - lo < 1e-9) {
-    lo -= 0.5 * std::max(std::abs(lo), 1e-3);
-    hi += 0.5 * std::max(std::abs(hi), 1e-3);
+    lo -= 0.05 * std::max(std::abs(lo), 1e-3);
+    hi += 0.05 * std::max(std::abs(hi), 1e-3);
   }
   const double step = tick_step(hi - lo);
-  lo = std::floor(lo / step) * step;
-  hi = std::ceil(hi / step) * step;
+  lo = std::max(std::floor(lo / step) * step, floor_value);
+  hi = std::min(std::ceil(hi / step) * step, ceiling);
   const std::size_t n = ys.size();
   auto px = [&](std::size_t i) {
     return n == 1 ? (left + right) / 2 : left + (right - left) * double(i) / double(n - 1);
@@ -98,7 +101,7 @@ void write_plot_svg(const std::filesystem::path& path, const std::string& title,
   std::vector<double> acc_percent;
   for (double a : test_accuracy) acc_percent.push_back(100 * a);
   panel(svg, 0, "training loss", "#1f77b4", train_loss);
-  panel(svg, kPanelW, "test accuracy (%)", "#d62728", acc_percent);
+  panel(svg, kPanelW, "test accuracy (%)", "#d62728", acc_percent, 0.0, 100.0);
   svg << "</svg>\n";
 
   std::filesystem::path tmp = path;

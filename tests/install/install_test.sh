@@ -15,10 +15,12 @@ tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 meson install -C "$build" --no-rebuild --quiet --destdir "$tmp/root" >/dev/null
 pc=$(find "$tmp/root" -name kiln.pc | head -n1)
 [ -n "$pc" ] || { echo "FAIL: kiln.pc was not installed"; exit 1; }
-prefix=$(sed -n 's/^prefix=//p' "$pc")
-mkdir -p "$tmp/pc"
-sed "s|^prefix=.*|prefix=$tmp/root$prefix|" "$pc" >"$tmp/pc/kiln.pc"
-export PKG_CONFIG_PATH="$tmp/pc"
+# kiln.pc is relocatable (prefix from ${pcfiledir}): used where it was
+# installed, under the DESTDIR, with no edits.
+grep -q '^prefix=${pcfiledir}' "$pc" || { echo "FAIL: kiln.pc is not relocatable:"; cat "$pc"; exit 1; }
+prefix=$(pkg-config --variable=prefix "$pc")
+prefix=${prefix#"$tmp/root"}
+export PKG_CONFIG_PATH="$(dirname "$pc")"
 
 header=$(find "$tmp/root" -path '*include/kiln/kiln.hpp' | head -n1)
 [ -n "$header" ] || { echo "FAIL: kiln/kiln.hpp was not installed"; exit 1; }
@@ -74,7 +76,6 @@ found=$(sed -n 's/^kiln_DIR:PATH=//p' "$tmp/cmake/CMakeCache.txt")
 # its installed headers do not include Gloo's.
 dist_pc=$(find "$tmp/root" -name kiln-dist.pc | head -n1)
 if [ -n "$dist_pc" ]; then
-  sed "s|^prefix=.*|prefix=$tmp/root$prefix|" "$dist_pc" >"$tmp/pc/kiln-dist.pc"
   # shellcheck disable=SC2046
   "$cxx" -std=c++20 ${extra[@]+"${extra[@]}"} "$src/tests/install/dist_consumer.cpp" \
     -o "$tmp/dist_consumer" $(pkg-config --cflags --libs kiln-dist)
