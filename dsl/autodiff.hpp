@@ -66,7 +66,7 @@ auto trace_and_differentiate(F& f, const T& x, const Rest&... rest) {
   Result result_shape{};
   std::vector<std::size_t> diff;  // indices of differentiated leaves
   {
-    Trace trace;
+    Trace trace("grad");
     std::vector<Array> traced = flat.leaves;
     for (std::size_t i = 0; i < traced.size(); ++i) {
       if (!differentiable[i]) continue;
@@ -125,7 +125,7 @@ auto trace_at(std::string_view op, F& f, const T& x, const Rest&... rest) {
   TracedAt<R> out;
   out.num_leaves = flat.leaves.size();
   {
-    Trace trace;
+    Trace trace(op);
     std::vector<Array> traced = flat.leaves;
     for (std::size_t i = 0; i < traced.size(); ++i) {
       if (!differentiable[i]) continue;

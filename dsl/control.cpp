@@ -132,7 +132,7 @@ ClosedBody trace_body(std::string_view op, FlatBody f, std::span<const Aval> in,
                       std::span<const std::string> names) {
   Program p;
   {
-    Trace t;
+    Trace t(str_cat(op, " body"));
     std::vector<Array> tracers;
     tracers.reserve(in.size());
     for (std::size_t i = 0; i < in.size(); ++i) {

@@ -200,20 +200,10 @@ std::vector<Array> bind_multi(Prim p, const Params& params, std::span<const Arra
   if (family(p) != PrimFamily::kControl) {
     throw Error(str_cat("[kiln internal] bind_multi of ", name(p), ", which has one result"));
   }
-  for (std::size_t i = 0; i < inputs.size(); ++i) {
-    if (inputs[i].is_donated()) check_not_donated(name(p), inputs[i], str_cat("argument ", i + 1));
-  }
-  if (Trace* trace = current_trace()) return trace->record_multi(p, params, inputs, outs);
-  if (!inputs.empty()) {
-    const Device device = inputs[0].device();
-    for (const Array& in : inputs.subspan(1)) {
-      if (in.device() != device) {
-        throw DeviceError(str_cat("[", name(p),
-                                  "] inputs live on different devices: ", device.to_string(),
-                                  " and ", in.device().to_string(), "; move one with to_device()"));
-      }
-    }
-  }
+  Trace* trace = current_trace();
+  check_bind_inputs(p, inputs, trace != nullptr);
+  if (trace != nullptr) return trace->record_multi(p, params, inputs, outs);
+  (void)eager_device(p, inputs, Device{});
   const std::vector<ProgramRef> subs = sub_programs(p, params);
   std::vector<Array> results =
       run_control(p, params, inputs, outs,

@@ -26,6 +26,12 @@ Executable::Executable(Program program, Device device, std::string name,
           *sub, device_, detail::str_cat(name_, "/", kiln::name(eq->prim)), options));
     }
   }
+  for (std::size_t s = 0; s < steps_.size(); ++s) {
+    const Equation* eq = steps_[s].equation;
+    bool may_throw = eq != nullptr && has_trait(eq->prim, PrimTrait::kValueChecked);
+    for (const auto& sub : subs_[s]) may_throw = may_throw || sub->guard_step() > 0;
+    if (may_throw) guard_step_ = s + 1;
+  }
   is_output_.assign(program_.num_values(), false);
   is_constant_.assign(program_.num_values(), false);
   for (ValueId v : program_.constants) is_constant_[v] = true;
@@ -85,7 +91,8 @@ void Executable::check_arity(std::size_t n) const {
   }
 }
 
-std::vector<Array> Executable::run(std::vector<Array>& inputs, RunStats* stats) const {
+std::vector<Array> Executable::run(std::vector<Array>& inputs, RunStats* stats,
+                                   std::span<std::shared_ptr<Buffer>> held) const {
   check_arity(inputs.size());
   EnvLease env(program_.num_values());
   std::size_t live_bytes = 0;
@@ -95,7 +102,7 @@ std::vector<Array> Executable::run(std::vector<Array>& inputs, RunStats* stats) 
     env.values[program_.inputs[i]] = std::move(inputs[i]);
   }
   inputs.clear();
-  return run_steps(env.values, live_bytes, stats);
+  return run_steps(env.values, live_bytes, stats, held);
 }
 
 std::vector<Array> Executable::run(std::span<const Array* const> inputs, RunStats* stats) const {
@@ -106,11 +113,27 @@ std::vector<Array> Executable::run(std::span<const Array* const> inputs, RunStat
     live_bytes += inputs[i]->nbytes();
     env.values[program_.inputs[i]] = *inputs[i];
   }
-  return run_steps(env.values, live_bytes, stats);
+  return run_steps(env.values, live_bytes, stats, {});
 }
 
+namespace {
+// Whether `a`'s buffer may be overwritten: `a` is its only handle, or the only
+// other one is the caller's in `held`, which is then given up (reset).
+bool take_sole(const Array& a, std::span<std::shared_ptr<Buffer>> held) {
+  if (a.sole_owner()) return true;
+  if (held.empty() || !a.sole_owner(0, 1)) return false;
+  for (std::shared_ptr<Buffer>& h : held) {
+    if (h != a.buffer()) continue;
+    h.reset();
+    return true;
+  }
+  return false;
+}
+}  // namespace
+
 std::vector<Array> Executable::run_steps(std::vector<Array>& env, std::size_t live_bytes,
-                                         RunStats* stats) const {
+                                         RunStats* stats,
+                                         std::span<std::shared_ptr<Buffer>> held) const {
   const Program& p = program_;
   Backend& backend = backend_for(device_);
   RunStats local;
@@ -167,12 +190,17 @@ std::vector<Array> Executable::run_steps(std::vector<Array>& env, std::size_t li
         const char* v = std::getenv("KILN_INPLACE");
         return v != nullptr && std::string_view(v) == "0";
       }();
+      // A buffer the caller holds to restore a donated argument is taken only
+      // once no later step can throw on values (failure atomicity).
+      const std::span<std::shared_ptr<Buffer>> givable =
+          s >= guard_step_ ? held : std::span<std::shared_ptr<Buffer>>();
       for (std::size_t o = 0; o < step.outputs.size() && !no_inplace; ++o) {
         const Aval& out = p.avals[step.outputs[o]];
         for (ValueId v : step.inputs) {
-          if (p.avals[v] != out || !env[v].sole_owner() ||
+          if (p.avals[v] != out ||
               std::find(dying.begin(), dying.end(), v) == dying.end() ||
-              std::find(into.begin(), into.end(), env[v].buffer()) != into.end()) {
+              std::find(into.begin(), into.end(), env[v].buffer()) != into.end() ||
+              !take_sole(env[v], givable)) {
             continue;
           }
           into[o] = env[v].buffer();
@@ -198,7 +226,11 @@ std::vector<Array> Executable::run_steps(std::vector<Array>& env, std::size_t li
     for (ValueId v : release_after_[s]) {
       const bool reused = step.kernel != nullptr &&
                           std::find(into.begin(), into.end(), env[v].buffer()) != into.end();
-      if (!reused && !is_constant_[v]) live_bytes -= env[v].nbytes();
+      // A buffer the caller holds for restoring a donation stays allocated.
+      const bool kept = !held.empty() && env[v].buffer() != nullptr &&
+                        env[v].buffer().use_count() > 1 &&
+                        std::find(held.begin(), held.end(), env[v].buffer()) != held.end();
+      if (!reused && !kept && !is_constant_[v]) live_bytes -= env[v].nbytes();
       env[v] = Array();
     }
   }

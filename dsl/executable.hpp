@@ -37,13 +37,24 @@ class Executable {
   // reused during the call). Returns one array per program output. The steps
   // run inside one ProgramScope (dsl/backend.hpp): on Vulkan the call is one
   // command buffer, submitted at the end without waiting for it.
-  std::vector<Array> run(std::vector<Array>& inputs, RunStats* stats = nullptr) const;
+  //
+  // `held`: extra handles the caller keeps to some inputs' buffers (a jitted
+  // call's donated arguments) so that it can give them back if the run throws.
+  // Such a buffer is written in place only after the last step that can fail
+  // on values (guard_step()), and the executable then resets the caller's
+  // handle itself: a held buffer that is still set after a throw was neither
+  // overwritten nor freed.
+  std::vector<Array> run(std::vector<Array>& inputs, RunStats* stats = nullptr,
+                         std::span<std::shared_ptr<Buffer>> held = {}) const;
   // The same on borrowed inputs (none donated): only the inputs the program
   // reads are touched.
   std::vector<Array> run(std::span<const Array* const> inputs, RunStats* stats = nullptr) const;
 
   // Whether the program reads input i (unused inputs may be passed as null).
   bool input_used(std::size_t i) const { return input_used_[i]; }
+  // 1 + the last step that can throw on the values it reads (an index out of
+  // range: a kValueChecked primitive, also inside a loop body), 0 if none.
+  std::size_t guard_step() const { return guard_step_; }
   const Program& program() const { return program_; }
   const std::vector<Step>& steps() const { return steps_; }
   const std::string& name() const { return name_; }
@@ -54,8 +65,8 @@ class Executable {
  private:
   void check_arity(std::size_t n) const;
   // Runs the steps on an environment whose inputs and constants are set.
-  std::vector<Array> run_steps(std::vector<Array>& env, std::size_t live_bytes,
-                               RunStats* stats) const;
+  std::vector<Array> run_steps(std::vector<Array>& env, std::size_t live_bytes, RunStats* stats,
+                               std::span<std::shared_ptr<Buffer>> held) const;
 
   Program program_;
   Device device_;
@@ -67,6 +78,7 @@ class Executable {
   std::vector<bool> is_constant_;
   std::vector<bool> input_used_;
   std::vector<std::size_t> used_inputs_;  // indices i with input_used_[i]
+  std::size_t guard_step_ = 0;
   // Per step: the compiled sub-programs of a control-flow step (empty for
   // other steps), in detail::sub_programs order.
   std::vector<std::vector<std::unique_ptr<Executable>>> subs_;

@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <array>
 #include <cstdio>
-#include <future>
 #include <cstdlib>
+#include <future>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
@@ -50,6 +50,13 @@ std::string aval_text(const Aval& a) {
   return str_cat(name(a.dtype), "[", join(a.shape, ","), "]");
 }
 
+// What a call's donated arguments gave up: each array (now reading as
+// donated) and its buffer, held so that a call that throws can give it back.
+struct Donations {
+  std::vector<Array> arrays;
+  std::vector<std::shared_ptr<Buffer>> held;  // parallel; reset by the run once overwritten
+};
+
 // The executable's inputs for one call: a handle to each leaf the program reads;
 // the leaves of donated arguments give their buffers up (take_donated) when the
 // argument holds the only handle to them (besides `borrowed` copies the jit
@@ -58,7 +65,7 @@ std::string aval_text(const Aval& a) {
 // caller still holds is ever invalidated.
 void prepare_inputs(std::span<const Array* const> leaves, std::span<const std::size_t> first_leaf,
                     std::span<const bool> donated, const Executable& exe,
-                    std::vector<Array>& inputs, long borrowed) {
+                    std::vector<Array>& inputs, long borrowed, Donations& donations) {
   inputs.resize(leaves.size());
   bool any_donated = false;
   for (bool d : donated) any_donated = any_donated || d;
@@ -85,11 +92,34 @@ void prepare_inputs(std::span<const Array* const> leaves, std::span<const std::s
         continue;
       }
       auto [it, inserted] = taken.try_emplace(impl);
-      if (inserted) it->second = take_donated(*leaves[k]);
+      if (inserted) {
+        it->second = take_donated(*leaves[k]);
+        donations.arrays.push_back(*leaves[k]);
+        donations.held.push_back(it->second.buffer());
+      }
       if (exe.input_used(k)) inputs[k] = it->second;
     }
   }
   taken.clear();  // the inputs hold the only handles now
+}
+
+// Runs `exe` on inputs whose donated buffers `donations` holds. Failure
+// atomicity: when the run throws, every donated argument whose buffer was not
+// yet overwritten in place gets it back (Executable::run writes them only
+// after its last step that can throw on values), so the caller's model and
+// optimizer state still hold their values.
+std::vector<Array> run_donating(const Executable& exe, std::vector<Array>& inputs,
+                                Donations& donations, RunStats* stats) {
+  try {
+    return exe.run(inputs, stats, donations.held);
+  } catch (...) {
+    for (std::size_t i = 0; i < donations.arrays.size(); ++i) {
+      if (donations.held[i] != nullptr) {
+        restore_donated(donations.arrays[i], std::move(donations.held[i]));
+      }
+    }
+    throw;
+  }
 }
 
 }  // namespace
@@ -151,6 +181,7 @@ std::string JitState::last_retrace() const {
 
 void JitState::run_hit(const JitEntry& entry, std::span<const Array* const> leaves,
                        std::span<const bool> donated, std::vector<Array>& outputs) const {
+  touch(entry);
   const Executable& exe = *entry.executable;
   bool any_donated = false;
   for (bool d : donated) any_donated = any_donated || d;
@@ -159,8 +190,9 @@ void JitState::run_hit(const JitEntry& entry, std::span<const Array* const> leav
     outputs = exe.run(leaves, &stats);
   } else {
     thread_local std::vector<Array> inputs;
-    prepare_inputs(leaves, entry.first_leaf, donated, exe, inputs, 0);
-    outputs = exe.run(inputs, &stats);
+    Donations donations;
+    prepare_inputs(leaves, entry.first_leaf, donated, exe, inputs, 0, donations);
+    outputs = run_donating(exe, inputs, donations, &stats);
   }
   record().last_run = stats;
 }
@@ -179,6 +211,8 @@ void throw_too_many_traces(std::string_view what, std::size_t count, std::size_t
 }
 
 namespace {
+constexpr std::size_t kDefaultMaxEntries = 64;
+
 JitOptions with_environment(JitOptions options) {
   if (const char* v = std::getenv("KILN_FUSION")) {
     if (std::string_view(v) == "0") options.fusion.enabled = false;
@@ -186,26 +220,91 @@ JitOptions with_environment(JitOptions options) {
   }
   return options;
 }
+
+std::size_t entry_limit(const JitOptions& options) {
+  if (options.max_entries != 0) return options.max_entries;
+  const char* v = std::getenv("KILN_JIT_CACHE_LIMIT");
+  if (v == nullptr || *v == '\0') return kDefaultMaxEntries;
+  char* end = nullptr;
+  const unsigned long long n = std::strtoull(v, &end, 10);
+  if (end == v || *end != '\0' || n == 0) {
+    throw ValueError(str_cat("[filter_jit] KILN_JIT_CACHE_LIMIT=\"", v,
+                             "\" is not a positive whole number of entries"));
+  }
+  return static_cast<std::size_t>(n);
+}
+
+// Gives freed memory back to the system after a cache lets go of entries:
+// the host buffer cache keeps blocks by exact size (every batch size adds
+// some, up to 1 GiB) and glibc keeps freed pages (thousands of evicted shapes
+// left RSS in GiB).
+void give_memory_back() { trim_host_memory(); }
 }  // namespace
 
 JitState::JitState(JitOptions options)
     : options_(with_environment(std::move(options))),
       id_(g_next_jit_id.fetch_add(1, std::memory_order_relaxed)),
-      log_retraces_(env_flag("KILN_LOG_RETRACES")) {}
+      log_retraces_(env_flag("KILN_LOG_RETRACES")),
+      max_entries_(entry_limit(options_)) {}
 JitState::~JitState() = default;
 
 std::size_t JitState::cache_size() const {
   std::shared_lock lock(entries_mu_);
-  return entries_.size();
+  return entry_count_;
+}
+
+std::vector<std::shared_ptr<const JitEntry>> JitState::all_entries() const {
+  std::vector<std::shared_ptr<const JitEntry>> out;
+  std::shared_lock lock(entries_mu_);
+  out.reserve(entry_count_);
+  for (const auto& [hash, bucket] : entries_) out.insert(out.end(), bucket.begin(), bucket.end());
+  return out;
 }
 
 void JitState::clear_cache() {
-  std::vector<std::shared_ptr<const JitEntry>> dropped;  // freed outside the lock
-  std::unique_lock lock(entries_mu_);
-  dropped.swap(entries_);
-  // Threads' hints from before this point no longer count. Entries running
-  // now finish (their callers hold them) and are then freed.
-  epoch_.fetch_add(1, std::memory_order_acq_rel);
+  {
+    decltype(entries_) dropped;  // freed outside the lock
+    std::unique_lock lock(entries_mu_);
+    dropped.swap(entries_);
+    entry_count_ = 0;
+    // Threads' hints from before this point no longer count. Entries running
+    // now finish (their callers hold them) and are then freed.
+    epoch_.fetch_add(1, std::memory_order_acq_rel);
+  }
+  give_memory_back();
+}
+
+std::shared_ptr<const JitEntry> JitState::evict_one() {
+  std::size_t victim_hash = 0, victim_pos = 0;
+  std::uint64_t oldest = UINT64_MAX;
+  for (const auto& [hash, bucket] : entries_) {
+    for (std::size_t i = 0; i < bucket.size(); ++i) {
+      const std::uint64_t t = bucket[i]->last_used.load(std::memory_order_relaxed);
+      if (t < oldest) {
+        oldest = t;
+        victim_hash = hash;
+        victim_pos = i;
+      }
+    }
+  }
+  if (oldest == UINT64_MAX) return nullptr;
+  auto it = entries_.find(victim_hash);
+  std::shared_ptr<const JitEntry> victim = std::move(it->second[victim_pos]);
+  it->second.erase(it->second.begin() + static_cast<std::ptrdiff_t>(victim_pos));
+  if (it->second.empty()) entries_.erase(it);
+  --entry_count_;
+  evictions_.fetch_add(1, std::memory_order_relaxed);
+  return victim;
+}
+
+void JitState::warn_evicting(const std::string& explanation) const {
+  std::fprintf(stderr,
+               "[filter_jit] warning: %s has compiled more than %zu programs (its cache limit), "
+               "so it retraces too often; the least recently used are evicted from now on (this "
+               "warning is shown once). A new static value, tree structure, dtype or shape is a "
+               "new program: pad or bucket batch shapes, pass changing numbers as arrays, or raise "
+               "JitOptions::max_entries / KILN_JIT_CACHE_LIMIT. The last retrace: %s\n",
+               options_.name.c_str(), max_entries_, explanation.c_str());
 }
 
 std::string JitState::arg_name(std::size_t i) const {
@@ -238,12 +337,7 @@ Device JitState::check_leaves(const JitCall& call) const {
     const Array& leaf = call.leaves[i];
     const std::string& path = paths[i];
     check_not_donated(options_.name, leaf, path);
-    if (is_tracer(leaf)) {
-      throw ValueError(str_cat("[", options_.name, "] ", path,
-                               " is a tracer of a trace that has ended (an array kept from "
-                               "inside grad, filter_jit or a loop body and used after it); "
-                               "return it from the traced function instead"));
-    }
+    if (is_tracer(leaf)) throw_escaped_tracer(options_.name, leaf, path);
     if (leaf.device() != device) {
       throw DeviceError(str_cat("[", options_.name, "] arguments live on different devices: ",
                                 tree::display_path(paths.front()), " on ", device.to_string(),
@@ -257,18 +351,19 @@ Device JitState::check_leaves(const JitCall& call) const {
 std::shared_ptr<const JitEntry> JitState::find(const JitCall& call, std::size_t hash,
                                                 Device device) const {
   std::shared_lock lock(entries_mu_);
-  for (const auto& e : entries_) {
-    if (matches(*e, call, hash, device)) return e;
+  const auto it = entries_.find(hash);
+  if (it == entries_.end()) return nullptr;
+  for (const auto& e : it->second) {
+    if (matches(*e, call, hash, device)) {
+      touch(*e);
+      return e;
+    }
   }
   return nullptr;
 }
 
 std::string JitState::explain_miss(const JitCall& call, Device device) const {
-  std::vector<std::shared_ptr<const JitEntry>> entries;
-  {
-    std::shared_lock lock(entries_mu_);
-    entries = entries_;
-  }
+  const std::vector<std::shared_ptr<const JitEntry>> entries = all_entries();
   if (entries.empty()) return str_cat(options_.name, ": first call");
   // Nearest: fewest structural differences first (an entry with the same tree
   // structure is nearer than any with another), then fewest leaf differences.
@@ -361,7 +456,7 @@ std::shared_ptr<JitEntry> JitState::trace_and_compile(JitCall& call, const JitEn
       const std::string* saved;
       ~Restore() { tl_explanation = saved; }
     } restore{saved};
-    Trace t;
+    Trace t(options_.name);
     std::vector<Array> tracers;
     tracers.reserve(call.leaves.size());
     const std::vector<std::string> paths = leaf_paths(call);
@@ -401,8 +496,10 @@ std::shared_ptr<const JitEntry> JitState::find_or_trace(JitCall& call, std::size
     std::shared_future<std::shared_ptr<const JitEntry>> theirs;
     {
       std::unique_lock lock(entries_mu_);
-      for (const auto& e : entries_) {
-        if (matches(*e, call, hash, device)) return e;
+      if (const auto it = entries_.find(hash); it != entries_.end()) {
+        for (const auto& e : it->second) {
+          if (matches(*e, call, hash, device)) return e;
+        }
       }
       for (const auto& p : pending_) {
         if (!matches(*p->key, call, hash, device)) continue;
@@ -446,15 +543,28 @@ std::shared_ptr<const JitEntry> JitState::find_or_trace(JitCall& call, std::size
 
 void JitState::finish(const std::shared_ptr<Pending>& pending,
                       const std::shared_ptr<JitEntry>& entry) {
+  std::vector<std::shared_ptr<const JitEntry>> evicted;  // freed outside the lock
   {
     std::unique_lock lock(entries_mu_);
     std::erase(pending_, pending);
     if (entry != nullptr) {
       entry->epoch = epoch_.load(std::memory_order_relaxed);
-      entries_.push_back(entry);
+      touch(*entry);
+      while (entry_count_ >= max_entries_) {
+        std::shared_ptr<const JitEntry> victim = evict_one();
+        if (victim == nullptr) break;
+        evicted.push_back(std::move(victim));
+      }
+      entries_[entry->hash].push_back(entry);
+      ++entry_count_;
     }
   }
   pending->promise.set_value(entry);
+  if (!evicted.empty()) {
+    if (!warned_.exchange(true)) warn_evicting(last_retrace());
+    evicted.clear();
+    give_memory_back();
+  }
 }
 
 std::pair<std::vector<Array>, std::shared_ptr<const JitEntry>> JitState::call(
@@ -479,11 +589,12 @@ std::pair<std::vector<Array>, std::shared_ptr<const JitEntry>> JitState::call(
   leaves.reserve(call.leaves.size());
   for (const Array& a : call.leaves) leaves.push_back(&a);
   std::vector<Array> inputs;
-  prepare_inputs(leaves, call.first_leaf, call.donated, *entry->executable, inputs, 1);
+  Donations donations;
+  prepare_inputs(leaves, call.first_leaf, call.donated, *entry->executable, inputs, 1, donations);
   leaves.clear();
   call.leaves.clear();  // our handles must not keep donated buffers alive
   RunStats stats;
-  std::vector<Array> outputs = entry->executable->run(inputs, &stats);
+  std::vector<Array> outputs = run_donating(*entry->executable, inputs, donations, &stats);
   remember(entry, stats);
   return {std::move(outputs), std::move(entry)};
 }

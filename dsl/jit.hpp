@@ -33,6 +33,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/functional/function_ref.h"
 #include "kiln/dsl/executable.hpp"
@@ -45,6 +46,10 @@ struct JitOptions {
   std::string name = "filter_jit";     // shown in errors and explanations
   std::vector<std::string> arg_names = {};  // default: arg0, arg1, ...
   FusionOptions fusion = {};           // default: KILN_FUSION (on unless "0")
+  // Most compiled entries kept for this function: past it the least recently
+  // used is evicted (its program, kernels and memory freed) and a warning says
+  // the function retraces too often, once. 0: KILN_JIT_CACHE_LIMIT, else 64.
+  std::size_t max_entries = 0;
 };
 
 namespace detail {
@@ -94,6 +99,9 @@ struct JitEntry {
   Device device;
   std::size_t hash = 0;
   std::uint64_t epoch = 0;  // the cache's epoch when it was stored (JitState)
+  // The cache's clock when it last ran (JitState::touch), for
+  // least-recently-used eviction.
+  mutable std::atomic<std::uint64_t> last_used{0};
   std::unique_ptr<Executable> executable;
   TreeDef result;
   std::span<const Aval> avals_of(std::size_t arg) const {
@@ -145,6 +153,9 @@ class JitState {
 
   std::size_t trace_count() const { return trace_count_.load(std::memory_order_relaxed); }
   std::size_t cache_size() const;
+  // Entries evicted because the cache was full (max_entries).
+  std::size_t eviction_count() const { return evictions_.load(std::memory_order_relaxed); }
+  std::size_t max_entries() const { return max_entries_; }
   void clear_cache();
   std::string last_retrace() const;
   RunStats last_run() const;
@@ -173,12 +184,31 @@ class JitState {
   ThreadRecord& record() const;
   void remember(const std::shared_ptr<const JitEntry>& entry, const RunStats& stats) const;
 
+  // Every stored entry (for explanations and eviction), under entries_mu_.
+  std::vector<std::shared_ptr<const JitEntry>> all_entries() const;
+  // Drops the least recently used entry (entries_mu_ held exclusively);
+  // returns it, to be freed outside the lock.
+  std::shared_ptr<const JitEntry> evict_one();
+  void warn_evicting(const std::string& explanation) const;
+  // Marks `e` as the most recently used (one relaxed fetch_add per call).
+  void touch(const JitEntry& e) const {
+    e.last_used.store(clock_.fetch_add(1, std::memory_order_relaxed) + 1,
+                      std::memory_order_relaxed);
+  }
+
   const JitOptions options_;
   const std::uint64_t id_;  // unique for the process's lifetime (thread records key on it)
   const bool log_retraces_;  // KILN_LOG_RETRACES, read when the jit is made
+  const std::size_t max_entries_;
   mutable std::shared_mutex entries_mu_;
-  std::vector<std::shared_ptr<const JitEntry>> entries_;  // guarded by entries_mu_
-  std::vector<std::shared_ptr<Pending>> pending_;          // guarded by entries_mu_
+  // Entries by key hash (lookup does not grow with the number of entries).
+  absl::flat_hash_map<std::size_t, absl::InlinedVector<std::shared_ptr<const JitEntry>, 1>>
+      entries_;                                    // guarded by entries_mu_
+  std::size_t entry_count_ = 0;                    // guarded by entries_mu_
+  std::vector<std::shared_ptr<Pending>> pending_;  // guarded by entries_mu_
+  mutable std::atomic<std::uint64_t> clock_{0};    // advanced by every run and store
+  std::atomic<std::size_t> evictions_{0};
+  std::atomic<bool> warned_{false};
   std::atomic<std::uint64_t> epoch_{0};  // bumped by clear_cache
   std::atomic<std::size_t> trace_count_{0};
   mutable std::mutex info_mu_;
@@ -256,6 +286,8 @@ class Jitted {
   // every copy of this callable and from every thread.
   std::size_t trace_count() const { return state_->trace_count(); }
   std::size_t cache_size() const { return state_->cache_size(); }
+  // Entries evicted because more than JitOptions::max_entries were compiled.
+  std::size_t eviction_count() const { return state_->eviction_count(); }
   void clear_cache() { state_->clear_cache(); }
   // Why the last trace happened: the argument path and what changed relative to
   // the nearest cached key ("first call" for the first trace).

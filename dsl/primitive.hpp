@@ -47,6 +47,7 @@ enum class PrimTrait : std::uint32_t {
   kComparison = 1u << 4,
   kAlias = 1u << 5,
   kMath = 1u << 6,
+  kValueChecked = 1u << 7,
 };
 constexpr PrimTrait operator|(PrimTrait a, PrimTrait b) {
   return static_cast<PrimTrait>(static_cast<std::uint32_t>(a) | static_cast<std::uint32_t>(b));
@@ -153,6 +154,12 @@ Array bind(ParamsOf<P> params, std::span<const Array> inputs, Aval out) {
 // (the bodies evaluated eagerly, op by op).
 std::vector<Array> bind_multi(Prim p, const Params& params, std::span<const Array> inputs,
                               std::span<const Aval> outs);
+// What every binding checks of its inputs: none donated, and (when not
+// `tracing`) none a tracer: an escaped tracer is an error, not a crash.
+void check_bind_inputs(Prim p, std::span<const Array> inputs, bool tracing);
+// The one device of an eager binding's inputs (DeviceError when they differ),
+// or `otherwise` without inputs.
+Device eager_device(Prim p, std::span<const Array> inputs, Device otherwise);
 }  // namespace detail
 
 }  // namespace kiln

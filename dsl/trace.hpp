@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -17,7 +18,10 @@ namespace kiln {
 
 class Trace {
  public:
-  Trace();   // becomes the active trace of this thread
+  // Becomes the active trace of this thread. `owner` names what traces (the
+  // jitted function's name, "grad", "vmap", "scan body", ...): an error about
+  // one of its tracers used after it ended says whose it was.
+  explicit Trace(std::string_view owner = "a trace");
   ~Trace();  // deactivates (if finish() did not)
   Trace(const Trace&) = delete;
   Trace& operator=(const Trace&) = delete;
@@ -37,7 +41,12 @@ class Trace {
   std::uint64_t id() const { return id_; }
 
  private:
-  ValueId value_of(const Array& a);
+  // The value `a` stands for here: its own tracer's, or a new constant (a
+  // concrete array, or a tracer of an enclosing trace); a tracer of a trace
+  // that is not active is an error naming `op` and argument `arg` (kResult:
+  // one of the traced function's results).
+  static constexpr std::size_t kResult = static_cast<std::size_t>(-1);
+  ValueId value_of(const Array& a, std::string_view op, std::size_t arg);
 
   std::uint64_t id_;
   Device device_;
@@ -50,6 +59,15 @@ class Trace {
 Trace* current_trace();
 // True when `a` is a tracer (of any trace).
 bool is_tracer(const Array& a);
+
+namespace detail {
+// Throws ValueError for a tracer `a` used where its trace is not active (after
+// its trace ended, on another thread, or in an eager op): "[op] <which> is a
+// tracer of <owner>'s trace (made by <prim>), which is not active here ...".
+// JAX's UnexpectedTracerError; never a crash.
+[[noreturn]] void throw_escaped_tracer(std::string_view op, const Array& a,
+                                       std::string_view which);
+}  // namespace detail
 
 // Runs ops eagerly inside its scope even if a trace is active (constant folding).
 class SuspendTracing {

@@ -285,7 +285,7 @@ std::vector<Array> vmap_flat(FlatFn f, std::span<const Array> leaves,
   }
   Program p;
   {
-    Trace t;
+    Trace t("vmap");
     std::vector<Array> tracers;
     for (std::size_t i = 0; i < leaves.size(); ++i) {
       Aval a = moved[i].aval();

@@ -32,6 +32,12 @@ void check_not_donated(std::string_view op, const Array& a, std::string_view whi
   }
 }
 
+void restore_donated(const Array& a, std::shared_ptr<Buffer> buffer) {
+  const ArrayImpl& impl = *a.impl();
+  impl.buffer = std::move(buffer);
+  impl.donated = false;
+}
+
 Array take_donated(const Array& a) {
   const ArrayImpl& impl = *a.impl();
   Array out(impl.aval.dtype, impl.aval.shape, std::move(impl.buffer));
@@ -50,10 +56,10 @@ Array::Array(DType dtype, Shape shape, std::shared_ptr<Buffer> buffer) {
 }
 
 Array Array::tracer(Aval aval, Device device, std::uint64_t trace_id,
-                    std::int32_t value) {
+                    std::int32_t value, std::uint8_t origin) {
   Array a;
   a.impl_ = std::make_shared<ArrayImpl>(
-      ArrayImpl{std::move(aval), nullptr, device, trace_id, value});
+      ArrayImpl{std::move(aval), nullptr, device, trace_id, value, false, origin});
   return a;
 }
 

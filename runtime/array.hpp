@@ -25,6 +25,9 @@ void check_data_size(std::size_t n, const Shape& shape);
 void check_item(const Array& a);
 // Throws ValueError "[op] <which> was donated ..." for a donated array.
 void check_not_donated(std::string_view op, const Array& a, std::string_view which);
+// Gives a donated array its buffer back (a jitted call that threw before
+// overwriting it): every handle sharing its impl reads its values again.
+void restore_donated(const Array& a, std::shared_ptr<Buffer> buffer);
 // Moves the buffer out of `a` (all handles sharing its impl see it donated) into
 // a fresh array with the same aval and device. `a` must be concrete.
 Array take_donated(const Array& a);
@@ -53,6 +56,9 @@ struct ArrayImpl {
   std::uint64_t trace_id = 0;
   std::int32_t value = -1;
   mutable bool donated = false;
+  // Tracers only: 1 + the Prim of the binding that made it (0: a program input).
+  // Fits in the padding; kept so that an escaped tracer's error can name its op.
+  std::uint8_t origin = 0;
 };
 
 class Array {
@@ -61,7 +67,7 @@ class Array {
   Array(DType dtype, Shape shape, std::shared_ptr<Buffer> buffer);
   // A tracer: value `value` of the trace `trace_id` (see dsl/trace.hpp).
   static Array tracer(Aval aval, Device device, std::uint64_t trace_id,
-                      std::int32_t value);
+                      std::int32_t value, std::uint8_t origin = 0);
 
   // Host array copied from `data`; `shape` must have data.size() elements.
   template <class T>
@@ -90,22 +96,25 @@ class Array {
 
   // True after the array was donated to a jitted call (see filter_jit).
   bool is_donated() const { return impl_ != nullptr && impl_->donated; }
-  // True when this handle (plus `extra_handles` known copies of it) is the only
-  // way to reach its buffer (no other copy of the handle, no other array over
-  // the same buffer): its owner may overwrite it.
-  bool sole_owner(long extra_handles = 0) const {
+  // True when this handle (plus `extra_handles` known copies of it, and
+  // `extra_buffer_handles` known holders of its buffer) is the only way to
+  // reach its buffer (no other copy of the handle, no other array over the
+  // same buffer): its owner may overwrite it.
+  bool sole_owner(long extra_handles = 0, long extra_buffer_handles = 0) const {
     return impl_ != nullptr && impl_.use_count() == 1 + extra_handles &&
-           impl_->buffer != nullptr && impl_->buffer.use_count() == 1;
+           impl_->buffer != nullptr && impl_->buffer.use_count() == 1 + extra_buffer_handles;
   }
   // True when both handles share the same contents (not elementwise ==).
   bool same(const Array& other) const { return impl_ == other.impl_; }
   const ArrayImpl* impl() const { return impl_.get(); }
+  // Copies the contents' raw bytes (nbytes()) to dst, waiting for the device;
+  // a tracer or a donated array throws first.
+  void read_bytes(void* dst) const;
 
  private:
   const ArrayImpl& checked() const;
   void check_element_type(DType requested, const char* op) const;
   const void* host_bytes(const char* op) const;
-  void read_bytes(void* dst) const;
 
   std::shared_ptr<const ArrayImpl> impl_;
 };

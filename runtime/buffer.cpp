@@ -9,6 +9,11 @@
 // KILN_HOST_CACHE=0 turns it off (e.g. to find leaks with ASan).
 #include "kiln/runtime/buffer.hpp"
 
+#include <unistd.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -82,7 +87,30 @@ class HostCache {
   std::size_t cached_ = 0;
 };
 
+// "12884901888 bytes (12 GiB)".
+std::string bytes_text(std::uint64_t n) {
+  const double gib = static_cast<double>(n) / static_cast<double>(1ull << 30);
+  return detail::str_cat(n, " bytes (", gib >= 0.1 ? detail::str_cat(static_cast<long long>(gib * 10 + 0.5) / 10.0, " GiB")
+                                                   : detail::str_cat((n + 1023) / 1024, " KiB"),
+                         ")");
+}
+
+// Physical memory the system reports free for new allocations (0 if unknown).
+std::uint64_t available_host_bytes() {
+  const long pages = ::sysconf(_SC_AVPHYS_PAGES);
+  const long page = ::sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page)
+                               : 0;
+}
+
 }  // namespace
+
+void trim_host_memory() {
+  HostCache::get().clear();
+#if defined(__GLIBC__)
+  ::malloc_trim(0);
+#endif
+}
 
 std::shared_ptr<HostBuffer> HostBuffer::allocate(std::size_t nbytes,
                                                  bool zero) {
@@ -97,7 +125,9 @@ std::shared_ptr<HostBuffer> HostBuffer::allocate(std::size_t nbytes,
     }
     if (p == nullptr) {
       throw OutOfMemoryError(detail::str_cat(
-          "[cpu] out of host memory allocating ", nbytes, " bytes"));
+          "[cpu] out of host memory: asked for ", bytes_text(nbytes), ", the system has ",
+          bytes_text(available_host_bytes()),
+          " free; nothing was changed (use smaller batches or arrays)"));
     }
   }
   if (zero && p) std::memset(p, 0, rounded);

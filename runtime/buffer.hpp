@@ -20,6 +20,11 @@ class Buffer {
   virtual void read(void* dst) const = 0;
 };
 
+// Frees the host buffer cache's blocks (freed arrays kept by exact size for
+// reuse) and returns free heap pages to the system (glibc malloc_trim). Called
+// when a jit cache evicts or clears entries; an application may call it too.
+void trim_host_memory();
+
 // 64-byte aligned host memory (for SIMD), zero-initialised only on request.
 class HostBuffer final : public Buffer {
  public:

@@ -50,7 +50,17 @@ Device default_device() {
   std::lock_guard lock(g_mu);
   if (!g_default) {
     const char* env = std::getenv("KILN_DEVICE");
-    g_default = env && *env ? parse_device(env) : detail::best_device();
+    if (env != nullptr && *env != '\0') {
+      try {
+        g_default = parse_device(env);
+      } catch (const DeviceError&) {
+        throw DeviceError(detail::str_cat("[device] KILN_DEVICE=\"", env,
+                                          "\" is not a device: expected cpu, vulkan or vulkan:N "
+                                          "(unset it to pick the best device)"));
+      }
+    } else {
+      g_default = detail::best_device();
+    }
   }
   return *g_default;
 }

@@ -121,7 +121,7 @@ std::string format_values(const Array& a) {
     os << "[]";
   } else if (a.dtype() == DType::kF16) {
     std::vector<std::uint16_t> bits(static_cast<std::size_t>(a.size()));
-    a.buffer()->read(bits.data());
+    a.read_bytes(bits.data());  // checks it is concrete and not donated
     std::vector<float> values(bits.size());
     for (std::size_t i = 0; i < bits.size(); ++i)
       values[i] = half_to_float(bits[i]);
@@ -136,7 +136,10 @@ std::string format_values(const Array& a) {
 
 std::ostream& operator<<(std::ostream& os, const Array& a) {
   if (a.is_null()) return os << "Array(None)";
-  return os << "Array(" << format_values(a) << ", dtype=" << a.dtype()
+  // Formatted before anything is written: an array that cannot be read (a
+  // tracer, a donated array) throws with the stream untouched.
+  const std::string values = format_values(a);
+  return os << "Array(" << values << ", dtype=" << a.dtype()
             << ", shape=" << to_string(a.shape()) << ")";
 }
 

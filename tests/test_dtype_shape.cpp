@@ -1,5 +1,9 @@
 // DType facts and shape rules (broadcasting, axes).
 #include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
 
 #include <kiln/kiln.hpp>
 
@@ -56,6 +60,29 @@ TEST_CASE("devices parse and print") {
   CHECK(Device::vulkan(1).to_string() == "vulkan:1");
   CHECK_THROWS_WITH_AS(parse_device("gpu"), doctest::Contains("cannot parse device 'gpu'"),
                        DeviceError);
+}
+
+// Run by the test below in a child process: the default device from KILN_DEVICE.
+TEST_CASE("child: default device") {
+  if (std::getenv("KILN_TEST_CHILD") == nullptr) return;
+  try {
+    std::printf("device=%s\n", default_device().to_string().c_str());
+  } catch (const Error& e) {
+    std::printf("error=%s\n", e.what());
+  }
+}
+
+TEST_CASE("a KILN_DEVICE that does not parse is an error naming the variable") {
+  const std::string cmd = "KILN_TEST_CHILD=1 KILN_DEVICE=gpu0 /proc/" + std::to_string(::getpid()) +
+                          "/exe -tc='child: default device' 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  std::string out;
+  char buf[512];
+  while (std::fgets(buf, sizeof(buf), p) != nullptr) out += buf;
+  CHECK(::pclose(p) == 0);
+  CHECK(out.find("error=[device] KILN_DEVICE=\"gpu0\" is not a device: expected cpu, vulkan or "
+                 "vulkan:N") != std::string::npos);
 }
 
 TEST_CASE("creating an array on a device the machine does not have is a DeviceError") {

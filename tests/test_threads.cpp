@@ -123,6 +123,31 @@ TEST_CASE("threads calling with different shapes each run their shape's program"
   for (int t = 0; t < kThreads; ++t) CHECK(worst[t] < 1e-5f);
 }
 
+TEST_CASE("eviction while other threads call: every call runs its own shape's program") {
+  // More shapes than entries: threads keep evicting each other's programs
+  // while others run them (a running entry is pinned, an evicted one retraced).
+  auto f = filter_jit([](const Array& x, const Array& w) { return layer(x, w); },
+                      {.name = "small_cache", .max_entries = 2});
+  const Array w = ramp2(3, 5, 0.03f);
+  std::vector<Array> xs, expected;
+  for (int t = 0; t < kThreads; ++t) {
+    xs.push_back(ramp2(t + 3, 3, 0.02f));
+    expected.push_back(layer(xs.back(), w));
+  }
+  std::vector<float> worst(kThreads, 0);
+  const std::vector<std::string> errors = run_threads(kThreads, [&](int t) {
+    for (int i = 0; i < 12; ++i) {
+      const int s = (t + i) % kThreads;
+      worst[t] = std::max(worst[t], max_diff(f(xs[s], w), expected[s]));
+    }
+  });
+  check_no_errors(errors);
+  for (int t = 0; t < kThreads; ++t) CHECK(worst[t] < 1e-5f);
+  CHECK(f.cache_size() <= 2);
+  CHECK(f.eviction_count() == f.trace_count() - f.cache_size());
+  CHECK(f.trace_count() > static_cast<std::size_t>(kThreads));
+}
+
 TEST_CASE("several jitted functions shared by several threads") {
   auto fa = filter_jit([](const Array& x) { return exp(x) - 1.0f; });
   auto fb = filter_jit([](const Array& x, const Array& w) { return layer(x, w); });

@@ -863,3 +863,56 @@ TEST_CASE("contiguous 32-bit kernels take the 4-wide path and equal the CPU") {
     differential({host_random({n}, f32)}, [](auto& x) { return astype(x[0], i32); });
   }
 }
+
+TEST_CASE("the pipeline cache evicts the least recently used past its limit") {
+  auto& cache = vk::Context::get(0).pipelines();
+  if (cache.limit() > 64) {
+    MESSAGE("the limit is ", cache.limit(), ": suite vulkan-pipeline-limit runs this with 64");
+    return;
+  }
+  // Reductions of (n, 7) arrays bake n into the kernel: one pipeline per n.
+  const auto total = [](std::int64_t n) {
+    return sum(ones({n, 7}, f32, kGpu)).item<float>();
+  };
+  const vk::PipelineStats before = cache.stats();
+  std::int64_t n = 1;
+  for (; n <= 2000 && cache.stats().pipelines - before.pipelines < cache.limit() + 40; ++n) {
+    CHECK(total(n) == static_cast<float>(7 * n));
+  }
+  const vk::PipelineStats after = cache.stats();
+  CAPTURE(n);
+  CHECK(after.pipelines - before.pipelines >= cache.limit() + 40);
+  CHECK(after.cached <= cache.limit());
+  CHECK(after.evicted - before.evicted >= 40);
+  // Evicted kernels are compiled again when needed, and give the same values.
+  CHECK(total(1) == 7.0f);
+  CHECK(total(2) == 14.0f);
+  CHECK(cache.stats().cached <= cache.limit());
+}
+
+// Run by the test below in a child process: what a missing driver looks like.
+TEST_CASE("child: no Vulkan driver") {
+  if (std::getenv("KILN_TEST_CHILD") == nullptr) return;
+  try {
+    (void)to_device(ones({2}), Device::vulkan(0));
+    std::printf("no error\n");
+  } catch (const Error& e) {
+    std::printf("error=%s\n", e.what());
+  }
+}
+
+TEST_CASE("no Vulkan driver installed is a DeviceError that says what to install") {
+  const std::string cmd =
+      "KILN_TEST_CHILD=1 VK_ICD_FILENAMES=/nonexistent/kiln-none.json "
+      "VK_DRIVER_FILES=/nonexistent/kiln-none.json /proc/" +
+      std::to_string(getpid()) + "/exe -tc='child: no Vulkan driver' 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  std::string out;
+  char buf[1024];
+  while (std::fgets(buf, sizeof(buf), p) != nullptr) out += buf;
+  CHECK(pclose(p) == 0);
+  CAPTURE(out);
+  CHECK(out.find("no Vulkan driver (ICD) is installed") != std::string::npos);
+  CHECK(out.find("mesa-vulkan-drivers") != std::string::npos);
+}

@@ -90,7 +90,15 @@ struct InstanceHolder {
       features.pNext = &msg;  // also catches messages from vkCreateInstance
       info.pNext = &features;
     }
-    KILN_VK(vkCreateInstance(&info, nullptr, &instance));
+    const VkResult made = vkCreateInstance(&info, nullptr, &instance);
+    if (made == VK_ERROR_INCOMPATIBLE_DRIVER) {
+      throw DeviceError(
+          "[vulkan] no Vulkan driver (ICD) is installed, or none supports Vulkan 1.2: the "
+          "loader found nothing to run on (Debian: apt-get install mesa-vulkan-drivers for "
+          "lavapipe, the CPU's Vulkan device; VK_ICD_FILENAMES / VK_DRIVER_FILES name a "
+          "driver's .json); the CPU backend (KILN_DEVICE=cpu) needs none");
+    }
+    KILN_VK(made);
     if (validation) {
       auto create = reinterpret_cast<PFN_vkCreateDebugUtilsMessengerEXT>(
           vkGetInstanceProcAddr(instance, "vkCreateDebugUtilsMessengerEXT"));

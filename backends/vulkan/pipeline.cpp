@@ -40,6 +40,21 @@ std::uint64_t stable_hash(std::string_view s) {
   return h;
 }
 
+constexpr std::size_t kDefaultPipelineLimit = 512;
+constexpr std::size_t kMinPipelineLimit = 64;
+
+std::size_t pipeline_limit() {
+  const char* v = std::getenv("KILN_VK_MAX_PIPELINES");
+  if (v == nullptr || *v == '\0') return kDefaultPipelineLimit;
+  char* end = nullptr;
+  const unsigned long long n = std::strtoull(v, &end, 10);
+  if (end == v || *end != '\0' || n < kMinPipelineLimit) {
+    throw ValueError(detail::str_cat("[vulkan] KILN_VK_MAX_PIPELINES=\"", v,
+                                     "\" is not a whole number of at least ", kMinPipelineLimit));
+  }
+  return static_cast<std::size_t>(n);
+}
+
 std::mutex g_caches_mu;
 std::vector<PipelineCache*>& all_caches() {
   static auto* v = new std::vector<PipelineCache*>();
@@ -52,7 +67,13 @@ void save_all_at_exit() {
 
 }  // namespace
 
-PipelineCache::PipelineCache(Context& ctx) : ctx_(ctx) {
+Pipeline::~Pipeline() {
+  if (device == VK_NULL_HANDLE) return;
+  vkDestroyPipeline(device, pipeline, nullptr);
+  vkDestroyPipelineLayout(device, layout, nullptr);
+}
+
+PipelineCache::PipelineCache(Context& ctx) : ctx_(ctx), limit_(pipeline_limit()) {
   const auto& props = ctx.properties();
   CacheProvenance prov;
   prov.vendor_id = props.vendorID;
@@ -83,10 +104,8 @@ PipelineCache::~PipelineCache() {
     std::erase(all_caches(), this);
   }
   const VkDevice dev = ctx_.handle();
-  for (const auto& [text, p] : by_text_) {
-    vkDestroyPipeline(dev, p->pipeline, nullptr);
-    vkDestroyPipelineLayout(dev, p->layout, nullptr);
-  }
+  by_key_.clear();
+  by_text_.clear();  // the stream released its batches' pipelines before
   for (const auto& [bindings, layout] : set_layouts_) {
     vkDestroyDescriptorSetLayout(dev, layout, nullptr);
   }
@@ -159,7 +178,7 @@ VkDescriptorSetLayout PipelineCache::set_layout(std::uint32_t bindings, std::uin
   return layout;
 }
 
-const Pipeline& PipelineCache::compile(const std::string& key, const KernelSource& src) {
+Pipeline& PipelineCache::compile(const std::string& key, const KernelSource& src) {
   auto it = by_text_.find(src.text);
   if (it != by_text_.end()) {
     ++stats_.text_hits;
@@ -171,7 +190,7 @@ const Pipeline& PipelineCache::compile(const std::string& key, const KernelSourc
   }
   const auto t0 = std::chrono::steady_clock::now();
   const std::vector<std::uint32_t> words = spirv_for(src.text);
-  auto p = std::make_unique<Pipeline>();
+  auto p = std::make_shared<Pipeline>();
   p->bindings = src.bindings;
   p->push_words = src.push_words;
   p->texel = src.texel;
@@ -197,6 +216,7 @@ const Pipeline& PipelineCache::compile(const std::string& key, const KernelSourc
   li.pushConstantRangeCount = push_words > 0 ? 1 : 0;
   li.pPushConstantRanges = &range;
   KILN_VK(vkCreatePipelineLayout(ctx_.handle(), &li, nullptr, &p->layout));
+  p->device = ctx_.handle();  // from here on ~Pipeline destroys what was made
   VkShaderModuleCreateInfo si{VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO};
   si.codeSize = words.size() * sizeof(std::uint32_t);
   si.pCode = words.data();
@@ -211,14 +231,27 @@ const Pipeline& PipelineCache::compile(const std::string& key, const KernelSourc
   const VkResult r =
       vkCreateComputePipelines(ctx_.handle(), vk_cache_, 1, &ci, nullptr, &p->pipeline);
   vkDestroyShaderModule(ctx_.handle(), module, nullptr);
+  if (r != VK_SUCCESS) p->pipeline = VK_NULL_HANDLE;
   KILN_VK(r);
   stats_.compile_seconds +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ++stats_.pipelines;
   dirty_ = true;
-  const Pipeline& ref = *p;
+  Pipeline& ref = *p;
   by_text_.emplace(src.text, std::move(p));
   return ref;
+}
+
+void PipelineCache::evict_one(const Pipeline* keep) {
+  auto victim = by_text_.end();
+  for (auto it = by_text_.begin(); it != by_text_.end(); ++it) {
+    if (it->second.get() == keep) continue;
+    if (victim == by_text_.end() || it->second->last_used < victim->second->last_used) victim = it;
+  }
+  if (victim == by_text_.end()) return;
+  for (const std::string& k : victim->second->keys) by_key_.erase(k);
+  by_text_.erase(victim);  // destroyed now, or when the last batch using it retires
+  ++stats_.evicted;
 }
 
 namespace {
@@ -268,11 +301,15 @@ const Pipeline& PipelineCache::get(const std::string& key,
                                     first_difference(p.text, again.text), ")"));
       }
     }
+    it->second->last_used = ++clock_;
     return *it->second;
   }
-  const Pipeline& p = compile(key, build());
+  Pipeline& p = compile(key, build());
   ++stats_.keys;
   by_key_.emplace(key, &p);
+  p.keys.push_back(key);
+  p.last_used = ++clock_;
+  while (by_text_.size() > limit_) evict_one(&p);
   return p;
 }
 
@@ -284,7 +321,9 @@ const Pipeline* PipelineCache::find(const std::string& key) const {
 
 PipelineStats PipelineCache::stats() const {
   std::lock_guard lock(mu_);
-  return stats_;
+  PipelineStats s = stats_;
+  s.cached = by_text_.size();
+  return s;
 }
 
 }  // namespace kiln::vk

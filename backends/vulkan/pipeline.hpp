@@ -36,7 +36,15 @@ struct KernelSource {
   std::uint32_t addressed = 0;
 };
 
-struct Pipeline {
+// A compiled kernel. Shared: the cache holds it while it is cached, and each
+// batch of the stream that dispatches it holds it until that batch retires, so
+// evicting it from the cache never destroys a pipeline the device may still run.
+struct Pipeline : std::enable_shared_from_this<Pipeline> {
+  Pipeline() = default;
+  Pipeline(const Pipeline&) = delete;
+  Pipeline& operator=(const Pipeline&) = delete;
+  ~Pipeline();  // destroys pipeline and layout (set_layout belongs to the cache)
+  VkDevice device = VK_NULL_HANDLE;
   VkPipeline pipeline = VK_NULL_HANDLE;
   VkPipelineLayout layout = VK_NULL_HANDLE;
   VkDescriptorSetLayout set_layout = VK_NULL_HANDLE;
@@ -46,6 +54,10 @@ struct Pipeline {
   VkFormat texel_format = VK_FORMAT_UNDEFINED;
   std::uint32_t addressed = 0;  // KernelSource::addressed
   std::string text;
+  // Cache bookkeeping (under PipelineCache's lock): the lowering keys that map
+  // to it, and when a lookup last returned it.
+  std::vector<std::string> keys;
+  std::uint64_t last_used = 0;
 };
 
 struct PipelineStats {
@@ -55,23 +67,33 @@ struct PipelineStats {
   std::size_t disk_hits = 0;     // kernels whose SPIR-V came from the disk cache
   std::size_t disk_rejects = 0;  // disk entries that verified but held bad SPIR-V
   double compile_seconds = 0.0;  // assemble + validate + vkCreateComputePipelines
+  std::size_t cached = 0;        // pipelines held now (at most the limit)
+  std::size_t evicted = 0;       // dropped as least recently used past the limit
 };
 
+// Bounded: past `limit()` pipelines (KILN_VK_MAX_PIPELINES, default 512, at
+// least 64) the least recently used is evicted, so a process that compiles
+// ever new shapes does not grow without bound (lavapipe: ~1.4 MB a pipeline).
 class PipelineCache {
  public:
   explicit PipelineCache(Context& ctx);
   ~PipelineCache();
   // The pipeline for `key`, building the kernel source with `build` on a miss.
+  // The reference stays valid until `limit()` other kernels are compiled (a
+  // caller dispatches it right away; the dispatch then holds it).
   const Pipeline& get(const std::string& key,
                       const std::function<KernelSource()>& build);
   // The pipeline built for `key`, or nullptr (builds nothing).
   const Pipeline* find(const std::string& key) const;
   PipelineStats stats() const;
+  std::size_t limit() const { return limit_; }
   // Writes the VkPipelineCache data to the disk cache (also done at exit).
   void save();
 
  private:
-  const Pipeline& compile(const std::string& key, const KernelSource& src);
+  Pipeline& compile(const std::string& key, const KernelSource& src);
+  // Drops the least recently used pipeline other than `keep` (mu_ held).
+  void evict_one(const Pipeline* keep);
   VkDescriptorSetLayout set_layout(std::uint32_t bindings, std::uint32_t texel);
   std::vector<std::uint32_t> spirv_for(const std::string& text);
 
@@ -80,8 +102,10 @@ class PipelineCache {
   VkPipelineCache vk_cache_ = VK_NULL_HANDLE;
   std::unique_ptr<DiskCache> disk_;  // null when disabled (KILN_DISK_CACHE=0)
   bool dirty_ = false;               // pipelines compiled since the last save
-  absl::flat_hash_map<std::string, const Pipeline*> by_key_;
-  absl::flat_hash_map<std::string, std::unique_ptr<Pipeline>> by_text_;
+  const std::size_t limit_;
+  std::uint64_t clock_ = 0;  // lookups so far (last_used)
+  absl::flat_hash_map<std::string, Pipeline*> by_key_;
+  absl::flat_hash_map<std::string, std::shared_ptr<Pipeline>> by_text_;
   absl::flat_hash_map<std::uint64_t, VkDescriptorSetLayout> set_layouts_;
   PipelineStats stats_;
 };

@@ -189,6 +189,9 @@ void Stream::dispatch(const Pipeline& p, std::span<const VulkanBuffer* const> bu
         VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_ACCESS_SHADER_READ_BIT,
         VK_ACCESS_SHADER_WRITE_BIT);
   vkCmdBindPipeline(b.cmd, VK_PIPELINE_BIND_POINT_COMPUTE, p.pipeline);
+  if (b.pipelines.empty() || b.pipelines.back().get() != &p) {
+    b.pipelines.push_back(p.shared_from_this());
+  }
   std::array<VkDescriptorBufferInfo, kMaxBindings> infos{};
   std::array<VkBufferView, kMaxBindings> views{};
   std::array<VkWriteDescriptorSet, kMaxBindings> writes{};
@@ -419,6 +422,7 @@ void Stream::retire(Batch& b) {
   b.staging.clear();
   for (VkBufferView v : b.views) vkDestroyBufferView(ctx_.handle(), v, nullptr);
   b.views.clear();
+  b.pipelines.clear();
   b.dispatches = 0;
   // Batches retire in the order they were submitted (one queue, FIFO).
   retired_serial_ = b.serial;

@@ -138,6 +138,9 @@ class Stream {
     std::uint32_t sets_in_pool = 0;
     std::vector<Allocation> staging;
     std::vector<VkBufferView> views;  // texel-buffer views its dispatches bind
+    // The pipelines its dispatches use, kept alive until it retires (the
+    // pipeline cache may evict them meanwhile).
+    std::vector<std::shared_ptr<const Pipeline>> pipelines;
     std::uint32_t dispatches = 0;
     std::uint64_t serial = 0;  // 1, 2, ... in the order batches are begun (= submitted)
   };
