@@ -133,3 +133,169 @@ TEST_CASE("an LSTM over a sequence with scan inside filter_jit equals a loop of 
   check_close(g_scan.bias, g_loop.bias, 1e-4);
   CHECK(max(abs(g_scan.weight_hh)).item<float>() > 1e-3f);
 }
+
+namespace {
+
+// Direct loops: y[n, o, l] = b[o] + sum w[o, c, k] * x[n, g * cg + c, l * s + k * d - p].
+std::vector<float> conv1d_reference(const std::vector<float>& x, const std::vector<float>& w,
+                                    const std::vector<float>& b, int n, int c, int len, int o,
+                                    int k, int s, int p, int d, int groups, int lo) {
+  const int cg = c / groups, og = o / groups;
+  std::vector<float> y;
+  for (int i = 0; i < n; ++i) {
+    for (int oc = 0; oc < o; ++oc) {
+      const int g = oc / og;
+      for (int l = 0; l < lo; ++l) {
+        double acc = b[oc];
+        for (int ci = 0; ci < cg; ++ci) {
+          for (int t = 0; t < k; ++t) {
+            const int pos = l * s + t * d - p;
+            if (pos < 0 || pos >= len) continue;
+            acc += w[(oc * cg + ci) * k + t] * x[(i * c + g * cg + ci) * len + pos];
+          }
+        }
+        y.push_back(static_cast<float>(acc));
+      }
+    }
+  }
+  return y;
+}
+
+}  // namespace
+
+TEST_CASE("Conv1d with stride, padding, dilation and groups matches direct loops") {
+  nn::Conv1d conv(4, 6, 3, random::key(5),
+                  {.stride = 2, .padding = 1, .dilation = 2, .groups = 2});
+  CHECK(to_string(conv.weight.shape()) == "(6, 2, 3)");
+  CHECK(to_string(conv.bias.shape()) == "(6, 1)");
+  CHECK(max(abs(conv.weight)).item<float>() <= 1.0f / std::sqrt(6.0f));
+  std::mt19937 gen(6);
+  const Array x = testing::uniform_array(gen, {2, 4, 9}, f32);
+  const Array y = conv(x);
+  // Lo = (9 + 2 - 2 * 2 - 1) / 2 + 1 = 4
+  REQUIRE(to_string(y.shape()) == "(2, 6, 4)");
+  const std::vector<float> want =
+      conv1d_reference(x.to_vector<float>(), conv.weight.to_vector<float>(),
+                       conv.bias.to_vector<float>(), 2, 4, 9, 6, 3, 2, 1, 2, 2, 4);
+  check_close(y, array<float>(want, {2, 6, 4}), 1e-5);
+  check_close(conv(reshape(slice_axis(x, 0, 1, 2), {4, 9})),
+              reshape(slice_axis(y, 0, 1, 2), {6, 4}), 1e-6);
+  CHECK_THROWS_WITH_AS(conv(ones({2, 3, 9})),
+                       doctest::Contains("[nn.Conv1d] expected input (N, 4, L) or (4, L), got "
+                                         "(2, 3, 9)"),
+                       ShapeError);
+}
+
+TEST_CASE("ConvTranspose2d with stride 2 places kernel-scaled copies of each pixel") {
+  nn::ConvTranspose2d up(1, 1, 2, random::key(0), {.stride = 2, .use_bias = false});
+  up.weight = array<float>({1, 2, 3, 4}, {1, 1, 2, 2});
+  const Array x = array<float>({1, 10, 100, 1000}, {1, 1, 2, 2});
+  // out[2i + a, 2j + b] = x[i, j] * K[a, b]: a Kronecker product.
+  CHECK(up(x).to_vector<float>() == std::vector<float>{1,   2,   10,   20,   3,   4,   30,   40,
+                                                       100, 200, 1000, 2000, 300, 400, 3000, 4000});
+  // Padding larger than dilation * (K - 1) crops: a 1x1 kernel with padding 1
+  // drops the border.
+  nn::ConvTranspose2d crop(1, 1, 1, random::key(0), {.padding = 1, .use_bias = false});
+  crop.weight = full({1, 1, 1, 1}, 2.0);
+  const Array img = reshape(astype(arange(16), f32), {1, 4, 4});
+  CHECK(crop(img).to_vector<float>() == std::vector<float>{10, 12, 18, 20});
+  // The usual decoder step: stride 2, padding 1, output_padding 1 doubles H, W.
+  nn::ConvTranspose2d dec(8, 4, 3, random::key(1),
+                          {.stride = 2, .padding = 1, .output_padding = 1});
+  CHECK(to_string(dec.weight.shape()) == "(4, 8, 3, 3)");
+  CHECK(to_string(dec.bias.shape()) == "(4, 1, 1)");
+  CHECK(to_string(dec(ones({2, 8, 5, 6})).shape()) == "(2, 4, 10, 12)");
+  CHECK_THROWS_WITH_AS(
+      nn::ConvTranspose2d(8, 4, 3, random::key(1), {.stride = 2, .output_padding = 2}),
+      doctest::Contains("[nn.ConvTranspose2d] output_padding (2, 2) must be >= 0 and smaller "
+                        "than stride or dilation"),
+      ValueError);
+}
+
+TEST_CASE("conv_transpose2d is the gradient of conv2d with respect to its input") {
+  struct Case {
+    nn::Int2 kernel, stride, dilation;
+    nn::Padding2 padding;
+    std::int64_t hz, wz;  // the conv2d input (the transpose's output) extent
+  };
+  const std::vector<Case> cases{
+      {3, 2, 1, 1, 6, 6},
+      {{3, 2}, {2, 3}, {1, 2}, {{1, 0}, {2, 1}}, 7, 8},
+  };
+  std::mt19937 gen(9);
+  for (const Case& c : cases) {
+    const nn::ConvOptions co{.stride = c.stride, .padding = c.padding, .dilation = c.dilation};
+    const Array wt = testing::uniform_array(gen, {3, 2, c.kernel.h, c.kernel.w}, f32);
+    const Array wc = transpose(wt, {1, 0, 2, 3});  // conv2d: 3 channels in, 2 out
+    const Array z = testing::uniform_array(gen, {2, 3, c.hz, c.wz}, f32);
+    const Array x = testing::uniform_array(gen, nn::conv2d(z, wc, co).shape(), f32);
+    const Array want = grad([&](const Array& zz) { return sum(nn::conv2d(zz, wc, co) * x); })(z);
+    // The output padding that restores the extent conv2d rounded away.
+    auto extra = [](std::int64_t in, std::int64_t out, std::int64_t k, std::int64_t s,
+                    std::int64_t d, std::int64_t lo, std::int64_t hi) {
+      return in - ((out - 1) * s - lo - hi + d * (k - 1) + 1);
+    };
+    const nn::Int2 op(extra(c.hz, x.shape()[2], c.kernel.h, c.stride.h, c.dilation.h,
+                            c.padding.h[0], c.padding.h[1]),
+                      extra(c.wz, x.shape()[3], c.kernel.w, c.stride.w, c.dilation.w,
+                            c.padding.w[0], c.padding.w[1]));
+    INFO("output_padding " << op.h << ", " << op.w);
+    check_close(nn::conv_transpose2d(x, wt,
+                                     {.stride = c.stride, .padding = c.padding,
+                                      .output_padding = op, .dilation = c.dilation}),
+                want, 1e-4);
+  }
+  // Groups: each group transposes its own channels.
+  const Array w = testing::uniform_array(gen, {4, 1, 3, 3}, f32);
+  const Array x = testing::uniform_array(gen, {1, 2, 4, 4}, f32);
+  const nn::ConvTransposeOptions o{.stride = 2, .padding = 1, .groups = 2};
+  const Array grouped = nn::conv_transpose2d(x, w, o);
+  const nn::ConvTransposeOptions o1{.stride = 2, .padding = 1};
+  const Array parts = concatenate(
+      {nn::conv_transpose2d(slice_axis(x, 1, 0, 1), slice_axis(w, 0, 0, 2), o1),
+       nn::conv_transpose2d(slice_axis(x, 1, 1, 2), slice_axis(w, 0, 2, 4), o1)},
+      1);
+  check_close(grouped, parts, 1e-5);
+}
+
+TEST_CASE("conv_transpose2d gradients equal finite differences (f64)") {
+  std::mt19937 gen(10);
+  const nn::ConvTransposeOptions o{.stride = {2, 1}, .padding = {{1, 0}, {0, 2}},
+                                   .output_padding = {1, 0}};
+  const Array x = testing::uniform_array(gen, {1, 2, 3, 3});
+  const Array w = testing::uniform_array(gen, {2, 2, 2, 3});
+  const Array r = testing::uniform_array(gen, nn::conv_transpose2d(x, w, o).shape());
+  testing::check_finite_differences(
+      [&](const std::vector<Array>& p) { return sum(nn::conv_transpose2d(p[0], p[1], o) * r); },
+      {x, w});
+}
+
+TEST_CASE("AdaptiveAvgPool2d averages Equinox's bins: the first n % t bins one element larger") {
+  std::mt19937 gen(11);
+  const Array x = testing::uniform_array(gen, {2, 3, 5, 7}, f32);
+  const Array y = nn::AdaptiveAvgPool2d({2, 3})(x);
+  REQUIRE(to_string(y.shape()) == "(2, 3, 2, 3)");
+  // Rows 5 -> 2 bins: [0, 3), [3, 5). Columns 7 -> 3 bins: [0, 3), [3, 5), [5, 7).
+  const std::vector<std::pair<int, int>> rows{{0, 3}, {3, 5}}, cols{{0, 3}, {3, 5}, {5, 7}};
+  const std::vector<float> xv = x.to_vector<float>();
+  std::vector<float> want;
+  for (int nc = 0; nc < 6; ++nc) {
+    for (auto [r0, r1] : rows) {
+      for (auto [c0, c1] : cols) {
+        double s = 0;
+        for (int r = r0; r < r1; ++r)
+          for (int c = c0; c < c1; ++c) s += xv[(nc * 5 + r) * 7 + c];
+        want.push_back(static_cast<float>(s / ((r1 - r0) * (c1 - c0))));
+      }
+    }
+  }
+  check_close(y, array<float>(want, {2, 3, 2, 3}), 1e-5);
+  check_close(nn::AdaptiveAvgPool2d(1)(x), mean(x, {2, 3}, true), 1e-5);
+  check_close(nn::AdaptiveAvgPool2d({5, 7})(x), x, 1e-6);
+  check_close(nn::AdaptiveAvgPool2d({2, 3})(reshape(slice_axis(x, 0, 0, 1), {3, 5, 7})),
+              reshape(slice_axis(y, 0, 0, 1), {3, 2, 3}), 1e-6);
+  CHECK_THROWS_WITH_AS(nn::AdaptiveAvgPool2d({6, 2})(x),
+                       doctest::Contains("[adaptive_avg_pool2d] target (6, 2) must be >= 1 and "
+                                         "at most the input's (H, W) = (5, 7)"),
+                       ShapeError);
+}
