@@ -299,3 +299,94 @@ TEST_CASE("AdaptiveAvgPool2d averages Equinox's bins: the first n % t bins one e
                                          "at most the input's (H, W) = (5, 7)"),
                        ShapeError);
 }
+
+TEST_CASE("per-example cross entropies keep the batch axes; the mean forms average them") {
+  const Array logits = array<float>({1, 2, 3, 0, 0, 0, -1, 5, 2, 4, 4, -4}, {2, 2, 3});
+  const Array labels = array<std::int32_t>({2, 0, 1, 1}, {2, 2});
+  const std::vector<float> lv = logits.to_vector<float>();
+  const std::vector<int> lab{2, 0, 1, 1};
+  std::vector<float> want;
+  for (int r = 0; r < 4; ++r) {
+    double lse = 0;
+    for (int k = 0; k < 3; ++k) lse += std::exp(lv[r * 3 + k]);
+    want.push_back(static_cast<float>(std::log(lse) - lv[r * 3 + lab[r]]));
+  }
+  const Array per = nn::softmax_cross_entropy_with_integer_labels_per_example(logits, labels);
+  check_close(per, array<float>(want, {2, 2}), 1e-6);
+  const float avg = (want[0] + want[1] + want[2] + want[3]) / 4;
+  CHECK(nn::softmax_cross_entropy_with_integer_labels(logits, labels).item<float>() ==
+        doctest::Approx(avg).epsilon(1e-6));
+  const Array onehot = one_hot(labels, 3);
+  check_close(nn::softmax_cross_entropy_per_example(logits, onehot), per, 1e-6);
+  CHECK(nn::softmax_cross_entropy(logits, onehot).item<float>() ==
+        doctest::Approx(avg).epsilon(1e-6));
+}
+
+TEST_CASE("sigmoid_binary_cross_entropy matches Optax's formula and stays finite for large "
+          "logits") {
+  const std::vector<float> z{-3.0f, -0.5f, 0.0f, 0.5f, 2.0f, 40.0f, -40.0f, 100.0f};
+  const std::vector<float> y{0.0f, 1.0f, 0.5f, 0.0f, 1.0f, 0.0f, 1.0f, 1.0f};
+  const Array logits = array<float>(z, {2, 4}), labels = array<float>(y, {2, 4});
+  std::vector<float> want, slope;
+  for (std::size_t i = 0; i < z.size(); ++i) {
+    // -y log sigmoid(z) - (1 - y) log sigmoid(-z), with log sigmoid(z) = -log1p(exp(-z)).
+    const double ls = -std::log1p(std::exp(-static_cast<double>(z[i])));
+    const double lns = -std::log1p(std::exp(static_cast<double>(z[i])));
+    want.push_back(static_cast<float>(-y[i] * ls - (1 - y[i]) * lns));
+    slope.push_back(static_cast<float>(sigm(z[i]) - y[i]));
+  }
+  const Array per = nn::sigmoid_binary_cross_entropy_elementwise(logits, labels);
+  check_close(per, array<float>(want, {2, 4}), 1e-6);
+  CHECK(want[5] == doctest::Approx(40.0));  // confidently wrong: 40, not inf
+  auto [v, g] = value_and_grad([&](const Array& l) {
+    return nn::sigmoid_binary_cross_entropy(l, labels);
+  })(logits);
+  double total = 0;
+  for (float w : want) total += w;
+  CHECK(v.item<float>() == doctest::Approx(total / 8).epsilon(1e-6));
+  std::vector<float> mean_slope;
+  for (float s : slope) mean_slope.push_back(s / 8);
+  check_close(g, array<float>(mean_slope, {2, 4}), 1e-5);
+}
+
+TEST_CASE("huber_loss is quadratic within delta and linear beyond, as optax.huber_loss") {
+  const Array pred = array<float>({0.0f, 0.5f, -1.0f, 3.0f, -2.5f, 1.0f}, {3, 2});
+  const Array tgt = array<float>({0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 2.5f}, {3, 2});
+  // delta 1.5: e = 0, .5, -1, 3, -2.5, -1.5.
+  const std::vector<float> want{0.0f, 0.125f, 0.5f, 1.5f * (3 - 0.75f), 1.5f * (2.5f - 0.75f),
+                                1.125f};
+  check_close(nn::huber_loss_elementwise(pred, tgt, 1.5), array<float>(want, {3, 2}), 1e-6);
+  auto [v, g] = value_and_grad([&](const Array& p) { return nn::huber_loss(p, tgt, 1.5); })(pred);
+  double total = 0;
+  for (float w : want) total += w;
+  CHECK(v.item<float>() == doctest::Approx(total / 6).epsilon(1e-6));
+  // d/dp: e within delta, delta * sign(e) beyond; / 6 for the mean.
+  check_close(g, array<float>({0, 0.5f / 6, -1.0f / 6, 1.5f / 6, -1.5f / 6, -1.5f / 6}, {3, 2}),
+              1e-5);
+  CHECK_THROWS_WITH_AS(nn::huber_loss(pred, tgt, 0.0),
+                       doctest::Contains("[nn.huber_loss] delta must be > 0, got 0"), ValueError);
+}
+
+TEST_CASE("kl_divergence sums targets * (log targets - log predictions) over the last axis, "
+          "0 log 0 = 0") {
+  const Array logits = array<float>({0.5f, -1.0f, 2.0f, 0.0f, 1.0f, 0.0f}, {2, 3});
+  const Array logp = nn::log_softmax(logits);
+  const Array targets = array<float>({0.2f, 0.3f, 0.5f, 0.0f, 1.0f, 0.0f}, {2, 3});
+  const std::vector<float> lp = logp.to_vector<float>(), t = targets.to_vector<float>();
+  std::vector<float> want(2, 0.0f);
+  for (int i = 0; i < 6; ++i) {
+    if (t[i] > 0) want[i / 3] += t[i] * (std::log(t[i]) - lp[i]);
+  }
+  const Array per = nn::kl_divergence_per_example(logp, targets);
+  check_close(per, array<float>(want, {2}), 1e-6);
+  CHECK(nn::kl_divergence(logp, targets).item<float>() ==
+        doctest::Approx((want[0] + want[1]) / 2).epsilon(1e-6));
+  // d/d(log_predictions) = -targets / 2, finite where targets are 0.
+  const Array g = grad([&](const Array& l) { return nn::kl_divergence(l, targets); })(logp);
+  check_close(g, targets * -0.5, 1e-6);
+  CHECK(nn::kl_divergence(logp, exp(logp)).item<float>() == doctest::Approx(0.0).scale(1.0));
+  CHECK_THROWS_WITH_AS(nn::kl_divergence(logp, ones({2, 4})),
+                       doctest::Contains("[nn.kl_divergence] log_predictions (2, 3) and targets "
+                                         "(2, 4) must have the same shape (..., K)"),
+                       ShapeError);
+}
