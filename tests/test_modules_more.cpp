@@ -390,3 +390,38 @@ TEST_CASE("kl_divergence sums targets * (log targets - log predictions) over the
                                          "(2, 4) must have the same shape (..., K)"),
                        ShapeError);
 }
+
+TEST_CASE("recurrent and convolution layer errors name the layer and the argument") {
+  const nn::GRUCell gru(3, 4, random::key(0));
+  CHECK_THROWS_WITH_AS(gru(ones({2, 5}), ones({2, 4})),
+                       doctest::Contains("[nn.GRUCell] expected input (..., 3), got (2, 5)"),
+                       ShapeError);
+  CHECK_THROWS_WITH_AS(gru(ones({2, 3}), ones({2, 3})),
+                       doctest::Contains("[nn.GRUCell] expected hidden (2, 4), got (2, 3)"),
+                       ShapeError);
+  CHECK_THROWS_WITH_AS(gru(ones({2, 3}), Array()),
+                       doctest::Contains("[nn.GRUCell] hidden is None"), ValueError);
+  const nn::LSTMCell lstm(3, 4, random::key(0));
+  CHECK_THROWS_WITH_AS(lstm(ones({2, 3}), {ones({2, 4}), ones({4})}),
+                       doctest::Contains("[nn.LSTMCell] expected c (2, 4), got (4,)"), ShapeError);
+  CHECK_THROWS_WITH_AS(lstm(ones({2, 3}, i32), {ones({2, 4}), ones({2, 4})}),
+                       doctest::Contains("[nn.LSTMCell] input must be floating, got i32"),
+                       DTypeError);
+  CHECK_THROWS_WITH_AS(nn::LSTMCell(0, 4, random::key(0)),
+                       doctest::Contains("[nn.LSTMCell] input_size and hidden_size must be >= 1, "
+                                         "got 0 and 4"),
+                       ValueError);
+  const nn::ConvTranspose2d up(8, 4, 3, random::key(0));
+  CHECK_THROWS_WITH_AS(up(ones({2, 3, 5, 5})),
+                       doctest::Contains("[nn.ConvTranspose2d] expected input (N, 8, H, W) or "
+                                         "(8, H, W), got (2, 3, 5, 5)"),
+                       ShapeError);
+  CHECK_THROWS_WITH_AS(nn::Conv1d(3, 4, 3, random::key(0), {.groups = 2}),
+                       doctest::Contains("[nn.Conv1d] in_channels (3) and out_channels (4) must "
+                                         "be >= 1 and divisible by groups (2)"),
+                       ValueError);
+  CHECK_THROWS_WITH_AS(nn::AdaptiveAvgPool2d({0, 2}),
+                       doctest::Contains("[nn.AdaptiveAvgPool2d] target shape must be >= 1, got "
+                                         "(0, 2)"),
+                       ValueError);
+}

@@ -236,6 +236,8 @@ TEST_CASE("a model and its BatchNorm state round-trip through a checkpoint") {
   const std::filesystem::path path =
       std::filesystem::temp_directory_path() /
       ("kiln_bn_state_" + std::to_string(std::random_device{}()) + ".npz");
+  CHECK(tree::paths(std::pair{model, state}).back() ==
+        "[1].entries[\"BatchNorm_0.running_var\"]");
   save_checkpoint(path, std::pair{model, state});
   // The template: the same model built afresh against a fresh State.
   nn::State fresh;
