@@ -40,8 +40,8 @@ BatchNorm::BatchNorm(std::int64_t input_size_, State& state, const BatchNormOpti
     weight = ones(c, o.dtype);
     bias = zeros(c, o.dtype);
   }
-  state_index = state.add("BatchNorm", {{kMean, zeros(c, o.dtype)}, {kVar, ones(c, o.dtype)}},
-                          o.name);
+  state_index =
+      state.add("BatchNorm", {{kMean, zeros(c, o.dtype)}, {kVar, ones(c, o.dtype)}}, o.name);
 }
 
 std::pair<Array, State> BatchNorm::operator()(const Array& x, const State& state) const {
@@ -72,8 +72,8 @@ std::pair<Array, State> BatchNorm::operator()(const Array& x, const State& state
   auto ema = [&](const Array& running, const Array& batch) {
     return running * momentum + astype(reshape(batch, c), running.dtype()) * (1.0 - momentum);
   };
-  return {y, state.set(state_index,
-                       {{kMean, ema(running_mean, mu)}, {kVar, ema(running_var, var)}}, kName)};
+  return {y, state.set(state_index, {{kMean, ema(running_mean, mu)}, {kVar, ema(running_var, var)}},
+                       kName)};
 }
 
 GroupNorm::GroupNorm(std::int64_t groups_, std::int64_t channels_, double eps_,

@@ -24,7 +24,7 @@ struct BatchNormOptions {
   double momentum = 0.99;
   bool channelwise_affine = true;  // weight (ones) and bias (zeros); else None
   bool inference = false;
-  DType dtype = f32;  // of the parameters and the running statistics
+  DType dtype = f32;      // of the parameters and the running statistics
   std::string name = {};  // the state index; default "BatchNorm_<n>"
 };
 

@@ -16,11 +16,23 @@ namespace {
 
 using kiln::detail::str_cat;
 
-void check_sizes(const char* module, std::int64_t in, std::int64_t hidden) {
+// Checks the sizes and the key, splits it in `num_keys` (as Equinox does) and
+// fills weight_ih (gates * hidden, in) and weight_hh (gates * hidden, hidden)
+// from keys 0 and 1; returns the keys for the biases. All uniform in
+// +-1/sqrt(hidden) (*lim).
+Array init_weights(const char* module, std::int64_t in, std::int64_t hidden, std::int64_t gates,
+                   const Array& key, std::int64_t num_keys, Array& weight_ih, Array& weight_hh,
+                   double* lim) {
   if (in < 1 || hidden < 1) {
     throw ValueError(str_cat("[", module, "] input_size and hidden_size must be >= 1, got ", in,
                              " and ", hidden));
   }
+  detail::check_key(module, key);
+  const Array keys = random::split(key, num_keys);
+  *lim = std::sqrt(1.0 / static_cast<double>(hidden));
+  weight_ih = detail::uniform_init(detail::key_at(keys, 0), Shape{gates * hidden, in}, *lim);
+  weight_hh = detail::uniform_init(detail::key_at(keys, 1), Shape{gates * hidden, hidden}, *lim);
+  return keys;
 }
 
 // Checks one step's arrays: `what` (..., size), with the batch axes of input.
@@ -37,8 +49,7 @@ void check_step(const char* module, const char* what, const Array& a, std::int64
 void check_input(const char* module, const Array& input, std::int64_t input_size) {
   detail::check_floating_input(module, "input", input);
   if (input.ndim() < 1 || input.shape().back() != input_size) {
-    detail::throw_input_shape(module, "input", str_cat("(..., ", input_size, ")"),
-                              input.shape());
+    detail::throw_input_shape(module, "input", str_cat("(..., ", input_size, ")"), input.shape());
   }
 }
 
@@ -49,12 +60,8 @@ Array rows_times(const Array& x, const Array& w) { return matmul(x, transpose(w)
 
 GRUCell::GRUCell(std::int64_t in, std::int64_t hidden, const Array& key, bool use_bias)
     : input_size(in), hidden_size(hidden) {
-  check_sizes("nn.GRUCell", in, hidden);
-  detail::check_key("nn.GRUCell", key);
-  const Array keys = random::split(key, 4);
-  const double lim = std::sqrt(1.0 / static_cast<double>(hidden));
-  weight_ih = detail::uniform_init(detail::key_at(keys, 0), Shape{3 * hidden, in}, lim);
-  weight_hh = detail::uniform_init(detail::key_at(keys, 1), Shape{3 * hidden, hidden}, lim);
+  double lim = 0;
+  const Array keys = init_weights("nn.GRUCell", in, hidden, 3, key, 4, weight_ih, weight_hh, &lim);
   if (use_bias) {
     bias = detail::uniform_init(detail::key_at(keys, 2), Shape{3 * hidden}, lim);
     bias_n = detail::uniform_init(detail::key_at(keys, 3), Shape{hidden}, lim);
@@ -77,12 +84,8 @@ Array GRUCell::operator()(const Array& input, const Array& hidden) const {
 
 LSTMCell::LSTMCell(std::int64_t in, std::int64_t hidden, const Array& key, bool use_bias)
     : input_size(in), hidden_size(hidden) {
-  check_sizes("nn.LSTMCell", in, hidden);
-  detail::check_key("nn.LSTMCell", key);
-  const Array keys = random::split(key, 3);
-  const double lim = std::sqrt(1.0 / static_cast<double>(hidden));
-  weight_ih = detail::uniform_init(detail::key_at(keys, 0), Shape{4 * hidden, in}, lim);
-  weight_hh = detail::uniform_init(detail::key_at(keys, 1), Shape{4 * hidden, hidden}, lim);
+  double lim = 0;
+  const Array keys = init_weights("nn.LSTMCell", in, hidden, 4, key, 3, weight_ih, weight_hh, &lim);
   if (use_bias) bias = detail::uniform_init(detail::key_at(keys, 2), Shape{4 * hidden}, lim);
 }
 

@@ -48,19 +48,18 @@ const Array& State::get(const StateIndex& index, std::string_view field,
   return it->second;
 }
 
-State State::set(const StateIndex& index,
-                 const std::vector<std::pair<std::string, Array>>& fields,
+State State::set(const StateIndex& index, const std::vector<std::pair<std::string, Array>>& fields,
                  std::string_view layer) const {
   State out = *this;
   for (const auto& [field, value] : fields) {
     const Array& old = get(index, field, layer);
     if (value.is_null() || value.dtype() != old.dtype() || value.shape() != old.shape()) {
-      throw ShapeError(str_cat(
-          "[", layer, "] new state ", key_of(index, field), " is ",
-          value.is_null() ? std::string("None")
-                          : str_cat(name(value.dtype()), to_string(value.shape())),
-          ", expected ", name(old.dtype()), to_string(old.shape()),
-          " (a state keeps the structure it was built with)"));
+      throw ShapeError(str_cat("[", layer, "] new state ", key_of(index, field), " is ",
+                               value.is_null()
+                                   ? std::string("None")
+                                   : str_cat(name(value.dtype()), to_string(value.shape())),
+                               ", expected ", name(old.dtype()), to_string(old.shape()),
+                               " (a state keeps the structure it was built with)"));
     }
     out.entries[key_of(index, field)] = value;
   }

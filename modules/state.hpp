@@ -51,8 +51,7 @@ struct State {
                    std::string_view layer = "nn.State") const;
   // A copy with `field` of `index` replaced; the value must have the stored
   // dtype and shape (ShapeError otherwise), so the structure never changes.
-  State set(const StateIndex& index,
-            const std::vector<std::pair<std::string, Array>>& fields,
+  State set(const StateIndex& index, const std::vector<std::pair<std::string, Array>>& fields,
             std::string_view layer = "nn.State") const;
 };
 

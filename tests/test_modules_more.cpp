@@ -86,8 +86,9 @@ TEST_CASE("LSTMCell: one step matches the LSTM equations with gates (i, f, g, o)
   check_close(c2, array<float>(cw, {3}), 1e-5);
 }
 
-TEST_CASE("an LSTM over a sequence with scan inside filter_jit equals a loop of the eager cell, "
-          "values and gradients") {
+TEST_CASE(
+    "an LSTM over a sequence with scan inside filter_jit equals a loop of the eager cell, "
+    "values and gradients") {
   const nn::LSTMCell cell(3, 5, random::key(2));
   std::mt19937 gen(4);
   const Array xs = testing::uniform_array(gen, {6, 2, 3}, f32);  // (T, B, input)
@@ -117,9 +118,8 @@ TEST_CASE("an LSTM over a sequence with scan inside filter_jit equals a loop of 
   CHECK(jitted.trace_count() == 1);
 
   // Gradients through the scan equal those through the unrolled loop.
-  const auto g_scan = grad([&](const nn::LSTMCell& m) {
-    return sum(std::get<0>(run_scan(m, xs, h0, c0)));
-  })(cell);
+  const auto g_scan =
+      grad([&](const nn::LSTMCell& m) { return sum(std::get<0>(run_scan(m, xs, h0, c0))); })(cell);
   const auto g_loop = grad([&](const nn::LSTMCell& m) {
     std::pair<Array, Array> s{h0, c0};
     Array total = zeros({});
@@ -164,8 +164,7 @@ std::vector<float> conv1d_reference(const std::vector<float>& x, const std::vect
 }  // namespace
 
 TEST_CASE("Conv1d with stride, padding, dilation and groups matches direct loops") {
-  nn::Conv1d conv(4, 6, 3, random::key(5),
-                  {.stride = 2, .padding = 1, .dilation = 2, .groups = 2});
+  nn::Conv1d conv(4, 6, 3, random::key(5), {.stride = 2, .padding = 1, .dilation = 2, .groups = 2});
   CHECK(to_string(conv.weight.shape()) == "(6, 2, 3)");
   CHECK(to_string(conv.bias.shape()) == "(6, 1)");
   CHECK(max(abs(conv.weight)).item<float>() <= 1.0f / std::sqrt(6.0f));
@@ -191,8 +190,8 @@ TEST_CASE("ConvTranspose2d with stride 2 places kernel-scaled copies of each pix
   up.weight = array<float>({1, 2, 3, 4}, {1, 1, 2, 2});
   const Array x = array<float>({1, 10, 100, 1000}, {1, 1, 2, 2});
   // out[2i + a, 2j + b] = x[i, j] * K[a, b]: a Kronecker product.
-  CHECK(up(x).to_vector<float>() == std::vector<float>{1,   2,   10,   20,   3,   4,   30,   40,
-                                                       100, 200, 1000, 2000, 300, 400, 3000, 4000});
+  CHECK(up(x).to_vector<float>() ==
+        std::vector<float>{1, 2, 10, 20, 3, 4, 30, 40, 100, 200, 1000, 2000, 300, 400, 3000, 4000});
   // Padding larger than dilation * (K - 1) crops: a 1x1 kernel with padding 1
   // drops the border.
   nn::ConvTranspose2d crop(1, 1, 1, random::key(0), {.padding = 1, .use_bias = false});
@@ -232,17 +231,18 @@ TEST_CASE("conv_transpose2d is the gradient of conv2d with respect to its input"
     const Array want = grad([&](const Array& zz) { return sum(nn::conv2d(zz, wc, co) * x); })(z);
     // The output padding that restores the extent conv2d rounded away.
     auto extra = [](std::int64_t in, std::int64_t out, std::int64_t k, std::int64_t s,
-                    std::int64_t d, std::int64_t lo, std::int64_t hi) {
-      return in - ((out - 1) * s - lo - hi + d * (k - 1) + 1);
-    };
+                    std::int64_t d, std::int64_t lo,
+                    std::int64_t hi) { return in - ((out - 1) * s - lo - hi + d * (k - 1) + 1); };
     const nn::Int2 op(extra(c.hz, x.shape()[2], c.kernel.h, c.stride.h, c.dilation.h,
                             c.padding.h[0], c.padding.h[1]),
                       extra(c.wz, x.shape()[3], c.kernel.w, c.stride.w, c.dilation.w,
                             c.padding.w[0], c.padding.w[1]));
     INFO("output_padding " << op.h << ", " << op.w);
     check_close(nn::conv_transpose2d(x, wt,
-                                     {.stride = c.stride, .padding = c.padding,
-                                      .output_padding = op, .dilation = c.dilation}),
+                                     {.stride = c.stride,
+                                      .padding = c.padding,
+                                      .output_padding = op,
+                                      .dilation = c.dilation}),
                 want, 1e-4);
   }
   // Groups: each group transposes its own channels.
@@ -251,17 +251,17 @@ TEST_CASE("conv_transpose2d is the gradient of conv2d with respect to its input"
   const nn::ConvTransposeOptions o{.stride = 2, .padding = 1, .groups = 2};
   const Array grouped = nn::conv_transpose2d(x, w, o);
   const nn::ConvTransposeOptions o1{.stride = 2, .padding = 1};
-  const Array parts = concatenate(
-      {nn::conv_transpose2d(slice_axis(x, 1, 0, 1), slice_axis(w, 0, 0, 2), o1),
-       nn::conv_transpose2d(slice_axis(x, 1, 1, 2), slice_axis(w, 0, 2, 4), o1)},
-      1);
+  const Array parts =
+      concatenate({nn::conv_transpose2d(slice_axis(x, 1, 0, 1), slice_axis(w, 0, 0, 2), o1),
+                   nn::conv_transpose2d(slice_axis(x, 1, 1, 2), slice_axis(w, 0, 2, 4), o1)},
+                  1);
   check_close(grouped, parts, 1e-5);
 }
 
 TEST_CASE("conv_transpose2d gradients equal finite differences (f64)") {
   std::mt19937 gen(10);
-  const nn::ConvTransposeOptions o{.stride = {2, 1}, .padding = {{1, 0}, {0, 2}},
-                                   .output_padding = {1, 0}};
+  const nn::ConvTransposeOptions o{
+      .stride = {2, 1}, .padding = {{1, 0}, {0, 2}}, .output_padding = {1, 0}};
   const Array x = testing::uniform_array(gen, {1, 2, 3, 3});
   const Array w = testing::uniform_array(gen, {2, 2, 2, 3});
   const Array r = testing::uniform_array(gen, nn::conv_transpose2d(x, w, o).shape());
@@ -322,8 +322,9 @@ TEST_CASE("per-example cross entropies keep the batch axes; the mean forms avera
         doctest::Approx(avg).epsilon(1e-6));
 }
 
-TEST_CASE("sigmoid_binary_cross_entropy matches Optax's formula and stays finite for large "
-          "logits") {
+TEST_CASE(
+    "sigmoid_binary_cross_entropy matches Optax's formula and stays finite for large "
+    "logits") {
   const std::vector<float> z{-3.0f, -0.5f, 0.0f, 0.5f, 2.0f, 40.0f, -40.0f, 100.0f};
   const std::vector<float> y{0.0f, 1.0f, 0.5f, 0.0f, 1.0f, 0.0f, 1.0f, 1.0f};
   const Array logits = array<float>(z, {2, 4}), labels = array<float>(y, {2, 4});
@@ -338,9 +339,8 @@ TEST_CASE("sigmoid_binary_cross_entropy matches Optax's formula and stays finite
   const Array per = nn::sigmoid_binary_cross_entropy_elementwise(logits, labels);
   check_close(per, array<float>(want, {2, 4}), 1e-6);
   CHECK(want[5] == doctest::Approx(40.0));  // confidently wrong: 40, not inf
-  auto [v, g] = value_and_grad([&](const Array& l) {
-    return nn::sigmoid_binary_cross_entropy(l, labels);
-  })(logits);
+  auto [v, g] = value_and_grad(
+      [&](const Array& l) { return nn::sigmoid_binary_cross_entropy(l, labels); })(logits);
   double total = 0;
   for (float w : want) total += w;
   CHECK(v.item<float>() == doctest::Approx(total / 8).epsilon(1e-6));
@@ -353,7 +353,7 @@ TEST_CASE("huber_loss is quadratic within delta and linear beyond, as optax.hube
   const Array pred = array<float>({0.0f, 0.5f, -1.0f, 3.0f, -2.5f, 1.0f}, {3, 2});
   const Array tgt = array<float>({0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 2.5f}, {3, 2});
   // delta 1.5: e = 0, .5, -1, 3, -2.5, -1.5.
-  const std::vector<float> want{0.0f, 0.125f, 0.5f, 1.5f * (3 - 0.75f), 1.5f * (2.5f - 0.75f),
+  const std::vector<float> want{0.0f,  0.125f, 0.5f, 1.5f * (3 - 0.75f), 1.5f * (2.5f - 0.75f),
                                 1.125f};
   check_close(nn::huber_loss_elementwise(pred, tgt, 1.5), array<float>(want, {3, 2}), 1e-6);
   auto [v, g] = value_and_grad([&](const Array& p) { return nn::huber_loss(p, tgt, 1.5); })(pred);
@@ -367,8 +367,9 @@ TEST_CASE("huber_loss is quadratic within delta and linear beyond, as optax.hube
                        doctest::Contains("[nn.huber_loss] delta must be > 0, got 0"), ValueError);
 }
 
-TEST_CASE("kl_divergence sums targets * (log targets - log predictions) over the last axis, "
-          "0 log 0 = 0") {
+TEST_CASE(
+    "kl_divergence sums targets * (log targets - log predictions) over the last axis, "
+    "0 log 0 = 0") {
   const Array logits = array<float>({0.5f, -1.0f, 2.0f, 0.0f, 1.0f, 0.0f}, {2, 3});
   const Array logp = nn::log_softmax(logits);
   const Array targets = array<float>({0.2f, 0.3f, 0.5f, 0.0f, 1.0f, 0.0f}, {2, 3});
@@ -399,8 +400,8 @@ TEST_CASE("recurrent and convolution layer errors name the layer and the argumen
   CHECK_THROWS_WITH_AS(gru(ones({2, 3}), ones({2, 3})),
                        doctest::Contains("[nn.GRUCell] expected hidden (2, 4), got (2, 3)"),
                        ShapeError);
-  CHECK_THROWS_WITH_AS(gru(ones({2, 3}), Array()),
-                       doctest::Contains("[nn.GRUCell] hidden is None"), ValueError);
+  CHECK_THROWS_WITH_AS(gru(ones({2, 3}), Array()), doctest::Contains("[nn.GRUCell] hidden is None"),
+                       ValueError);
   const nn::LSTMCell lstm(3, 4, random::key(0));
   CHECK_THROWS_WITH_AS(lstm(ones({2, 3}), {ones({2, 4}), ones({4})}),
                        doctest::Contains("[nn.LSTMCell] expected c (2, 4), got (4,)"), ShapeError);
