@@ -27,7 +27,7 @@ Array batched(const char* module, const Array& x, std::int64_t channels, F&& f,
   const std::int64_t c = x.ndim() > spatial ? x.shape()[x.ndim() - spatial - 1] : -1;
   if ((!single && x.ndim() != spatial + 2) || (channels >= 0 && c != channels)) {
     const std::string cs = channels >= 0 ? std::to_string(channels) : std::string("C");
-    const char* axes = spatial == 1 ? "L" : "H, W";
+    const char* axes = spatial == 1 ? "L" : spatial == 2 ? "H, W" : "D, H, W";
     detail::throw_input_shape(module, "input",
                               str_cat("(N, ", cs, ", ", axes, ") or (", cs, ", ", axes, ")"),
                               x.shape());
@@ -131,6 +131,38 @@ Array Conv1d::operator()(const Array& x) const {
         return bias.is_null() ? y : y + bias;
       },
       /*spatial=*/1);
+}
+
+Conv3d::Conv3d(std::int64_t in, std::int64_t out, Int3 k, const Array& key,
+               const Conv3dOptions& o)
+    : in_channels(in),
+      out_channels(out),
+      kernel_size(k.arr()),
+      stride(o.stride.arr()),
+      padding(o.padding.arr()),
+      dilation(o.dilation.arr()),
+      groups(o.groups) {
+  check_conv_sizes("nn.Conv3d", Int2(k.h, k.w), Int2(o.stride.h, o.stride.w),
+                   Int2(o.dilation.h, o.dilation.w));
+  check_conv_sizes("nn.Conv3d", Int2(k.d, 1), Int2(o.stride.d, 1), Int2(o.dilation.d, 1));
+  checked_padding("nn.Conv3d", Padding2(o.padding.h, o.padding.w));
+  checked_padding("nn.Conv3d", Padding2(o.padding.d, {0, 0}));
+  init_conv("nn.Conv3d", in, out, groups, Shape{k.d, k.h, k.w}, key, o.use_bias, weight, bias);
+}
+
+Array Conv3d::operator()(const Array& x) const {
+  const std::int64_t c = weight.shape()[1] * groups;
+  return batched(
+      "nn.Conv3d", x, c,
+      [&](const Array& xb) {
+        Array y = conv3d(xb, weight,
+                         {.stride = Int3(stride[0], stride[1], stride[2]),
+                          .padding = Padding3(padding[0], padding[1], padding[2]),
+                          .dilation = Int3(dilation[0], dilation[1], dilation[2]),
+                          .groups = groups});
+        return bias.is_null() ? y : y + bias;
+      },
+      /*spatial=*/3);
 }
 
 ConvTranspose2d::ConvTranspose2d(std::int64_t in, std::int64_t out, Int2 k, const Array& key,

@@ -1,6 +1,6 @@
 // Convolution and pooling layers of kiln::nn (NCHW input, OIHW kernel, as
 // Equinox). They accept a batch (N, C, H, W) or one image (C, H, W) (Conv1d:
-// (N, C, L) or (C, L)). Options use Equinox's defaults, including stride 1
+// (N, C, L) or (C, L); Conv3d: (N, C, D, H, W) or (C, D, H, W)). Options use Equinox's defaults, including stride 1
 // for the pools. Weights are initialised uniform in +-1/sqrt(fan_in), fan_in =
 // in_channels / groups * kernel taps, ConvTranspose2d included (as Equinox).
 #pragma once
@@ -67,6 +67,34 @@ struct Conv1d {
   Conv1d() = default;
   Conv1d(std::int64_t in_channels, std::int64_t out_channels, std::int64_t kernel_size,
          const Array& key, const Conv1dOptions& options = {});
+  Array operator()(const Array& x) const;
+};
+
+struct Conv3dOptions {
+  Int3 stride = 1;
+  Padding3 padding = 0;
+  Int3 dilation = 1;
+  std::int64_t groups = 1;
+  bool use_bias = true;
+};
+
+// eqx.nn.Conv3d over x (N, C, D, H, W) or (C, D, H, W) (see conv3d).
+struct Conv3d {
+  Array weight;  // (out_channels, in_channels / groups, KD, KH, KW)
+  Array bias;    // (out_channels, 1, 1, 1), or None
+  std::int64_t in_channels = 0;
+  std::int64_t out_channels = 0;
+  std::array<std::int64_t, 3> kernel_size{1, 1, 1};
+  std::array<std::int64_t, 3> stride{1, 1, 1};
+  std::array<std::array<std::int64_t, 2>, 3> padding{};
+  std::array<std::int64_t, 3> dilation{1, 1, 1};
+  std::int64_t groups = 1;
+  KILN_MODULE(Conv3d, weight, bias, in_channels, out_channels, kernel_size, stride, padding,
+              dilation, groups);
+
+  Conv3d() = default;
+  Conv3d(std::int64_t in_channels, std::int64_t out_channels, Int3 kernel_size,
+         const Array& key, const Conv3dOptions& options = {});
   Array operator()(const Array& x) const;
 };
 

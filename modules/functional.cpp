@@ -195,6 +195,51 @@ Array conv2d(const Array& x, const Array& w, const ConvOptions& o) {
   return reshape(out, Shape{n, oc, col.ho, col.wo});
 }
 
+Array conv3d(const Array& x, const Array& w, const Conv3dFunctionOptions& o) {
+  constexpr const char* kOp = "conv3d";
+  for (const auto& [a, what] : {std::pair{&x, "input"}, std::pair{&w, "kernel"}}) {
+    if (a->is_null()) throw ValueError(detail::str_cat("[", kOp, "] ", what, " is None"));
+    if (a->ndim() != 5 || !is_inexact(a->dtype())) {
+      throw ShapeError(detail::str_cat("[", kOp, "] expected a floating ", what,
+                                       " (N, C, D, H, W), got ", name(a->dtype()), " of shape ",
+                                       to_string(a->shape())));
+    }
+  }
+  check_positive(kOp, "stride", Int2(o.stride.h, o.stride.w));
+  check_positive(kOp, "dilation", Int2(o.dilation.h, o.dilation.w));
+  check_positive(kOp, "depth stride and dilation", Int2(o.stride.d, o.dilation.d));
+  const Shape& xs = x.shape();
+  const Shape& ws = w.shape();
+  const std::int64_t n = xs[0], c = xs[1], oc = ws[0], cg = ws[1], kd = ws[2];
+  if (o.groups < 1 || cg * o.groups != c || oc % o.groups != 0) {
+    throw ShapeError(detail::str_cat(
+        "[", kOp, "] input of shape ", to_string(xs), " and kernel of shape ", to_string(ws),
+        " with groups=", o.groups,
+        ": expected kernel (O, C / groups, KD, KH, KW) with C and O divisible by groups"));
+  }
+  const Array xp = nn::pad(x, {{0, 0}, {0, 0}, o.padding.d});
+  const std::int64_t sd = o.stride.d, dd = o.dilation.d;
+  const std::int64_t d_out = out_size(kOp, xp.shape()[2], kd, sd, dd);
+  const ConvOptions plane{.stride = Int2(o.stride.h, o.stride.w),
+                          .padding = Padding2(o.padding.h, o.padding.w),
+                          .dilation = Int2(o.dilation.h, o.dilation.w),
+                          .groups = o.groups};
+  Array acc;
+  for (std::int64_t t = 0; t < kd; ++t) {
+    const std::int64_t z0 = t * dd;
+    // (N, C, Do, H, W) -> (N * Do, C, H, W): every output depth is an image.
+    Array planes = slice(xp, Shape{0, 0, z0, 0, 0},
+                         Shape{n, c, z0 + (d_out - 1) * sd + 1, xs[3], xs[4]},
+                         Shape{1, 1, sd, 1, 1});
+    planes = reshape(transpose(planes, Axes{0, 2, 1, 3, 4}), Shape{n * d_out, c, xs[3], xs[4]});
+    const Array tap = reshape(slice_axis(w, 2, t, t + 1), Shape{oc, cg, ws[3], ws[4]});
+    const Array y = conv2d(planes, tap, plane);
+    acc = acc.is_null() ? y : acc + y;
+  }
+  const Shape& ys = acc.shape();
+  return transpose(reshape(acc, Shape{n, d_out, oc, ys[2], ys[3]}), Axes{0, 2, 1, 3, 4});
+}
+
 Array conv_transpose2d(const Array& x, const Array& w, const ConvTransposeOptions& o) {
   constexpr const char* kOp = "conv_transpose2d";
   check_nchw(kOp, x, "input");

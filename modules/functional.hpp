@@ -49,6 +49,36 @@ struct ConvOptions {
 // result (N, O, Ho, Wo). No bias (add it yourself, shape (O, 1, 1)).
 Array conv2d(const Array& x, const Array& w, const ConvOptions& options = {});
 
+// (depth, height, width) and per-axis (low, high) zero padding for conv3d;
+// an integer means the same for every axis, three integers symmetric padding.
+struct Int3 {
+  std::int64_t d = 1, h = 1, w = 1;
+  Int3(std::int64_t v = 1) : d(v), h(v), w(v) {}  // NOLINT: implicit by design
+  Int3(std::int64_t d_, std::int64_t h_, std::int64_t w_) : d(d_), h(h_), w(w_) {}
+  std::array<std::int64_t, 3> arr() const { return {d, h, w}; }
+};
+struct Padding3 {
+  std::array<std::int64_t, 2> d{0, 0}, h{0, 0}, w{0, 0};
+  Padding3(std::int64_t p = 0) : d{p, p}, h{p, p}, w{p, p} {}  // NOLINT: implicit
+  Padding3(std::int64_t pd, std::int64_t ph, std::int64_t pw)
+      : d{pd, pd}, h{ph, ph}, w{pw, pw} {}
+  Padding3(std::array<std::int64_t, 2> d_, std::array<std::int64_t, 2> h_,
+           std::array<std::int64_t, 2> w_)
+      : d(d_), h(h_), w(w_) {}
+  std::array<std::array<std::int64_t, 2>, 3> arr() const { return {d, h, w}; }
+};
+
+struct Conv3dFunctionOptions {
+  Int3 stride = 1;
+  Padding3 padding = 0;
+  Int3 dilation = 1;
+  std::int64_t groups = 1;
+};
+
+// conv2d's 3-D counterpart: x (N, C, D, H, W), w (O, C/groups, KD, KH, KW) ->
+// (N, O, Do, Ho, Wo); one conv2d per depth tap over the strided depth slices.
+Array conv3d(const Array& x, const Array& w, const Conv3dFunctionOptions& options = {});
+
 struct ConvTransposeOptions {
   Int2 stride = 1;
   Padding2 padding = 0;

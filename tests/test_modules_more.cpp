@@ -185,6 +185,70 @@ TEST_CASE("Conv1d with stride, padding, dilation and groups matches direct loops
                        ShapeError);
 }
 
+TEST_CASE("Conv3d with stride, asymmetric padding, dilation and groups matches direct loops") {
+  const nn::Conv3d conv(4, 2, {2, 3, 2}, random::key(7),
+                        {.stride = {2, 1, 2},
+                         .padding = {{1, 0}, {0, 1}, {1, 1}},
+                         .dilation = {1, 2, 1},
+                         .groups = 2});
+  CHECK(to_string(conv.weight.shape()) == "(2, 2, 2, 3, 2)");
+  CHECK(to_string(conv.bias.shape()) == "(2, 1, 1, 1)");
+  std::mt19937 gen(12);
+  const Array x = testing::uniform_array(gen, {2, 4, 5, 6, 5}, f32);
+  const Array y = conv(x);
+  // D: (5 + 1 - 2) / 2 + 1 = 3; H: (6 + 1 - 5) / 1 + 1 = 3; W: (5 + 2 - 2) / 2 + 1 = 3.
+  REQUIRE(to_string(y.shape()) == "(2, 2, 3, 3, 3)");
+  const auto xv = x.to_vector<float>(), wv = conv.weight.to_vector<float>();
+  const auto bv = conv.bias.to_vector<float>();
+  const int s[3] = {2, 1, 2}, lo[3] = {1, 0, 1}, dil[3] = {1, 2, 1}, k[3] = {2, 3, 2};
+  const int in[3] = {5, 6, 5};
+  std::vector<float> want;
+  for (int n = 0; n < 2; ++n) {
+    for (int o = 0; o < 2; ++o) {
+      for (int od = 0; od < 3; ++od) {
+        for (int oh = 0; oh < 3; ++oh) {
+          for (int ow = 0; ow < 3; ++ow) {
+            double acc = bv[o];
+            for (int ci = 0; ci < 2; ++ci) {
+              for (int a = 0; a < k[0]; ++a) {
+                for (int b = 0; b < k[1]; ++b) {
+                  for (int e = 0; e < k[2]; ++e) {
+                    const int p0 = od * s[0] + a * dil[0] - lo[0];
+                    const int p1 = oh * s[1] + b * dil[1] - lo[1];
+                    const int p2 = ow * s[2] + e * dil[2] - lo[2];
+                    if (p0 < 0 || p0 >= in[0] || p1 < 0 || p1 >= in[1] || p2 < 0 || p2 >= in[2])
+                      continue;
+                    const int ch = o * 2 + ci;  // group o (one output per group)
+                    acc += wv[(((o * 2 + ci) * 2 + a) * 3 + b) * 2 + e] *
+                           xv[(((n * 4 + ch) * 5 + p0) * 6 + p1) * 5 + p2];
+                  }
+                }
+              }
+            }
+            want.push_back(static_cast<float>(acc));
+          }
+        }
+      }
+    }
+  }
+  check_close(y, array<float>(want, {2, 2, 3, 3, 3}), 1e-5);
+  CHECK_THROWS_WITH_AS(conv(ones({4, 5, 6})),
+                       doctest::Contains("[nn.Conv3d] expected input (N, 4, D, H, W) or (4, D, "
+                                         "H, W), got (4, 5, 6)"),
+                       ShapeError);
+}
+
+TEST_CASE("conv3d gradients equal finite differences (f64)") {
+  std::mt19937 gen(13);
+  const nn::Conv3dFunctionOptions o{
+      .stride = {2, 1, 1}, .padding = {1, 0, 1}, .dilation = {1, 1, 2}};
+  const Array x = testing::uniform_array(gen, {1, 2, 4, 3, 4});
+  const Array w = testing::uniform_array(gen, {2, 2, 2, 2, 2});
+  const Array r = testing::uniform_array(gen, nn::conv3d(x, w, o).shape());
+  testing::check_finite_differences(
+      [&](const std::vector<Array>& p) { return sum(nn::conv3d(p[0], p[1], o) * r); }, {x, w});
+}
+
 TEST_CASE("ConvTranspose2d with stride 2 places kernel-scaled copies of each pixel") {
   nn::ConvTranspose2d up(1, 1, 2, random::key(0), {.stride = 2, .use_bias = false});
   up.weight = array<float>({1, 2, 3, 4}, {1, 1, 2, 2});
