@@ -178,13 +178,15 @@ std::vector<Array> vjp(const Equation& eq, std::span<const Array> in, const Arra
       Array count = reshape(sum(mask, eq.params.as<ReduceParams>().axes, true), kept);
       return {expand_reduced(g, eq.params, x.shape()) * mask / broadcast_to(count, x.shape())};
     } else if constexpr (P == Prim::kMatmul) {
-      if (const auto& mp = eq.params.as<MatmulParams>(); mp.transpose_a || mp.transpose_b) {
-        throw ValueError("[grad] internal: a compiled matmul (transposed operand) was "
-                         "differentiated; differentiate the traced program instead");
-      }
-      const Array& a = in[0];
-      const Array& b = in[1];
-      return {ub(matmul(g, swap_last(b)), 0), ub(matmul(swap_last(a), g), 1)};
+      // A body optimized before it is differentiated (scan, while_loop, cond)
+      // may read an operand transposed (simplify_layout's BLAS-style flags):
+      // differentiate y = op(a) @ op(b), then transpose the cotangent back.
+      const auto& mp = eq.params.as<MatmulParams>();
+      const Array a = mp.transpose_a ? swap_last(in[0]) : in[0];
+      const Array b = mp.transpose_b ? swap_last(in[1]) : in[1];
+      const Array ga = matmul(g, swap_last(b)), gb = matmul(swap_last(a), g);
+      return {ub(mp.transpose_a ? swap_last(ga) : ga, 0),
+              ub(mp.transpose_b ? swap_last(gb) : gb, 1)};
     } else if constexpr (P == Prim::kReshape) {
       return {reshape(g, x.shape())};
     } else if constexpr (P == Prim::kTranspose) {

@@ -87,15 +87,7 @@ LayerNorm::LayerNorm(std::vector<std::int64_t> shape_, double eps_, bool use_wei
 }
 
 Array LayerNorm::operator()(const Array& x) const {
-  detail::check_floating_input("nn.LayerNorm", "input", x);
-  const auto k = static_cast<std::int64_t>(shape.size());
-  const Shape& xs = x.shape();
-  if (x.ndim() < k || !std::equal(shape.begin(), shape.end(), xs.end() - k)) {
-    detail::throw_input_shape("nn.LayerNorm", "input",
-                              str_cat("(..., ", kiln::detail::join(shape, ", "), ")"), xs);
-  }
-  Axes axes;
-  for (std::int64_t i = x.ndim() - k; i < x.ndim(); ++i) axes.push_back(i);
+  const Axes axes = detail::trailing_axes("nn.LayerNorm", x, shape);
   Array mu = mean(x, axes, true);
   Array centered = x - mu;
   Array var = mean(centered * centered, axes, true);

@@ -9,4 +9,7 @@
 #include "kiln/modules/functional.hpp"
 #include "kiln/modules/layers.hpp"
 #include "kiln/modules/losses.hpp"
+#include "kiln/modules/norm.hpp"
+#include "kiln/modules/recurrent.hpp"
 #include "kiln/modules/sequential.hpp"
+#include "kiln/modules/state.hpp"

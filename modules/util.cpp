@@ -1,6 +1,8 @@
 // Helpers shared by the kiln::nn layers (see util.hpp).
 #include "kiln/modules/util.hpp"
 
+#include <algorithm>
+
 #include "kiln/dsl/ops.hpp"
 #include "kiln/dsl/random.hpp"
 #include "kiln/runtime/error.hpp"
@@ -40,6 +42,37 @@ void check_floating_input(std::string_view module, std::string_view what, const 
     throw DTypeError(str_cat("[", module, "] ", what, " must be floating, got ",
                              name(a.dtype()), " of shape ", to_string(a.shape())));
   }
+}
+
+void check_channels(std::string_view module, const Array& x, std::int64_t channels) {
+  check_floating_input(module, "input", x);
+  if (x.ndim() < 2) {
+    throw_input_shape(module, "input", str_cat("(N, ", channels, ", ...)"), x.shape());
+  }
+  if (x.shape()[1] != channels) {
+    throw ShapeError(str_cat("[", module, "] input ", to_string(x.shape()), " has ",
+                             x.shape()[1], " channels, expected ", channels));
+  }
+}
+
+Axes trailing_axes(std::string_view module, const Array& x,
+                   const std::vector<std::int64_t>& shape) {
+  check_floating_input(module, "input", x);
+  const auto k = static_cast<std::int64_t>(shape.size());
+  const Shape& xs = x.shape();
+  if (x.ndim() < k || !std::equal(shape.begin(), shape.end(), xs.end() - k)) {
+    throw_input_shape(module, "input", str_cat("(..., ", kiln::detail::join(shape, ", "), ")"),
+                      xs);
+  }
+  Axes axes;
+  for (std::int64_t i = x.ndim() - k; i < x.ndim(); ++i) axes.push_back(i);
+  return axes;
+}
+
+Array per_channel(const Array& v, std::int64_t ndim) {
+  Shape s(static_cast<std::size_t>(ndim - 1), 1);
+  s[0] = v.shape()[0];
+  return reshape(v, s);
 }
 
 }  // namespace kiln::nn::detail

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string_view>
+#include <vector>
 
 #include "kiln/runtime/array.hpp"
 
@@ -22,5 +23,14 @@ Array uniform_init(const Array& key, const Shape& shape, double lim);
                                     std::string_view expected, const Shape& got);
 // ValueError "[<module>] <what> is None" when `a` is null; DTypeError unless floating.
 void check_floating_input(std::string_view module, std::string_view what, const Array& a);
+// Checks a floating `input` of shape (N, channels, ...) (at least 2 axes):
+// "[<module>] input (3, 5) has 5 channels, expected 4".
+void check_channels(std::string_view module, const Array& x, std::int64_t channels);
+// Checks a floating `input` ending in `shape` and returns those trailing axes.
+Axes trailing_axes(std::string_view module, const Array& x,
+                   const std::vector<std::int64_t>& shape);
+// `v` of shape (C,) reshaped to (C, 1, ..., 1) to broadcast against (N, C, ...)
+// of `ndim` axes.
+Array per_channel(const Array& v, std::int64_t ndim);
 
 }  // namespace kiln::nn::detail

@@ -9,6 +9,8 @@
 #include <kiln/kiln.hpp>
 #include <random>
 
+#include "finite_diff.hpp"
+
 using namespace kiln;
 
 namespace {
@@ -36,30 +38,7 @@ Array random_array(const Shape& shape, double lo = -1, double hi = 1, double gap
 // Checks grad(f) at x against central differences of f, elementwise.
 void check_fd(const std::function<Array(const std::vector<Array>&)>& f,
               const std::vector<Array>& x, double tol = 1e-6, double eps = 1e-6) {
-  std::vector<Array> g = grad(f)(x);
-  REQUIRE(g.size() == x.size());
-  for (std::size_t i = 0; i < x.size(); ++i) {
-    if (!is_inexact(x[i].dtype())) {
-      CHECK(g[i].is_null());
-      continue;
-    }
-    REQUIRE_FALSE(g[i].is_null());
-    REQUIRE(g[i].shape() == x[i].shape());
-    std::vector<double> base = x[i].to_vector<double>();
-    std::vector<double> got = g[i].to_vector<double>();
-    for (std::size_t k = 0; k < base.size(); ++k) {
-      auto at = [&](double delta) {
-        std::vector<double> v = base;
-        v[k] += delta;
-        std::vector<Array> xs = x;
-        xs[i] = array<double>(v, x[i].shape());
-        return f(xs).item<double>();
-      };
-      const double fd = (at(eps) - at(-eps)) / (2 * eps);
-      INFO("input " << i << " element " << k);
-      CHECK(got[k] == doctest::Approx(fd).epsilon(tol).scale(1.0));
-    }
-  }
+  testing::check_finite_differences(f, x, tol, eps);
 }
 
 // sum(out * w) with a fixed random w: a scalar whose gradient exercises every

@@ -11,6 +11,7 @@
 #include <random>
 #include <sstream>
 
+#include "finite_diff.hpp"
 #include "golden_file.hpp"
 
 using namespace kiln;
@@ -145,35 +146,14 @@ TEST_CASE("Conv2d on one (C, H, W) image equals the batched result for that imag
 
 TEST_CASE("conv2d gradients equal central finite differences (f64)") {
   std::mt19937 gen(7);
-  std::uniform_real_distribution<double> d(-1, 1);
-  auto rand = [&](const Shape& s) {
-    std::vector<double> v(numel(s));
-    for (double& e : v) e = d(gen);
-    return array<double>(v, s);
-  };
+  auto rand = [&](const Shape& s) { return testing::uniform_array(gen, s); };
   const nn::ConvOptions opts{.stride = {1, 2}, .padding = {{0, 1}, {2, 1}}, .dilation = {2, 1},
                              .groups = 2};
   Array x = rand({1, 4, 5, 4}), w = rand({2, 2, 2, 3});
   Array r = rand(nn::conv2d(x, w, opts).shape());
-  auto f = [&](const std::vector<Array>& p) { return sum(nn::conv2d(p[0], p[1], opts) * r); };
-  std::vector<Array> g = grad(f)(std::vector<Array>{x, w});
-  const std::vector<Array> params{x, w};
-  for (std::size_t which = 0; which < 2; ++which) {
-    std::vector<double> base = params[which].to_vector<double>();
-    std::vector<double> got = g[which].to_vector<double>();
-    for (std::size_t i = 0; i < base.size(); ++i) {
-      auto at = [&](double delta) {
-        std::vector<double> v = base;
-        v[i] += delta;
-        std::vector<Array> p = params;
-        p[which] = array<double>(v, params[which].shape());
-        return f(p).item<double>();
-      };
-      const double fd = (at(1e-6) - at(-1e-6)) / 2e-6;
-      INFO("param " << which << " element " << i);
-      CHECK(std::abs(fd - got[i]) < 1e-6);
-    }
-  }
+  testing::check_finite_differences(
+      [&](const std::vector<Array>& p) { return sum(nn::conv2d(p[0], p[1], opts) * r); },
+      {x, w});
 }
 
 TEST_CASE("MaxPool2d and AvgPool2d match Equinox") {
