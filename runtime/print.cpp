@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/runtime/half.hpp"
 #include "kiln/runtime/array.hpp"
 
 namespace kiln {
@@ -24,23 +25,6 @@ namespace {
 constexpr std::int64_t kThreshold = 1000;  // numpy's print threshold
 constexpr std::int64_t kEdgeItems = 3;     // numpy's edgeitems
 constexpr std::size_t kPrefix = 6;         // strlen("Array(")
-
-// IEEE half -> float, for printing f16 arrays on hosts without a half type.
-float half_to_float(std::uint16_t h) {
-  const std::uint32_t sign = (h >> 15) & 1u;
-  const std::uint32_t exponent = (h >> 10) & 0x1fu;
-  const std::uint32_t mantissa = h & 0x3ffu;
-  float magnitude;
-  if (exponent == 0) {
-    magnitude = std::ldexp(static_cast<float>(mantissa), -24);  // subnormal
-  } else if (exponent == 31) {
-    magnitude = mantissa == 0 ? INFINITY : NAN;
-  } else {
-    magnitude = std::ldexp(static_cast<float>(mantissa | 0x400u),
-                           static_cast<int>(exponent) - 25);
-  }
-  return sign ? -magnitude : magnitude;
-}
 
 template <class T>
 std::string format_value(T v) {

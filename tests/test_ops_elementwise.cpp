@@ -588,14 +588,37 @@ TEST_CASE(
                        ValueError);
 }
 
-TEST_CASE(
-    "the CPU backend refuses f16 with a DTypeError instead of computing "
-    "wrongly") {
-  if (default_device() != Device::cpu()) return;  // f16 is a device capability
-  CHECK_THROWS_WITH_AS(
-      astype(zeros({2}), f16),
-      doctest::Contains("[astype] f16 is not supported by the CPU backend"),
-      DTypeError);
+TEST_CASE("f16 rounds to nearest even once per operation, on every device") {
+  const auto to16 = [](std::vector<float> v) {
+    const auto n = static_cast<std::int64_t>(v.size());
+    return astype(array<float>(v, {n}), f16);
+  };
+  const auto back = [](const Array& h) { return astype(h, f32).to_vector<float>(); };
+  // Conversion: nearest, ties to even, subnormals, overflow, signs, NaN.
+  const float sub = std::ldexp(1.0f, -24);  // the smallest subnormal half
+  const std::vector<float> got = back(to16({0.1f, 65504.0f, 65520.0f, sub, sub / 2, 3 * sub / 2,
+                                            -0.0f, -1e6f, 1.0f + std::ldexp(1.0f, -11)}));
+  CHECK(got[0] == 0.0999755859375f);
+  CHECK(got[1] == 65504.0f);
+  CHECK(std::isinf(got[2]));  // rounds past the largest half
+  CHECK(got[3] == sub);
+  CHECK(got[4] == 0.0f);      // a tie: to the even 0
+  CHECK(got[5] == 2 * sub);   // a tie: to the even 2
+  CHECK(std::signbit(got[6]));
+  CHECK(got[7] == -INFINITY);
+  CHECK(got[8] == 1.0f);      // 1 + 2^-11 is a tie between 1 and 1 + 2^-10
+  CHECK(std::isnan(back(to16({NAN}))[0]));
+  // Arithmetic: each result rounded to f16 (not f32's 1.00048828125).
+  CHECK(back(to16({1.0f}) + to16({std::ldexp(1.0f, -11)}))[0] == 1.0f);
+  CHECK(back(to16({1.0f}) + to16({3 * std::ldexp(1.0f, -11)}))[0] == 1.001953125f);
+  // A reduction accumulates in f32 and rounds once: 4096 ones sum to 4096
+  // (a running f16 sum would stop at 2048).
+  CHECK(back(sum(ones({4096}, f16)))[0] == 4096.0f);
+  // Jitted (a fused group with f16 values) equals eager.
+  const Array x = to16({0.5f, -1.25f, 3.0f, 100.0f});
+  auto f = [](const Array& a) { return exp(a * 0.01) * a + 1.0; };
+  CHECK(back(filter_jit(f)(x)) == back(f(x)));
+  CHECK(f(x).dtype() == f16);
 }
 
 TEST_CASE("a None operand combined with a C++ scalar names the op") {

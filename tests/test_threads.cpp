@@ -14,6 +14,7 @@
 #include <functional>
 #include <kiln/kiln.hpp>
 #include <latch>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -146,6 +147,31 @@ TEST_CASE("eviction while other threads call: every call runs its own shape's pr
   CHECK(f.cache_size() <= 2);
   CHECK(f.eviction_count() == f.trace_count() - f.cache_size());
   CHECK(f.trace_count() > static_cast<std::size_t>(kThreads));
+}
+
+TEST_CASE("donating arrays other threads still hold: theirs are never taken") {
+  // Donation is refused for any array another handle reaches, whichever
+  // thread holds it: the holders read their values throughout, while the
+  // donating thread's call still gets the right result.
+  auto update = filter_jit([](const Array& w) { return w * 2.0f + 1.0f; });
+  const Array base = ramp2(64, 8, 0.01f);
+  const std::vector<float> want = (base * 2.0f + 1.0f).to_vector<float>();
+  const std::vector<float> base_values = base.to_vector<float>();
+  std::vector<float> worst(kThreads, 0);
+  check_no_errors(run_threads(kThreads, [&](int t) {
+    for (int i = 0; i < 20; ++i) {
+      Array mine = base;  // shares base's buffer with every thread
+      if (t % 2 == 0) {
+        const Array out = update(std::move(mine));
+        worst[t] = std::max(worst[t], max_diff(out, array<float>(want, {64, 8})));
+        if (mine.is_donated()) throw std::runtime_error("a shared array was donated");
+      } else {
+        worst[t] = std::max(worst[t], max_diff(mine, array<float>(base_values, {64, 8})));
+      }
+    }
+  }));
+  for (int t = 0; t < kThreads; ++t) CHECK(worst[t] < 1e-5f);
+  CHECK_FALSE(base.is_donated());
 }
 
 TEST_CASE("several jitted functions shared by several threads") {

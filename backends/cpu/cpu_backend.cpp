@@ -1,6 +1,8 @@
 // CPU backend dispatch: routes each primitive to its family's kernels.
 #include "kiln/backends/cpu/cpu_backend.hpp"
 
+#include "kiln/backends/cpu/half.hpp"
+
 namespace kiln::cpu {
 
 std::shared_ptr<HostBuffer> allocate(const Aval& out) {
@@ -16,6 +18,7 @@ static_assert(prims_in(PrimFamily::kWhere) == 1 && prims_in(PrimFamily::kSort) =
 std::shared_ptr<Buffer> CpuBackend::eval(Prim p, const Params& params,
                                          std::span<const Array> inputs,
                                          const Aval& out) {
+  if (computes_in_f32(p, inputs, out)) return eval_in_f32(*this, p, params, inputs, out);
   switch (family(p)) {
     case PrimFamily::kUnary:
       return eval_unary(p, params, inputs, out);

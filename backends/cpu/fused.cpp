@@ -28,6 +28,7 @@
 
 #include "kiln/backends/cpu/bits.hpp"
 #include "kiln/backends/cpu/cpu_backend.hpp"
+#include "kiln/backends/cpu/half.hpp"
 #include "kiln/backends/cpu/elementwise.hpp"
 #include "kiln/dsl/fusion.hpp"
 
@@ -403,11 +404,8 @@ std::vector<std::shared_ptr<Buffer>> CpuBackend::eval_prologue(
 std::vector<std::shared_ptr<Buffer>> CpuBackend::eval_fused(
     const FusedKernel& k, std::span<const Array> inputs,
     std::span<const std::shared_ptr<Buffer>> into) {
+  if (has_f16(k)) return eval_stepwise(*this, k, inputs);
   const Program& b = k.body;
-  for (const Equation& eq : b.equations) {
-    for (ValueId in : eq.inputs) check_host_dtype(eq.prim, b.avals[in].dtype);
-    check_host_dtype(eq.prim, b.avals[eq.output].dtype);
-  }
   switch (k.kind) {
     case FusedKernel::Kind::kMatmulEpilogue:
       return eval_epilogue(k, inputs, into);

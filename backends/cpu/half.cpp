@@ -1,0 +1,87 @@
+// f16 on the CPU: arrays are stored as IEEE halves and every primitive that
+// does arithmetic on them runs in f32 on widened copies, its result rounded to
+// f16 once (runtime/half.hpp: nearest, ties to even). That is numpy's and the
+// GPUs' per-operation rounding; reductions accumulate in f32 (as XLA does on
+// the CPU). Layout primitives move f16 bytes as they are.
+#include "kiln/backends/cpu/half.hpp"
+
+#include <algorithm>
+
+#include "kiln/backends/cpu/cpu_backend.hpp"
+#include "kiln/dsl/fusion.hpp"
+#include "kiln/dsl/program.hpp"
+#include "kiln/runtime/half.hpp"
+
+namespace kiln::cpu {
+namespace {
+
+Array widen(const Array& a) {
+  auto buf = HostBuffer::allocate(static_cast<std::size_t>(a.size()) * sizeof(float));
+  const auto* h = static_cast<const std::uint16_t*>(a.buffer()->host_data());
+  auto* f = static_cast<float*>(buf->host_data());
+  for (std::int64_t i = 0; i < a.size(); ++i) f[i] = half_to_float(h[i]);
+  return Array(DType::kF32, a.shape(), std::move(buf));
+}
+
+std::shared_ptr<Buffer> narrow(const std::shared_ptr<Buffer>& wide, std::int64_t n) {
+  auto buf = HostBuffer::allocate(static_cast<std::size_t>(n) * sizeof(std::uint16_t));
+  const auto* f = static_cast<const float*>(wide->host_data());
+  auto* h = static_cast<std::uint16_t*>(buf->host_data());
+  for (std::int64_t i = 0; i < n; ++i) h[i] = float_to_half(f[i]);
+  return buf;
+}
+
+bool any_f16(std::span<const Array> inputs, DType out) {
+  return out == DType::kF16 ||
+         std::any_of(inputs.begin(), inputs.end(), [](const Array& a) { return a.dtype() == DType::kF16; });
+}
+
+}  // namespace
+
+bool computes_in_f32(Prim p, std::span<const Array> inputs, const Aval& out) {
+  switch (family(p)) {
+    case PrimFamily::kIdentity: case PrimFamily::kLayout: case PrimFamily::kControl:
+      return false;  // no arithmetic: f16 bytes move as they are
+    case PrimFamily::kUnary: case PrimFamily::kBinary: case PrimFamily::kWhere:
+    case PrimFamily::kAstype: case PrimFamily::kReduce: case PrimFamily::kArgReduce:
+    case PrimFamily::kScan: case PrimFamily::kSort: case PrimFamily::kMatmul:
+    case PrimFamily::kIndex: case PrimFamily::kCreation:
+      return any_f16(inputs, out.dtype);
+  }
+  return false;
+}
+
+std::shared_ptr<Buffer> eval_in_f32(Backend& backend, Prim p, const Params& params,
+                                    std::span<const Array> inputs, const Aval& out) {
+  std::vector<Array> wide;
+  wide.reserve(inputs.size());
+  for (const Array& a : inputs) wide.push_back(a.dtype() == DType::kF16 ? widen(a) : a);
+  if (out.dtype != DType::kF16) return backend.eval(p, params, wide, out);
+  const Aval wide_out{DType::kF32, out.shape};
+  return narrow(backend.eval(p, params, wide, wide_out), numel(out.shape));
+}
+
+bool has_f16(const FusedKernel& k) {
+  return std::any_of(k.body.avals.begin(), k.body.avals.end(),
+                     [](const Aval& a) { return a.dtype == DType::kF16; });
+}
+
+std::vector<std::shared_ptr<Buffer>> eval_stepwise(Backend& backend, const FusedKernel& k,
+                                                   std::span<const Array> inputs) {
+  const Program& b = k.body;
+  std::vector<Array> env(b.num_values());
+  for (std::size_t i = 0; i < b.inputs.size(); ++i) env[b.inputs[i]] = inputs[i];
+  for (std::size_t i = 0; i < b.constants.size(); ++i) env[b.constants[i]] = b.constant_values[i];
+  std::vector<Array> args;
+  for (const Equation& eq : b.equations) {
+    args.clear();
+    for (ValueId v : eq.inputs) args.push_back(env[v]);
+    const Aval& out = b.avals[eq.output];
+    env[eq.output] = Array(out.dtype, out.shape, backend.eval(eq.prim, eq.params, args, out));
+  }
+  std::vector<std::shared_ptr<Buffer>> outs;
+  for (ValueId v : b.outputs) outs.push_back(env[v].buffer());
+  return outs;
+}
+
+}  // namespace kiln::cpu
