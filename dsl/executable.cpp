@@ -147,6 +147,7 @@ std::vector<Array> Executable::run_steps(std::vector<Array>& env, std::size_t li
   ProgramScope scope(backend);
   for (std::size_t s = 0; s < steps_.size(); ++s) {
     const Step& step = steps_[s];
+    bool launched = true;
     if (step.equation != nullptr && !subs_[s].empty()) {
       // Control flow: the driver runs the compiled bodies (dsl/control_run.hpp).
       args.clear();
@@ -172,6 +173,14 @@ std::vector<Array> Executable::run_steps(std::vector<Array>& env, std::size_t li
         live_bytes += results[i].nbytes();
         env[ids[i]] = std::move(results[i]);
       }
+    } else if (step.equation != nullptr && has_trait(step.equation->prim, PrimTrait::kAlias)) {
+      // reshape, bitcast, stop_gradient: the operand's bytes under the
+      // result's aval (arrays are immutable), no backend call, no launch.
+      const Equation& eq = *step.equation;
+      const Aval& out = p.avals[eq.output];
+      env[eq.output] = Array(out.dtype, out.shape, env[eq.inputs[0]].buffer());
+      live_bytes += env[eq.output].nbytes();
+      launched = false;
     } else if (step.equation != nullptr) {
       args.clear();
       for (ValueId v : step.inputs) args.push_back(env[v]);
@@ -220,7 +229,7 @@ std::vector<Array> Executable::run_steps(std::vector<Array>& env, std::size_t li
         env[step.outputs[o]] = Array(out.dtype, out.shape, std::move(bufs[o]));
       }
     }
-    ++local.launches;
+    if (launched) ++local.launches;
     local.peak_bytes = std::max(local.peak_bytes, live_bytes);
     args.clear();
     for (ValueId v : release_after_[s]) {

@@ -590,6 +590,21 @@ TEST_CASE("compiled programs fuse elementwise chains and report launches and pea
   CHECK(fused.last_run().peak_bytes == 2 * bytes);
   CHECK(fused.compiled_text().find("fused[shape=(1024)]") != std::string::npos);
   CHECK(unfused.compiled_text().find("fused") == std::string::npos);
+  // Steps that move no data (reshape, bitcast, stop_gradient: kAlias) bind
+  // their result to the operand's buffer without a launch, fused or not.
+  for (const bool fuse : {false, true}) {
+    auto views = filter_jit(
+        [](const Array& x) {
+          return std::tuple{reshape(x, {32, 32}), stop_gradient(reshape(x, {4, 256})),
+                            bitcast(x, u32)};
+        },
+        {.fusion = {.enabled = fuse}});
+    const auto [a, b, c] = views(ramp(n));
+    CHECK(views.last_run().launches == 0);
+    check_close(reshape(a, {n}), ramp(n));
+    check_close(reshape(b, {n}), ramp(n));
+    CHECK(c.to_vector<std::uint32_t>() == bitcast(ramp(n), u32).to_vector<std::uint32_t>());
+  }
 }
 
 TEST_CASE("a jitted dense layer (matmul with a transposed weight, bias, relu) equals eager") {
