@@ -152,6 +152,7 @@ int main() {
   }
   write("npy_header", "scalar.npy", detail::npy::make_header(DType::kF32, {}));
   write("npy_header", "vector.npy", detail::npy::make_header(DType::kF32, {7}));
+  write("npy_header", "manifest.npy", detail::npy::make_bytes_header(895));
   {
     // numpy's 2.0 header (4-byte length), as it writes for long dicts.
     std::string dict = "{'descr': '<f8', 'fortran_order': False, 'shape': (4, 0, 5), }";
