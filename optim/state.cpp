@@ -1,11 +1,12 @@
 // optim::State in checkpoints: its per-parameter buffers named by parameter
 // path (State::kiln_member_paths), from the slot paths of the gradient
 // structure that update indexes the buffers by (array_slot_paths).
+#include "kiln/optim/state.hpp"
+
 #include <charconv>
 #include <string_view>
 
 #include "kiln/optim/stage_math.hpp"
-#include "kiln/optim/state.hpp"
 #include "kiln/runtime/strings.hpp"
 
 namespace kiln::optim {
@@ -75,9 +76,9 @@ void State::kiln_member_paths(std::span<const StaticValue> statics,
       continue;
     }
     const std::string buffer =
-        plain_key(key)
-            ? kiln::detail::str_cat("stages[", stage, "].", key)
-            : kiln::detail::str_cat("stages[", stage, "].leaves[\"", key, "\"]");
+        plain_key(key) ? kiln::detail::str_cat("stages[", stage, "].", key)
+                       : kiln::detail::str_cat("stages[", stage, "].leaves[\"",
+                                               key, "\"]");
     path = tree::join_path(buffer, params[slot]);
   }
 }

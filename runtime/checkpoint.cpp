@@ -147,10 +147,9 @@ void check_unique_members(const Manifest& manifest, std::string_view ctx) {
     const auto [it, fresh] =
         taken.emplace(node.member, tree::display_path(node.path));
     if (!fresh) {
-      throw CheckpointError(str_cat(ctx, ": ", it->second, " and ",
-                                    tree::display_path(node.path),
-                                    " would both be stored as member \"",
-                                    node.member, "\""));
+      throw CheckpointError(
+          str_cat(ctx, ": ", it->second, " and ", tree::display_path(node.path),
+                  " would both be stored as member \"", node.member, "\""));
     }
   }
 }

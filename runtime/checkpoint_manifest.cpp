@@ -499,7 +499,8 @@ void apply_member_paths(const TreeDefData& d, Manifest& m) {
     }
     n.info->member_paths(statics, paths);
     for (std::size_t k = 0; k < arrays.size(); ++k) {
-      m.nodes[arrays[k]].member = member_name(tree::join_path(prefix, paths[k]));
+      m.nodes[arrays[k]].member =
+          member_name(tree::join_path(prefix, paths[k]));
     }
     i += n.size;
   }

@@ -224,8 +224,7 @@ void check_member_size(const ZipReader& zip, const ZipReader::Entry& e,
 std::string read_manifest_npy(ZipReader& zip, const ZipReader::Entry& e) {
   zip.open(std::string(kManifestMember), e);
   const std::string header = read_npy_header(zip);
-  const std::uint64_t n =
-      npy::parse_bytes_header(header, zip.member_context());
+  const std::uint64_t n = npy::parse_bytes_header(header, zip.member_context());
   if (n > kMaxManifestBytes) zip.fail_member("too large");
   check_member_size(zip, e, header.size(), n,
                     str_cat("a manifest of ", n, " bytes"));
@@ -253,7 +252,8 @@ std::string read_manifest(ZipReader& zip) {
   if (const ZipReader::Entry* e = zip.find(std::string(kManifestMember))) {
     return read_manifest_npy(zip, *e);
   }
-  if (const ZipReader::Entry* e = zip.find(std::string(kLegacyManifestMember))) {
+  if (const ZipReader::Entry* e =
+          zip.find(std::string(kLegacyManifestMember))) {
     return read_manifest_text(zip, *e);
   }
   zip.fail(str_cat("no kiln manifest (", kManifestMember,
@@ -277,9 +277,9 @@ Array read_array(ZipReader& zip, const ManifestNode& node) {
   // parse_header checked that the byte size fits.
   const auto nbytes =
       static_cast<std::size_t>(shape_size(h.shape, size_of(h.dtype)).bytes);
-  check_member_size(zip, *e, header.size(), nbytes,
-                    str_cat("a ", to_string(h.shape), " ", name(h.dtype),
-                            " array"));
+  check_member_size(
+      zip, *e, header.size(), nbytes,
+      str_cat("a ", to_string(h.shape), " ", name(h.dtype), " array"));
   auto buf = HostBuffer::allocate(nbytes);
   zip.read_exact(buf->host_data(), nbytes);
   zip.finish();

@@ -146,7 +146,7 @@ DType dtype_of_descr(const std::string& d, std::string_view context) {
     fail(context, str_cat("big-endian data ('", d, "') is not supported"));
   }
   fail(context, str_cat("unsupported dtype '", d,
-                         "' (kiln reads |b1, <i4, <u4, <f2, <f4, <f8)"));
+                        "' (kiln reads |b1, <i4, <u4, <f2, <f4, <f8)"));
 }
 
 }  // namespace

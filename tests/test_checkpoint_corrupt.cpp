@@ -194,23 +194,22 @@ TEST_CASE("bad .npy headers, sizes and manifests give clear errors") {
     REQUIRE(at != std::string::npos);
     return t.replace(at, from.size(), to);
   };
-  check_corrupt(
-      with_text(replaced("kiln-checkpoint\t1", "kiln-checkpoint\t2")),
-      like,
-      "manifest version 2 is not supported (this kiln reads "
-      "version 1)");
+  check_corrupt(with_text(replaced("kiln-checkpoint\t1", "kiln-checkpoint\t2")),
+                like,
+                "manifest version 2 is not supported (this kiln reads "
+                "version 1)");
   check_corrupt(with_text("PK garbage"), like,
                 "corrupt manifest (line 1): unterminated line");
-  check_corrupt(with_text(replaced("\tf32\t2,3\t", "\tf32\t2,-3\t")),
-                like, "corrupt manifest (line 6): bad dimension '-3'");
-  check_corrupt(with_text(replaced("\tf32\t2,3\t", "\tc64\t2,3\t")),
-                like, "corrupt manifest (line 6): unknown dtype 'c64'");
+  check_corrupt(with_text(replaced("\tf32\t2,3\t", "\tf32\t2,-3\t")), like,
+                "corrupt manifest (line 6): bad dimension '-3'");
+  check_corrupt(with_text(replaced("\tf32\t2,3\t", "\tc64\t2,3\t")), like,
+                "corrupt manifest (line 6): unknown dtype 'c64'");
   check_corrupt(with_text(replaced("list\t2\t", "list\t9\t")), like,
                 "corrupt manifest (line ");
   check_corrupt(with_text(replaced("list\t2\t", "list\t1\t")), like,
                 "corrupt manifest (line ");
-  check_corrupt(with_text(replaced("\nnone\t0\t", "\nnone\t1\t")),
-                like, "corrupt manifest (line 7): a leaf with children");
+  check_corrupt(with_text(replaced("\nnone\t0\t", "\nnone\t1\t")), like,
+                "corrupt manifest (line 7): a leaf with children");
   check_corrupt(with_text(text.substr(0, text.size() - 1)), like,
                 "corrupt manifest (line 20): unterminated line");
   check_corrupt(with_text(replaced("treedef\t", "treedef\t\\q")), like,
@@ -220,11 +219,13 @@ TEST_CASE("bad .npy headers, sizes and manifests give clear errors") {
   // that disagrees with the data.
   const std::string m = "member \"" + kManifest + "\": ";
   const std::string n = std::to_string(text.size());
-  check_corrupt(tampered(kManifest, npy(dict("<f4", "False", "(" + n + ",)"),
-                                        text)),
-                like,
-                m + "bad npy header: expected a 1-d |u1 array, got '<f4' of "
-                    "shape (" + n + ",)");
+  check_corrupt(
+      tampered(kManifest, npy(dict("<f4", "False", "(" + n + ",)"), text)),
+      like,
+      m +
+          "bad npy header: expected a 1-d |u1 array, got '<f4' of "
+          "shape (" +
+          n + ",)");
   check_corrupt(
       tampered(kManifest, npy(dict("|u1", "False", "(1, " + n + ")"), text)),
       like,

@@ -71,7 +71,8 @@ TEST_CASE("optimizer state members are named by the parameter's path") {
         std::string::npos);
 
   // Loaded into a fresh state: same values, same structure (the jit key).
-  const TrainState loaded = load_checkpoint(dir / "train.npz", fresh_train_state());
+  const TrainState loaded =
+      load_checkpoint(dir / "train.npz", fresh_train_state());
   check_identical_leaves(loaded, saved);
   CHECK(tree::structure(loaded) == tree::structure(saved));
 
@@ -142,20 +143,22 @@ TEST_CASE("a checkpoint written before issue 18 (text manifest) still loads") {
                          got);
 }
 
-TEST_CASE("a struct's kiln_member_paths names its members; clashes are errors") {
+TEST_CASE(
+    "a struct's kiln_member_paths names its members; clashes are errors") {
   TempDir dir;
   const std::vector<Pair> pairs{{scalar<float>(1), scalar<float>(2), 1}};
   save_checkpoint(dir / "p.npz", pairs);
   CHECK(member_names(dir / "p.npz") ==
         std::vector<std::string>{kManifest, "[0].a_1.npy", "[0].b_1.npy"});
   const auto back = load_checkpoint(
-      dir / "p.npz", std::vector<Pair>{{scalar<float>(0), scalar<float>(0), 1}});
+      dir / "p.npz",
+      std::vector<Pair>{{scalar<float>(0), scalar<float>(0), 1}});
   CHECK(back[0].b.item<float>() == 2);
 
   const std::string file = (dir / "bad.npz").string();
   CHECK_THROWS_WITH_AS(
-      save_checkpoint(file, std::vector<Pair>{{scalar<float>(1),
-                                               scalar<float>(2), 0}}),
+      save_checkpoint(
+          file, std::vector<Pair>{{scalar<float>(1), scalar<float>(2), 0}}),
       ("[save_checkpoint] " + file +
        ": [0].a and [0].b would both be stored as member \"[0].same.npy\"")
           .c_str(),
