@@ -17,6 +17,10 @@ namespace kiln::optim::detail {
 
 using Paths = std::vector<std::string>;
 
+// One path per array slot (array or None) of a gradient structure, in flatten
+// order: what StageState::leaves vectors are indexed by.
+Paths array_slot_paths(const TreeDef& def);
+
 struct StageCtx {
   std::size_t index;
   std::string_view name;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <map>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,16 @@ struct State {
   TreeDef gradient_structure;
   std::vector<StageState> stages;
   KILN_MODULE(State, gradient_structure, stages);
+
+  // How a checkpoint names the state's arrays (see StructInfo::member_paths):
+  // a per-parameter buffer by the parameter's path in the gradient structure,
+  // "stages[0].leaves[\"mu\"][2]" as "stages[0].mu.layers[1].weight" (keys that
+  // are not identifiers, or are a StageState field's name, stay quoted:
+  // "stages[0].leaves[\"odd key\"].layers[1].weight"); scalars keep their tree
+  // paths. Only names in the file change, so the structure (and the jit key)
+  // does not.
+  static void kiln_member_paths(std::span<const StaticValue> statics,
+                                std::span<std::string> paths);
 };
 
 }  // namespace kiln::optim

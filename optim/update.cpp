@@ -19,15 +19,6 @@ namespace {
 using kiln::detail::join;
 using kiln::detail::str_cat;
 
-// One path per array slot (array or None), in flatten order.
-Paths array_slot_paths(const TreeDef& def) {
-  Paths out;
-  for (const SlotPath& s : tree::slot_paths(def)) {
-    if (s.kind != NodeKind::kStatic) out.push_back(s.path);
-  }
-  return out;
-}
-
 // Structures that passed a check, with their slot paths. A training loop
 // calls update with the same few structures every step, so the diff and path
 // formatting run once per structure; a hit costs a hash lookup and a TreeDef

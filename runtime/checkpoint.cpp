@@ -16,6 +16,7 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <unordered_map>
 
 #include "kiln/dsl/ops.hpp"  // to_device (as runtime/xtensor.hpp)
 #include "kiln/runtime/checkpoint_manifest.hpp"
@@ -135,6 +136,24 @@ struct TempFile {
   }
 };
 
+// Two arrays (or an array and the manifest) in one member would make the file
+// unreadable: a field named __kiln_manifest__, or a struct's member_paths
+// hook giving two arrays one path.
+void check_unique_members(const Manifest& manifest, std::string_view ctx) {
+  std::unordered_map<std::string_view, std::string> taken{
+      {detail::ckpt::kManifestMember, "the manifest"}};
+  for (const detail::ckpt::ManifestNode& node : manifest.nodes) {
+    if (node.kind != NodeKind::kArray) continue;
+    const auto [it, fresh] =
+        taken.emplace(node.member, tree::display_path(node.path));
+    if (!fresh) {
+      throw CheckpointError(
+          str_cat(ctx, ": ", it->second, " and ", tree::display_path(node.path),
+                  " would both be stored as member \"", node.member, "\""));
+    }
+  }
+}
+
 }  // namespace
 
 namespace detail {
@@ -152,13 +171,15 @@ void save_checkpoint_flat(const std::filesystem::path& path, const TreeDef& def,
     }
   }
   const Manifest manifest = ckpt::make_manifest(def, leaves);
+  check_unique_members(manifest, ctx);
   TempFile tmp{temp_path(path)};
   {
     ZipWriter zip(tmp.path, options.compress, ctx);
     const std::string manifest_name(ckpt::kManifestMember);
-    const std::string text = ckpt::format_manifest(manifest);
-    zip.begin(manifest_name, text.size());
-    zip.write(text.data(), text.size(), manifest_name);
+    const std::string data =
+        ckpt::manifest_member_data(ckpt::format_manifest(manifest));
+    zip.begin(manifest_name, data.size());
+    zip.write(data.data(), data.size(), manifest_name);
     zip.end(manifest_name);
     std::size_t leaf = 0;
     std::vector<char> staging;

@@ -5,14 +5,25 @@
 //   save_checkpoint("model.npz", model);          // atomic: temp file + rename
 //   MLP restored = load_checkpoint("model.npz", model_template);
 //
-// The file is a zip archive with one .npy member per array leaf, named by the
-// leaf's tree path ("layers[1].bias.npy"; "root.npy" for a tree that is one
-// array; bytes outside printable ASCII and '/', '\', '%' are %XX-escaped), and
-// a text member "__kiln_manifest__.txt" recording every node of the TreeDef:
-// its path, kind, struct type and fields, container lengths, None slots, array
-// dtype and shape, and each static leaf's type and value (as printed). None
-// leaves and statics have no .npy member. numpy.load(path)["layers[1].bias"] is
-// the array.
+// The file is a zip archive whose members are all .npy arrays, so
+//   d = numpy.load("model.npz"); {k: d[k].shape for k in d.files}
+// works, and d["layers[1].bias"] is that array:
+//   - one member per array leaf, named by the leaf's tree path
+//     ("layers[1].bias.npy"; "root.npy" for a tree that is one array; bytes
+//     outside printable ASCII and '/', '\', '%' are %XX-escaped). None
+//     leaves and statics have no member.
+//   - "__kiln_manifest__.npy", the manifest text as a 1-d uint8 array
+//     (bytes(d["__kiln_manifest__"]).decode()): one tab-separated record per
+//     TreeDef node with its tree path, kind, struct type and fields, container
+//     length, array dtype, shape and member, and each static leaf's type and
+//     value (as printed).
+//   - an optim::State's per-parameter buffers are named by the parameter's
+//     path: "opt_state.stages[0].mu.layers[1].weight" for the tree path
+//     opt_state.stages[0].leaves["mu"][2]; its scalars keep their tree paths
+//     ("opt_state.stages[0].scalars[\"count\"]"). Any registered struct can
+//     name its members so (StructInfo::member_paths in tree_def.hpp).
+// Files written before the manifest was an array (a text member
+// "__kiln_manifest__.txt", slot-indexed optimizer members) still load.
 #pragma once
 
 #include <filesystem>
@@ -50,7 +61,8 @@ struct LoadOptions {
 // to "<path>.tmp.<pid>.<random>", flushed to disk, then renamed over `path`,
 // so a failed or interrupted save leaves any previous file at `path` intact.
 // Array values are read through their buffers (any device); tracers cannot be
-// saved. Throws CheckpointError on IO errors (naming the file and the reason).
+// saved. Throws CheckpointError on IO errors (naming the file and the reason)
+// and when two arrays would be stored as one member (naming both paths).
 template <class T>
 void save_checkpoint(const std::filesystem::path& path, const T& tree,
                      const SaveOptions& options = {});

@@ -17,6 +17,7 @@
 #include <utility>
 
 #include "kiln/runtime/checkpoint.hpp"
+#include "kiln/runtime/npy.hpp"
 #include "kiln/runtime/strings.hpp"
 #include "kiln/runtime/tree_internal.hpp"
 
@@ -471,6 +472,40 @@ class Comparer {
   std::vector<std::size_t> file_arrays_;  // by template node
 };
 
+// Members of arrays under a struct with a member_paths hook (the outermost
+// one where they nest) are named by the paths it gives.
+void apply_member_paths(const TreeDefData& d, Manifest& m) {
+  for (std::size_t i = 0; i < d.nodes.size();) {
+    const DefNode& n = d.nodes[i];
+    if (n.kind != NodeKind::kStruct || n.info->member_paths == nullptr) {
+      ++i;
+      continue;
+    }
+    const std::string& prefix = m.nodes[i].path;
+    std::vector<StaticValue> statics;
+    std::vector<std::size_t> arrays;
+    std::vector<std::string> paths;
+    for (std::size_t j = i + 1; j < i + n.size; ++j) {
+      if (d.nodes[j].kind == NodeKind::kStatic) {
+        statics.push_back(d.statics[d.nodes[j].aux]);
+      } else if (d.nodes[j].kind == NodeKind::kArray) {
+        arrays.push_back(j);
+        // Below the struct: "<prefix>.field..." (or "field..." at the root).
+        std::string_view rel(m.nodes[j].path);
+        rel.remove_prefix(prefix.size());
+        if (!prefix.empty() && rel.starts_with('.')) rel.remove_prefix(1);
+        paths.emplace_back(rel);
+      }
+    }
+    n.info->member_paths(statics, paths);
+    for (std::size_t k = 0; k < arrays.size(); ++k) {
+      m.nodes[arrays[k]].member =
+          member_name(tree::join_path(prefix, paths[k]));
+    }
+    i += n.size;
+  }
+}
+
 }  // namespace
 
 std::string member_name(std::string_view path) {
@@ -517,6 +552,7 @@ Manifest make_manifest(const TreeDef& def, std::span<const Array> leaves) {
     m.nodes.push_back(std::move(out));
   };
   walk(d, 0, path, fn);
+  apply_member_paths(d, m);
   return m;
 }
 
@@ -536,6 +572,10 @@ std::string format_manifest(const Manifest& m) {
     out += '\n';
   }
   return out;
+}
+
+std::string manifest_member_data(std::string_view text) {
+  return str_cat(npy::make_bytes_header(text.size()), text);
 }
 
 Manifest parse_manifest(std::string_view text, std::string_view context) {

@@ -16,7 +16,16 @@
 
 namespace kiln::detail::ckpt {
 
-inline constexpr std::string_view kManifestMember = "__kiln_manifest__.txt";
+// The manifest member: its text as a 1-d uint8 .npy array, so that
+// numpy.load reads every member of a checkpoint as an array
+// (bytes(d["__kiln_manifest__"]).decode() is the text).
+inline constexpr std::string_view kManifestMember = "__kiln_manifest__.npy";
+// Where files written before that keep the text itself (numpy.load returns
+// it as bytes). Still read when there is no kManifestMember.
+inline constexpr std::string_view kLegacyManifestMember =
+    "__kiln_manifest__.txt";
+// The contents of kManifestMember for a manifest's text.
+std::string manifest_member_data(std::string_view text);
 
 struct ManifestNode {
   std::string path;

@@ -196,24 +196,68 @@ class ZipReader {
   std::unordered_map<std::string, Entry> entries_;
 };
 
-std::string read_manifest(ZipReader& zip) {
-  const std::string name(kManifestMember);
-  const ZipReader::Entry* e = zip.find(name);
-  if (e == nullptr) {
-    zip.fail(str_cat("no kiln manifest (", name,
-                     "): not a kiln checkpoint (numpy.savez files have none)"));
+// The header of the open .npy member (its whole length, not parsed yet).
+std::string read_npy_header(ZipReader& zip) {
+  std::string header(npy::kPreludeBytes, '\0');
+  zip.read_exact(header.data(), header.size());
+  const std::size_t header_bytes =
+      npy::header_size(header, zip.member_context());
+  if (header_bytes < header.size()) zip.fail_member("npy header too short");
+  header.resize(header_bytes);
+  zip.read_exact(header.data() + npy::kPreludeBytes,
+                 header_bytes - npy::kPreludeBytes);
+  return header;
+}
+
+// The rest of the open member, which must be `nbytes` long after its
+// `header_bytes` of header (the directory's size is checked, not trusted).
+void check_member_size(const ZipReader& zip, const ZipReader::Entry& e,
+                       std::size_t header_bytes, std::uint64_t nbytes,
+                       std::string_view what) {
+  if (e.size != header_bytes + nbytes) {
+    zip.fail_member(str_cat("holds ", e.size, " bytes, but ", what, " takes ",
+                            header_bytes + nbytes, " (wrong element count)"));
   }
-  zip.open(name, *e);
+}
+
+// __kiln_manifest__.npy: the text as a 1-d uint8 array.
+std::string read_manifest_npy(ZipReader& zip, const ZipReader::Entry& e) {
+  zip.open(std::string(kManifestMember), e);
+  const std::string header = read_npy_header(zip);
+  const std::uint64_t n = npy::parse_bytes_header(header, zip.member_context());
+  if (n > kMaxManifestBytes) zip.fail_member("too large");
+  check_member_size(zip, e, header.size(), n,
+                    str_cat("a manifest of ", n, " bytes"));
+  std::string text(static_cast<std::size_t>(n), '\0');
+  zip.read_exact(text.data(), text.size());
+  zip.finish();
+  return text;
+}
+
+// __kiln_manifest__.txt (files written before the manifest was an array).
+std::string read_manifest_text(ZipReader& zip, const ZipReader::Entry& e) {
+  zip.open(std::string(kLegacyManifestMember), e);
   std::string text;
   char buf[65536];
   while (std::size_t n = zip.read(buf, sizeof(buf))) {
     text.append(buf, n);
     if (text.size() > kMaxManifestBytes) zip.fail_member("too large");
   }
-  if (text.size() != e->size)
-    zip.fail_member("size differs from the directory");
+  if (text.size() != e.size) zip.fail_member("size differs from the directory");
   zip.finish();
   return text;
+}
+
+std::string read_manifest(ZipReader& zip) {
+  if (const ZipReader::Entry* e = zip.find(std::string(kManifestMember))) {
+    return read_manifest_npy(zip, *e);
+  }
+  if (const ZipReader::Entry* e =
+          zip.find(std::string(kLegacyManifestMember))) {
+    return read_manifest_text(zip, *e);
+  }
+  zip.fail(str_cat("no kiln manifest (", kManifestMember,
+                   "): not a kiln checkpoint (numpy.savez files have none)"));
 }
 
 Array read_array(ZipReader& zip, const ManifestNode& node) {
@@ -223,15 +267,8 @@ Array read_array(ZipReader& zip, const ManifestNode& node) {
                      tree::display_path(node.path), " is missing"));
   }
   zip.open(node.member, *e);
-  const std::string ctx = zip.member_context();
-  std::string header(npy::kPreludeBytes, '\0');
-  zip.read_exact(header.data(), header.size());
-  const std::size_t header_bytes = npy::header_size(header, ctx);
-  if (header_bytes < header.size()) zip.fail_member("npy header too short");
-  header.resize(header_bytes);
-  zip.read_exact(header.data() + npy::kPreludeBytes,
-                 header_bytes - npy::kPreludeBytes);
-  const npy::Header h = npy::parse_header(header, ctx);
+  const std::string header = read_npy_header(zip);
+  const npy::Header h = npy::parse_header(header, zip.member_context());
   if (h.dtype != node.dtype || h.shape != node.shape) {
     zip.fail_member(str_cat("npy header says ", name(h.dtype), " ",
                             to_string(h.shape), ", the manifest ",
@@ -240,12 +277,9 @@ Array read_array(ZipReader& zip, const ManifestNode& node) {
   // parse_header checked that the byte size fits.
   const auto nbytes =
       static_cast<std::size_t>(shape_size(h.shape, size_of(h.dtype)).bytes);
-  if (e->size != header_bytes + nbytes) {
-    zip.fail_member(str_cat("holds ", e->size, " bytes, but a ",
-                            to_string(h.shape), " ", name(h.dtype),
-                            " array takes ", header_bytes + nbytes,
-                            " (wrong element count)"));
-  }
+  check_member_size(
+      zip, *e, header.size(), nbytes,
+      str_cat("a ", to_string(h.shape), " ", name(h.dtype), " array"));
   auto buf = HostBuffer::allocate(nbytes);
   zip.read_exact(buf->host_data(), nbytes);
   zip.finish();

@@ -23,15 +23,21 @@ class DictParser {
   DictParser(std::string_view text, std::string_view context)
       : s_(text), context_(context) {}
 
-  Header parse() {
+  // The dict's fields, the descr not yet mapped to a dtype.
+  struct Raw {
+    std::string descr;
+    Shape shape;
+  };
+
+  Raw parse() {
     bool have_descr = false, have_order = false, have_shape = false;
-    Header h;
+    Raw h;
     expect('{');
     while (!peek('}')) {
       const std::string key = string();
       expect(':');
       if (key == "descr") {
-        h.dtype = dtype_of_descr(string());
+        h.descr = string();
         have_descr = true;
       } else if (key == "fortran_order") {
         fortran_ = boolean();
@@ -53,16 +59,19 @@ class DictParser {
     if (fortran_ && h.shape.size() > 1) {
       fail(context_, "Fortran-order arrays are not supported");
     }
-    if (const ShapeSize size = shape_size(h.shape, size_of(h.dtype)); !size.ok()) {
-      bad(size.error);
-    }
     return h;
   }
 
- private:
   [[noreturn]] void bad(std::string_view what) {
     fail(context_, str_cat("bad npy header: ", what));
   }
+  void check_size(const Shape& shape, std::size_t element_bytes) {
+    if (const ShapeSize size = shape_size(shape, element_bytes); !size.ok()) {
+      bad(size.error);
+    }
+  }
+
+ private:
   void skip_space() {
     while (pos_ < s_.size() && (s_[pos_] == ' ' || s_[pos_] == '\n' ||
                                 s_[pos_] == '\t' || s_[pos_] == '\r')) {
@@ -122,23 +131,23 @@ class DictParser {
     expect(')');
     return out;
   }
-  DType dtype_of_descr(const std::string& d) {
-    for (DType t : {DType::kBool, DType::kI32, DType::kU32, DType::kF16,
-                    DType::kF32, DType::kF64}) {
-      if (d == descr(t)) return t;
-    }
-    if (!d.empty() && d[0] == '>') {
-      fail(context_, str_cat("big-endian data ('", d, "') is not supported"));
-    }
-    fail(context_, str_cat("unsupported dtype '", d,
-                           "' (kiln reads |b1, <i4, <u4, <f2, <f4, <f8)"));
-  }
-
   std::string_view s_;
   std::string_view context_;
   std::size_t pos_ = 0;
   bool fortran_ = false;
 };
+
+DType dtype_of_descr(const std::string& d, std::string_view context) {
+  for (DType t : {DType::kBool, DType::kI32, DType::kU32, DType::kF16,
+                  DType::kF32, DType::kF64}) {
+    if (d == descr(t)) return t;
+  }
+  if (!d.empty() && d[0] == '>') {
+    fail(context, str_cat("big-endian data ('", d, "') is not supported"));
+  }
+  fail(context, str_cat("unsupported dtype '", d,
+                        "' (kiln reads |b1, <i4, <u4, <f2, <f4, <f8)"));
+}
 
 }  // namespace
 
@@ -160,7 +169,9 @@ std::string_view descr(DType d) {
   return "?";
 }
 
-std::string make_header(DType dtype, const Shape& shape) {
+namespace {
+
+std::string header_of(std::string_view descr, const Shape& shape) {
   std::string shape_text = "(";
   for (std::size_t i = 0; i < shape.size(); ++i) {
     shape_text += std::to_string(shape[i]);
@@ -168,7 +179,7 @@ std::string make_header(DType dtype, const Shape& shape) {
   }
   shape_text += ")";
   std::string dict =
-      str_cat("{'descr': '", descr(dtype),
+      str_cat("{'descr': '", descr,
               "', 'fortran_order': False, 'shape': ", shape_text, ", }");
   // Magic (6) + version (2) + length (2), then the dict padded with spaces and
   // ended by '\n' to a multiple of 64 bytes, as numpy writes it.
@@ -181,6 +192,16 @@ std::string make_header(DType dtype, const Shape& shape) {
   out += static_cast<char>(dict.size() & 0xff);
   out += static_cast<char>((dict.size() >> 8) & 0xff);
   return out + dict;
+}
+
+}  // namespace
+
+std::string make_header(DType dtype, const Shape& shape) {
+  return header_of(descr(dtype), shape);
+}
+
+std::string make_bytes_header(std::size_t n) {
+  return header_of(kBytesDescr, {static_cast<std::int64_t>(n)});
 }
 
 std::size_t header_size(std::string_view prelude, std::string_view context) {
@@ -206,11 +227,36 @@ std::size_t header_size(std::string_view prelude, std::string_view context) {
   return total;
 }
 
-Header parse_header(std::string_view header, std::string_view context) {
+namespace {
+
+// The dict of a whole header (as long as header_size said).
+DictParser dict_of(std::string_view header, std::string_view context) {
   const std::size_t total = header_size(header, context);
   if (header.size() != total) fail(context, "npy header truncated");
   const std::size_t start = header[6] == '\x01' ? 10 : 12;
-  return DictParser(header.substr(start), context).parse();
+  return DictParser(header.substr(start), context);
+}
+
+}  // namespace
+
+Header parse_header(std::string_view header, std::string_view context) {
+  DictParser parser = dict_of(header, context);
+  DictParser::Raw raw = parser.parse();
+  Header h{dtype_of_descr(raw.descr, context), std::move(raw.shape)};
+  parser.check_size(h.shape, size_of(h.dtype));
+  return h;
+}
+
+std::uint64_t parse_bytes_header(std::string_view header,
+                                 std::string_view context) {
+  DictParser parser = dict_of(header, context);
+  const DictParser::Raw raw = parser.parse();
+  if (raw.descr != kBytesDescr || raw.shape.size() != 1) {
+    parser.bad(str_cat("expected a 1-d ", kBytesDescr, " array, got '",
+                       raw.descr, "' of shape ", to_string(raw.shape)));
+  }
+  parser.check_size(raw.shape, 1);
+  return static_cast<std::uint64_t>(raw.shape[0]);
 }
 
 }  // namespace kiln::detail::npy

@@ -1,5 +1,6 @@
 // The .npy header (numpy's format 1.0/2.0/3.0): writing it for kiln's dtypes
-// and parsing it strictly from untrusted bytes. Internal to checkpoints: not
+// (and for the bytes of a checkpoint's manifest) and parsing it strictly from
+// untrusted bytes. Internal to checkpoints: not
 // installed.
 //
 // Why not xtensor's xnpy.hpp: it has no f16 element type (numpy's '<f2'), loads
@@ -11,6 +12,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -32,6 +34,12 @@ std::string_view descr(DType d);
 // C-order array, version 1.0, padded so that the data starts 64-byte aligned.
 std::string make_header(DType dtype, const Shape& shape);
 
+// numpy's uint8: the dtype of a byte string stored as a 1-d array (a
+// checkpoint's manifest), which numpy.load reads without pickle.
+inline constexpr std::string_view kBytesDescr = "|u1";
+// make_header for a 1-d |u1 array of n bytes.
+std::string make_bytes_header(std::size_t n);
+
 // Total header length (the data's offset) from the first kPreludeBytes bytes.
 // Throws CheckpointError "<context>: ..." on a bad magic or version.
 std::size_t header_size(std::string_view prelude, std::string_view context);
@@ -44,5 +52,9 @@ struct Header {
 // writes for kiln's dtypes; refuses big-endian and Fortran-order data, other
 // dtypes, negative or overflowing dimensions, with CheckpointError.
 Header parse_header(std::string_view header, std::string_view context);
+// Parses a whole header that must describe a 1-d |u1 array (the same checks,
+// with CheckpointError); returns its length in bytes.
+std::uint64_t parse_bytes_header(std::string_view header,
+                                 std::string_view context);
 
 }  // namespace kiln::detail::npy

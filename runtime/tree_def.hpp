@@ -45,6 +45,14 @@ struct StructInfo {
   std::size_t hash = 0;
   // Arrays under this node get no gradient (kiln::Frozen).
   bool frozen = false;
+  // Optional (a static member T::kiln_member_paths): the paths that
+  // checkpoints name the .npy members of the arrays under this node by. It
+  // rewrites `paths`, those arrays' tree paths relative to this node (leaf
+  // order), given the node's static leaves (pre-order). optim::State names
+  // its per-parameter buffers by parameter path with it. Never called on the
+  // jit or grad paths.
+  void (*member_paths)(std::span<const StaticValue> statics,
+                       std::span<std::string> paths) = nullptr;
 };
 bool same_struct(const StructInfo* a, const StructInfo* b);
 

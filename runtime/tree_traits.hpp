@@ -193,6 +193,15 @@ template <class T>
 inline constexpr bool kModuleChecked = (check_module<T>(), true);
 
 template <class T>
+constexpr auto member_paths_of() -> decltype(StructInfo::member_paths) {
+  if constexpr (requires { &T::kiln_member_paths; }) {
+    return &T::kiln_member_paths;
+  } else {
+    return nullptr;
+  }
+}
+
+template <class T>
 const StructInfo& struct_info() {
   constexpr std::size_t kN = std::tuple_size_v<FieldsOf<T>>;
   static_assert(count_names(T::kiln_module_field_names()) == kN,
@@ -201,7 +210,8 @@ const StructInfo& struct_info() {
       split_field_names<kN>(T::kiln_module_field_names());
   static const std::string kTypeName = type_display_name(typeid(T));
   static const StructInfo info{T::kiln_module_name(), kNames, &typeid(T), kTypeName,
-                               typeid(T).hash_code(), requires { T::kiln_frozen; }};
+                               typeid(T).hash_code(), requires { T::kiln_frozen; },
+                               member_paths_of<T>()};
   return info;
 }
 

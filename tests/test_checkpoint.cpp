@@ -1,6 +1,8 @@
 // Checkpoints: round trips of every node kind and dtype, numpy reading kiln's
 // files (and kiln reading numpy's .npy encoding), per-path template errors
-// and atomic saves. Damaged files: test_checkpoint_corrupt.cpp.
+// and atomic saves. Damaged files: test_checkpoint_corrupt.cpp; the member
+// layout (manifest, optimizer state names, older files):
+// test_checkpoint_layout.cpp.
 #include "checkpoint/helpers.hpp"
 
 namespace ckpt_test {
@@ -133,7 +135,7 @@ TEST_CASE("every dtype and 0-d arrays round-trip; a lone array is root.npy") {
     CHECK(identical(back, a));
     const Members m = read_zip(dir / "a.npz");
     REQUIRE(m.size() == 2);
-    CHECK(m[0].first == "__kiln_manifest__.txt");
+    CHECK(m[0].first == "__kiln_manifest__.npy");
     CHECK(m[1].first == "root.npy");
   }
 }
@@ -148,7 +150,7 @@ TEST_CASE("members are named by tree path, escaped only where unsafe") {
   for (const auto& [name, data] : read_zip(dir / "d.npz"))
     names.push_back(name);
   CHECK(names == std::vector<std::string>{
-                     "__kiln_manifest__.txt", "[\"a%2Fb\"].npy",
+                     "__kiln_manifest__.npy", "[\"a%2Fb\"].npy",
                      "[\"caf%C3%A9 100%25\"].npy", "[\"plain\"].npy"});
   const auto back = load_checkpoint(dir / "d.npz", d);
   CHECK(back.at("caf\xc3\xa9 100%").item<float>() == 2);
@@ -158,7 +160,7 @@ TEST_CASE("the manifest records the TreeDef, None slots and static values") {
   TempDir dir;
   save_checkpoint(dir / "m.npz", make_model());
   Members m = read_zip(dir / "m.npz");
-  const std::string& text = member(m, "__kiln_manifest__.txt");
+  const std::string text = manifest_text(member(m, kManifest));
   CHECK(text.starts_with("kiln-checkpoint\t1\ntreedef\tModel(layers=["));
   CHECK(text.find("\nstruct\t8\t\tModel(layers, buffers, half, precise, head, "
                   "depth, name, activation)\n") != std::string::npos);

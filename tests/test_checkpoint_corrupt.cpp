@@ -30,7 +30,7 @@ TEST_CASE("missing, empty, non-zip and foreign zip files give clear errors") {
                            "'shape': (1,), }\n",
                            std::string(4, '\0'))}});
   check_corrupt(dir / "numpy.npz", like,
-                "no kiln manifest (__kiln_manifest__.txt): not a kiln "
+                "no kiln manifest (__kiln_manifest__.npy): not a kiln "
                 "checkpoint");
 }
 
@@ -184,35 +184,68 @@ TEST_CASE("bad .npy headers, sizes and manifests give clear errors") {
                 "missing");
 
   // Manifests: another version, damaged records, a broken tree.
-  const std::string manifest = "__kiln_manifest__.txt";
-  const std::string text = member(good, manifest);
+  const std::string text = manifest_text(member(good, kManifest));
+  auto with_text = [&](const std::string& t) {
+    return tampered(kManifest, manifest_member(t));
+  };
   auto replaced = [&](const std::string& from, const std::string& to) {
     std::string t = text;
     const std::size_t at = t.find(from);
     REQUIRE(at != std::string::npos);
     return t.replace(at, from.size(), to);
   };
-  check_corrupt(
-      tampered(manifest, replaced("kiln-checkpoint\t1", "kiln-checkpoint\t2")),
-      like,
-      "manifest version 2 is not supported (this kiln reads "
-      "version 1)");
-  check_corrupt(tampered(manifest, "PK garbage"), like,
+  check_corrupt(with_text(replaced("kiln-checkpoint\t1", "kiln-checkpoint\t2")),
+                like,
+                "manifest version 2 is not supported (this kiln reads "
+                "version 1)");
+  check_corrupt(with_text("PK garbage"), like,
                 "corrupt manifest (line 1): unterminated line");
-  check_corrupt(tampered(manifest, replaced("\tf32\t2,3\t", "\tf32\t2,-3\t")),
-                like, "corrupt manifest (line 6): bad dimension '-3'");
-  check_corrupt(tampered(manifest, replaced("\tf32\t2,3\t", "\tc64\t2,3\t")),
-                like, "corrupt manifest (line 6): unknown dtype 'c64'");
-  check_corrupt(tampered(manifest, replaced("list\t2\t", "list\t9\t")), like,
+  check_corrupt(with_text(replaced("\tf32\t2,3\t", "\tf32\t2,-3\t")), like,
+                "corrupt manifest (line 6): bad dimension '-3'");
+  check_corrupt(with_text(replaced("\tf32\t2,3\t", "\tc64\t2,3\t")), like,
+                "corrupt manifest (line 6): unknown dtype 'c64'");
+  check_corrupt(with_text(replaced("list\t2\t", "list\t9\t")), like,
                 "corrupt manifest (line ");
-  check_corrupt(tampered(manifest, replaced("list\t2\t", "list\t1\t")), like,
+  check_corrupt(with_text(replaced("list\t2\t", "list\t1\t")), like,
                 "corrupt manifest (line ");
-  check_corrupt(tampered(manifest, replaced("\nnone\t0\t", "\nnone\t1\t")),
-                like, "corrupt manifest (line 7): a leaf with children");
-  check_corrupt(tampered(manifest, text.substr(0, text.size() - 1)), like,
+  check_corrupt(with_text(replaced("\nnone\t0\t", "\nnone\t1\t")), like,
+                "corrupt manifest (line 7): a leaf with children");
+  check_corrupt(with_text(text.substr(0, text.size() - 1)), like,
                 "corrupt manifest (line 20): unterminated line");
-  check_corrupt(tampered(manifest, replaced("treedef\t", "treedef\t\\q")), like,
+  check_corrupt(with_text(replaced("treedef\t", "treedef\t\\q")), like,
                 "corrupt manifest (line 2): bad escape");
+
+  // The manifest member's own .npy header: another dtype or rank, a size
+  // that disagrees with the data.
+  const std::string m = "member \"" + kManifest + "\": ";
+  const std::string n = std::to_string(text.size());
+  check_corrupt(
+      tampered(kManifest, npy(dict("<f4", "False", "(" + n + ",)"), text)),
+      like,
+      m +
+          "bad npy header: expected a 1-d |u1 array, got '<f4' of "
+          "shape (" +
+          n + ",)");
+  check_corrupt(
+      tampered(kManifest, npy(dict("|u1", "False", "(1, " + n + ")"), text)),
+      like,
+      m + "bad npy header: expected a 1-d |u1 array, got '|u1' of shape (1, " +
+          n + ")");
+  const std::string encoded = manifest_member(text);
+  check_corrupt(tampered(kManifest, encoded + "x"), like,
+                m + "holds " + std::to_string(encoded.size() + 1) +
+                    " bytes, but a manifest of " + n + " bytes takes " +
+                    std::to_string(encoded.size()) + " (wrong element count)");
+  check_corrupt(tampered(kManifest, "\x93NUMPY"), like,
+                m + "data ends early (truncated)");
+
+  // An older file's text manifest is checked the same way.
+  Members legacy = good;
+  std::erase_if(legacy, [&](const auto& e) { return e.first == kManifest; });
+  legacy.insert(legacy.begin(), {"__kiln_manifest__.txt", "PK garbage"});
+  write_zip(dir / "bad.npz", legacy);
+  check_corrupt(dir / "bad.npz", like,
+                "corrupt manifest (line 1): unterminated line");
 }
 
 // Found by the checkpoint fuzzer (tests/fuzz/corpus/checkpoint_load/): zips
@@ -225,13 +258,13 @@ TEST_CASE("manifests whose records disagree with each other are corrupt") {
   const Model like = zeros_like_model(model);
   save_checkpoint(dir / "good.npz", model);
   const Members good = read_zip(dir / "good.npz");
-  const std::string manifest = "__kiln_manifest__.txt";
   auto with_manifest = [&](const std::string& from, const std::string& to) {
     Members m = good;
-    std::string& text = member(m, manifest);
+    std::string text = manifest_text(member(m, kManifest));
     const std::size_t at = text.find(from);
     REQUIRE(at != std::string::npos);
     text.replace(at, from.size(), to);
+    member(m, kManifest) = manifest_member(text);
     write_zip(dir / "bad.npz", m);
     return dir / "bad.npz";
   };

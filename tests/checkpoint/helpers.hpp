@@ -120,6 +120,28 @@ inline std::string npy(const std::string& dict, const std::string& data) {
   return out + dict + data;
 }
 
+// The manifest member: its text as a 1-d |u1 .npy array.
+inline const std::string kManifest = "__kiln_manifest__.npy";
+// The text of a manifest member, checking its .npy header on the way.
+inline std::string manifest_text(const std::string& data) {
+  REQUIRE(data.starts_with(std::string("\x93NUMPY\x01\x00", 8)));
+  const std::size_t header = 10 + (static_cast<unsigned char>(data[8]) |
+                                   static_cast<unsigned char>(data[9]) << 8);
+  REQUIRE(header <= data.size());
+  const std::string text = data.substr(header);
+  CHECK(data.substr(10, header - 10)
+            .starts_with("{'descr': '|u1', 'fortran_order': False, 'shape': (" +
+                         std::to_string(text.size()) + ",), }"));
+  CHECK(header % 64 == 0);  // padded as numpy pads
+  return text;
+}
+// A manifest member holding `text` (its header unpadded).
+inline std::string manifest_member(const std::string& text) {
+  return npy("{'descr': '|u1', 'fortran_order': False, 'shape': (" +
+                 std::to_string(text.size()) + ",), }\n",
+             text);
+}
+
 inline std::string bytes_of(const Array& a) {
   std::string out(a.buffer()->nbytes(), '\0');
   a.buffer()->read(out.data());
@@ -174,6 +196,31 @@ struct Model {
   KILN_MODULE(Model, layers, buffers, half, precise, head, depth, name,
               activation);
 };
+
+// A model and its Adam state, as a training loop checkpoints them (and as
+// tests/checkpoint/v1_train_state.npz, written by kiln before issue 18, holds
+// them).
+struct Mlp {
+  std::vector<Linear> layers;
+  KILN_MODULE(Mlp, layers);
+};
+struct TrainState {
+  Mlp model;
+  optim::State opt_state;
+  KILN_MODULE(TrainState, model, opt_state);
+};
+
+inline Model make_model();
+// make_model's layers after one Adam step whose gradient is the parameters:
+// mu = 0.1 * w, nu = 0.001 * w * w, count 1.
+inline TrainState make_train_state() {
+  TrainState t;
+  t.model.layers = make_model().layers;
+  const auto opt = optim::adam(1e-3);
+  const optim::State fresh = opt.init(optim::gradient_template(t.model));
+  t.opt_state = opt.update(t.model, fresh, t.model).second;
+  return t;
+}
 
 inline Model make_model() {
   Model m;

@@ -1,7 +1,10 @@
 """Checks a kiln checkpoint with numpy (run by tests/test_checkpoint.cpp).
 
-  read_npz.py check FILE    numpy.load reads FILE; names, dtypes, shapes and
-                            values are the ones the C++ test saved.
+  read_npz.py check FILE    numpy.load reads FILE: every member is an array
+                            (`for k in d.files: d[k].shape`, the manifest
+                            too, without pickle); names, dtypes, shapes and
+                            values are the ones the C++ test saved; the
+                            manifest's text is bytes(d[MANIFEST]).decode().
   read_npz.py rewrite IN OUT  writes OUT with every .npy member re-encoded by
                             numpy itself (np.lib.format, deflated), keeping
                             kiln's manifest, so the C++ test can load numpy's
@@ -14,7 +17,7 @@ import zipfile
 
 import numpy as np
 
-MANIFEST = "__kiln_manifest__.txt"
+MANIFEST = "__kiln_manifest__"
 
 
 def check(path):
@@ -29,17 +32,21 @@ def check(path):
         "half": f16_bits.view(np.float16),
         "precise": np.array([1.0 / 3.0, -1e300], dtype=np.float64),
     }
-    with np.load(path) as z:
-        arrays = {k for k in z.files if k != MANIFEST}
-        if arrays != set(expected):
-            sys.exit(f"names: {sorted(arrays)} != {sorted(expected)}")
+    with np.load(path) as d:
+        # What a new user writes first: every member is an array.
+        shapes = {k: d[k].shape for k in d.files}
+        arrays = set(shapes) - {MANIFEST}
+        if arrays != set(expected) or MANIFEST not in shapes:
+            sys.exit(f"names: {sorted(shapes)} != {sorted(expected)} + {MANIFEST}")
         for name, want in expected.items():
-            got = z[name]
+            got = d[name]
             if got.dtype != want.dtype or got.shape != want.shape:
                 sys.exit(f"{name}: {got.dtype}{got.shape} != {want.dtype}{want.shape}")
             if not np.array_equal(got, want):
                 sys.exit(f"{name}: {got!r} != {want!r}")
-        manifest = z[MANIFEST].decode()
+        if d[MANIFEST].dtype != np.uint8 or d[MANIFEST].ndim != 1:
+            sys.exit(f"manifest: {d[MANIFEST].dtype}{d[MANIFEST].shape}")
+        manifest = bytes(d[MANIFEST]).decode()
     if not manifest.startswith("kiln-checkpoint\t1\n"):
         sys.exit(f"manifest starts {manifest[:40]!r}")
     if "none\t0\tlayers[0].bias\n" not in manifest:

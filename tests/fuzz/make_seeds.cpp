@@ -6,7 +6,9 @@
 //       build/libkiln.so $(pkg-config --cflags --libs minizip absl_hash
 //       absl_strings) && /tmp/make_seeds
 // (run from the repository root). The seeds that reproduce fixed bugs are
-// written too, so every short CI run replays them.
+// written too, so every short CI run replays them. The legacy-text-manifest.*
+// seeds of checkpoint_load are files of the older layout (a text manifest
+// member), kept as that kiln wrote them.
 #include <unzip.h>
 #include <zip.h>
 
@@ -134,7 +136,7 @@ int main() {
     auto edited = members;
     for (auto &[member, data] : edited) {
       if (member == detail::ckpt::kManifestMember) {
-        data = read(kCorpus / "checkpoint_manifest" / crash);
+        data = detail::ckpt::manifest_member_data(read(kCorpus / "checkpoint_manifest" / crash));
       }
     }
     write("checkpoint_load", std::string(crash).replace(std::string(crash).find(".txt"), 4, ".npz"),
@@ -150,6 +152,7 @@ int main() {
   }
   write("npy_header", "scalar.npy", detail::npy::make_header(DType::kF32, {}));
   write("npy_header", "vector.npy", detail::npy::make_header(DType::kF32, {7}));
+  write("npy_header", "manifest.npy", detail::npy::make_bytes_header(895));
   {
     // numpy's 2.0 header (4-byte length), as it writes for long dicts.
     std::string dict = "{'descr': '<f8', 'fortran_order': False, 'shape': (4, 0, 5), }";
