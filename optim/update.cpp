@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "absl/container/flat_hash_map.h"
+#include "kiln/optim/loss_scale.hpp"
 #include "kiln/optim/stage_math.hpp"
 #include "kiln/optim/transform.hpp"
 #include "kiln/runtime/error.hpp"
@@ -148,7 +149,8 @@ std::vector<Array>& state_leaves(StageState& s, const StageCtx& c,
 namespace {
 // The state's entry i for `key`; a TreeError when it is None.
 const Array& present_entry(const std::vector<Array>& entries, const StageCtx& c,
-                           const std::string& key, std::size_t i, const std::string& path) {
+                           const std::string& key, std::size_t i,
+                           const std::string& path) {
   const Array& e = entries[i];
   if (e.is_null()) {
     throw TreeError(str_cat("[optim.update] ", c.where(),
@@ -302,15 +304,22 @@ State init_flat(const GradientTransformation& opt, const TreeDef& def,
           } else if constexpr (std::is_same_v<Op, AddDecayedWeights> ||
                                std::is_same_v<Op, ClipByGlobalNorm>) {
             // stateless
-          } else if constexpr (std::is_same_v<Op, MultiSteps>) {
-            st.leaves["acc_grads"] = per_leaf(0);
-            st.scalars["mini_step"] = scalar_on(0, i32, device);
-            st.scalars["gradient_step"] = scalar_on(0, i32, device);
+          } else if constexpr (std::is_same_v<Op, MultiSteps> ||
+                               std::is_same_v<Op, ApplyIfFinite>) {
+            if constexpr (std::is_same_v<Op, MultiSteps>) {
+              st.leaves["acc_grads"] = per_leaf(0);
+              st.scalars["mini_step"] = scalar_on(0, i32, device);
+              st.scalars["gradient_step"] = scalar_on(0, i32, device);
+            } else {
+              st.scalars["notfinite_count"] = scalar_on(0, i32, device);
+              st.scalars["last_finite"] = scalar_on(1, DType::kBool, device);
+              st.scalars["total_notfinite"] = scalar_on(0, i32, device);
+            }
             if (k + static_cast<std::size_t>(op.inner_stages) >=
                 opt.stages().size() + 1) {
               throw ValueError(
-                  str_cat("[optim.init] stage ", k, " (multi_steps) covers ",
-                          op.inner_stages, " stages but only ",
+                  str_cat("[optim.init] stage ", k, " (", Op::kName,
+                          ") covers ", op.inner_stages, " stages but only ",
                           opt.stages().size() - k - 1, " follow it"));
             }
           } else if constexpr (std::is_same_v<Op, LabelCheck>) {
@@ -345,35 +354,55 @@ State init_flat(const GradientTransformation& opt, const TreeDef& def,
 
 namespace {
 
-// An open multi_steps: the inner stages [first, last] run on the
-// accumulated gradients; when `emit` is false their state stays as it was
-// and the updates it acted on are zero.
-struct Accumulation {
+// An open multi_steps or apply_if_finite: the inner stages [first, last]
+// run; when `keep` is false their state stays as it was and the updates it
+// governs are zero. A select, not a product: 0 * inf would be NaN.
+struct Guard {
   std::size_t first, last;
-  Array emit;                       // bool 0-d
+  Array keep;                       // bool 0-d
   std::vector<StageState> before;   // the inner stages' state at entry
-  std::vector<std::size_t> active;  // the slots it accumulated
+  std::vector<std::size_t> active;  // the slots it governs
 };
 
-void close_accumulation(Accumulation& acc, State& out, std::vector<Array>& g) {
-  for (std::size_t k = acc.first; k <= acc.last; ++k) {
+Array zero_unless(const Array& keep, const Array& g) {
+  return g.is_null() ? g : where(keep, g, zeros_like(g));
+}
+
+void close_guard(Guard& guard, State& out, std::vector<Array>& g) {
+  for (std::size_t k = guard.first; k <= guard.last; ++k) {
     StageState& now = out.stages[k];
-    const StageState& was = acc.before[k - acc.first];
+    const StageState& was = guard.before[k - guard.first];
     for (auto& [key, entries] : now.leaves) {
       const std::vector<Array>& old = was.leaves.at(key);
       for (std::size_t i = 0; i < entries.size(); ++i) {
         if (!entries[i].is_null())
-          entries[i] = where(acc.emit, entries[i], old[i]);
+          entries[i] = where(guard.keep, entries[i], old[i]);
       }
     }
     for (auto& [key, value] : now.scalars) {
       auto it = was.scalars.find(key);
-      if (it != was.scalars.end()) value = where(acc.emit, value, it->second);
+      if (it != was.scalars.end()) value = where(guard.keep, value, it->second);
     }
   }
-  for (std::size_t i : acc.active) {
-    if (!g[i].is_null()) g[i] = astype(acc.emit, g[i].dtype()) * g[i];
+  for (std::size_t i : guard.active) g[i] = zero_unless(guard.keep, g[i]);
+}
+
+// Opens a guard over the `inner` stages after stage k (or, with none,
+// applies it to the updates now).
+void open_guard(std::vector<Guard>& open, const State& out, std::size_t k,
+                std::int64_t inner, const Array& keep,
+                const std::vector<std::size_t>& active, std::vector<Array>& g) {
+  if (inner == 0) {
+    for (std::size_t i : active) g[i] = zero_unless(keep, g[i]);
+    return;
   }
+  const std::size_t last = k + static_cast<std::size_t>(inner);
+  open.push_back(
+      Guard{k + 1, last, keep,
+            std::vector<StageState>(
+                out.stages.begin() + static_cast<std::ptrdiff_t>(k + 1),
+                out.stages.begin() + static_cast<std::ptrdiff_t>(last + 1)),
+            active});
 }
 
 }  // namespace
@@ -395,7 +424,8 @@ std::pair<std::vector<Array>, State> update_flat(
   State out;
   out.gradient_structure = state.gradient_structure;
   out.stages = state.stages;
-  std::vector<Accumulation> open;  // nested multi_steps, innermost last
+  std::vector<Guard>
+      open;  // nested multi_steps / apply_if_finite, innermost last
   for (std::size_t k = 0; k < opt.stages().size(); ++k) {
     const Stage& stage = opt.stages()[k];
     StageState& st = out.stages[k];
@@ -520,20 +550,26 @@ std::pair<std::vector<Array>, State> update_flat(
                     full_like(mini, static_cast<double>(op.every_k)));
             st.scalars["gradient_step"] =
                 where(emit, safe_increment(gstep), gstep);
-            const std::size_t last =
-                k + static_cast<std::size_t>(op.inner_stages);
-            if (op.inner_stages > 0) {
-              open.push_back(Accumulation{
-                  k + 1, last, emit,
-                  std::vector<StageState>(
-                      out.stages.begin() + static_cast<std::ptrdiff_t>(k + 1),
-                      out.stages.begin() +
-                          static_cast<std::ptrdiff_t>(last + 1)),
-                  active});
-            } else {
-              for (std::size_t i : active)
-                g[i] = astype(emit, g[i].dtype()) * g[i];
-            }
+            open_guard(open, out, k, op.inner_stages, emit, active, g);
+          } else if constexpr (std::is_same_v<Op, ApplyIfFinite>) {
+            // optax.apply_if_finite: the inner stages step when the
+            // gradients are finite or after too many bad steps in a row.
+            const Array count = state_scalar(st, c, "notfinite_count");
+            const Array total = state_scalar(st, c, "total_notfinite");
+            std::vector<Array> seen;
+            for (std::size_t i : active) seen.push_back(g[i]);
+            const Array finite =
+                optim::detail::all_finite_leaves(seen, count.device());
+            const Array bad_run =
+                where(finite, zeros_like(count), safe_increment(count));
+            st.scalars["notfinite_count"] = bad_run;
+            st.scalars["last_finite"] = finite;
+            st.scalars["total_notfinite"] =
+                where(finite, total, safe_increment(total));
+            const Array keep = logical_or(
+                finite,
+                bad_run > static_cast<double>(op.max_consecutive_errors));
+            open_guard(open, out, k, op.inner_stages, keep, active, g);
           } else if constexpr (std::is_same_v<Op, LabelCheck>) {
             // checked at init; the labelled stages follow
           } else {
@@ -542,7 +578,7 @@ std::pair<std::vector<Array>, State> update_flat(
         },
         stage.op);
     while (!open.empty() && open.back().last == k) {
-      close_accumulation(open.back(), out, g);
+      close_guard(open.back(), out, g);
       open.pop_back();
     }
   }

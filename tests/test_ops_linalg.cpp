@@ -156,11 +156,11 @@ TEST_CASE(
     return sum(astype(matmul(x, y), f32));
   })(a, b);
   CHECK(ga.dtype() == f16);
-  const std::vector<float> row_sums =
-      sum(astype(b, f32), 1).to_vector<float>();
+  const std::vector<float> row_sums = sum(astype(b, f32), 1).to_vector<float>();
   const std::vector<float> g = astype(ga, f32).to_vector<float>();
   for (std::size_t i = 0; i < g.size(); ++i) {
-    CHECK(g[i] == doctest::Approx(row_sums[i % 64]).epsilon(std::ldexp(1.0, -11)));
+    CHECK(g[i] ==
+          doctest::Approx(row_sums[i % 64]).epsilon(std::ldexp(1.0, -11)));
   }
 }
 
