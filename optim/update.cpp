@@ -8,7 +8,6 @@
 #include <tuple>
 
 #include "absl/container/flat_hash_map.h"
-#include "kiln/optim/loss_scale.hpp"
 #include "kiln/optim/stage_math.hpp"
 #include "kiln/optim/transform.hpp"
 #include "kiln/runtime/error.hpp"
@@ -352,61 +351,6 @@ State init_flat(const GradientTransformation& opt, const TreeDef& def,
   return state;
 }
 
-namespace {
-
-// An open multi_steps or apply_if_finite: the inner stages [first, last]
-// run; when `keep` is false their state stays as it was and the updates it
-// governs are zero. A select, not a product: 0 * inf would be NaN.
-struct Guard {
-  std::size_t first, last;
-  Array keep;                       // bool 0-d
-  std::vector<StageState> before;   // the inner stages' state at entry
-  std::vector<std::size_t> active;  // the slots it governs
-};
-
-Array zero_unless(const Array& keep, const Array& g) {
-  return g.is_null() ? g : where(keep, g, zeros_like(g));
-}
-
-void close_guard(Guard& guard, State& out, std::vector<Array>& g) {
-  for (std::size_t k = guard.first; k <= guard.last; ++k) {
-    StageState& now = out.stages[k];
-    const StageState& was = guard.before[k - guard.first];
-    for (auto& [key, entries] : now.leaves) {
-      const std::vector<Array>& old = was.leaves.at(key);
-      for (std::size_t i = 0; i < entries.size(); ++i) {
-        if (!entries[i].is_null())
-          entries[i] = where(guard.keep, entries[i], old[i]);
-      }
-    }
-    for (auto& [key, value] : now.scalars) {
-      auto it = was.scalars.find(key);
-      if (it != was.scalars.end()) value = where(guard.keep, value, it->second);
-    }
-  }
-  for (std::size_t i : guard.active) g[i] = zero_unless(guard.keep, g[i]);
-}
-
-// Opens a guard over the `inner` stages after stage k (or, with none,
-// applies it to the updates now).
-void open_guard(std::vector<Guard>& open, const State& out, std::size_t k,
-                std::int64_t inner, const Array& keep,
-                const std::vector<std::size_t>& active, std::vector<Array>& g) {
-  if (inner == 0) {
-    for (std::size_t i : active) g[i] = zero_unless(keep, g[i]);
-    return;
-  }
-  const std::size_t last = k + static_cast<std::size_t>(inner);
-  open.push_back(
-      Guard{k + 1, last, keep,
-            std::vector<StageState>(
-                out.stages.begin() + static_cast<std::ptrdiff_t>(k + 1),
-                out.stages.begin() + static_cast<std::ptrdiff_t>(last + 1)),
-            active});
-}
-
-}  // namespace
-
 std::pair<std::vector<Array>, State> update_flat(
     const GradientTransformation& opt, const TreeDef& grads_def,
     std::vector<Array> g, const State& state, const TreeDef* params_def,
@@ -424,8 +368,7 @@ std::pair<std::vector<Array>, State> update_flat(
   State out;
   out.gradient_structure = state.gradient_structure;
   out.stages = state.stages;
-  std::vector<Guard>
-      open;  // nested multi_steps / apply_if_finite, innermost last
+  std::vector<Guard> open;  // nested guards, innermost last
   for (std::size_t k = 0; k < opt.stages().size(); ++k) {
     const Stage& stage = opt.stages()[k];
     StageState& st = out.stages[k];
@@ -552,24 +495,8 @@ std::pair<std::vector<Array>, State> update_flat(
                 where(emit, safe_increment(gstep), gstep);
             open_guard(open, out, k, op.inner_stages, emit, active, g);
           } else if constexpr (std::is_same_v<Op, ApplyIfFinite>) {
-            // optax.apply_if_finite: the inner stages step when the
-            // gradients are finite or after too many bad steps in a row.
-            const Array count = state_scalar(st, c, "notfinite_count");
-            const Array total = state_scalar(st, c, "total_notfinite");
-            std::vector<Array> seen;
-            for (std::size_t i : active) seen.push_back(g[i]);
-            const Array finite =
-                optim::detail::all_finite_leaves(seen, count.device());
-            const Array bad_run =
-                where(finite, zeros_like(count), safe_increment(count));
-            st.scalars["notfinite_count"] = bad_run;
-            st.scalars["last_finite"] = finite;
-            st.scalars["total_notfinite"] =
-                where(finite, total, safe_increment(total));
-            const Array keep = logical_or(
-                finite,
-                bad_run > static_cast<double>(op.max_consecutive_errors));
-            open_guard(open, out, k, op.inner_stages, keep, active, g);
+            open_guard(open, out, k, op.inner_stages,
+                       apply_if_finite_keep(op, st, c, g, active), active, g);
           } else if constexpr (std::is_same_v<Op, LabelCheck>) {
             // checked at init; the labelled stages follow
           } else {
