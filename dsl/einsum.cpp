@@ -3,8 +3,8 @@
 // no one else needs; operands are then contracted left to right, a pair at a
 // time, as one (batched) matmul: shared letters still needed later are the
 // batch, shared letters needed nowhere else are contracted. A final transpose
-// puts the letters in output order. Integer and f16 operands (no matmul for
-// them) multiply with broadcasting and sum instead.
+// puts the letters in output order. Integer operands (no matmul for them)
+// multiply with broadcasting and sum instead.
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -85,7 +85,7 @@ Term contract(const Term& a, const Term& b, const std::string& keep) {
   }
   const std::string out_letters = batch + a_only + b_only;
   const DType dt = a.value.dtype();
-  if (dt != DType::kF32 && dt != DType::kF64) {
+  if (!is_inexact(dt)) {
     // Both on the union of letters (size 1 where absent), multiplied, summed.
     const std::string all_letters = out_letters + contracted;
     auto expand = [&](const Term& t) {

@@ -207,7 +207,7 @@ Array matmul(const Array& a, const Array& b);
 // numpy.einsum over 1 to 3 operands ("ij,jk->ik", or implicit "ij,jk": the letters
 // seen once, sorted); a letter repeated in one operand takes its diagonal. No
 // ellipsis. Lowered to transposes, reshapes, sums and (batched) matmul; integer
-// and f16 operands multiply and sum instead (dsl/einsum.cpp).
+// operands multiply and sum instead (dsl/einsum.cpp).
 Array einsum(std::string_view subscripts, std::span<const Array> operands);
 Array einsum(std::string_view subscripts, std::initializer_list<Array> operands);
 

@@ -79,6 +79,14 @@ GradientTransformation ema(double decay, bool debias = true);
 GradientTransformation multi_steps(const GradientTransformation& inner,
                                    std::int64_t every_k,
                                    bool use_grad_mean = true);
+// optax.apply_if_finite: when any gradient holds an inf or NaN, the update is
+// zero and `inner`'s state is kept as it was; after more than
+// max_consecutive_errors such steps in a row, `inner` steps anyway. The
+// choice is made on device (no host read): a jitted step is one program for
+// finite and non-finite gradients. The state's "notfinite_count" (i32),
+// "last_finite" (bool) and "total_notfinite" (i32) say what happened.
+GradientTransformation apply_if_finite(const GradientTransformation& inner,
+                                       std::int64_t max_consecutive_errors);
 // A different optimizer per labelled subtree (optax.multi_transform).
 // path_labels maps path prefixes ("encoder", "head.bias") to labels; a slot
 // takes the label of the longest prefix that holds it. Every array slot

@@ -59,9 +59,12 @@ GradientTransformation inject_hyperparams(const GradientTransformation& inner,
 }
 
 namespace {
-// Step counters: state, but not hyperparameters.
+// Step counters (and apply_if_finite's record): state, but not
+// hyperparameters.
 bool is_counter(std::string_view name) {
-  return name == "count" || name == "mini_step" || name == "gradient_step";
+  return name == "count" || name == "mini_step" || name == "gradient_step" ||
+         name == "notfinite_count" || name == "last_finite" ||
+         name == "total_notfinite";
 }
 std::vector<std::string> hyperparameter_names(const State& state) {
   std::vector<std::string> out;

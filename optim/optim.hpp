@@ -3,6 +3,7 @@
 #pragma once
 
 #include "kiln/optim/alias.hpp"
+#include "kiln/optim/loss_scale.hpp"
 #include "kiln/optim/schedule.hpp"
 #include "kiln/optim/state.hpp"
 #include "kiln/optim/transform.hpp"

@@ -1,7 +1,7 @@
 // optim's internal helpers shared by update.cpp (the loop over stages, the
-// first optimizers) and stages.cpp (the stages added for issue 18): state
-// access with errors that name the stage and path, and run-time
-// hyperparameters. Not installed.
+// first optimizers), stages.cpp (the stages added for issue 18) and guard.cpp
+// (multi_steps' and apply_if_finite's guards): state access with errors that
+// name the stage and path, and run-time hyperparameters. Not installed.
 #pragma once
 
 #include <cstdint>
@@ -100,6 +100,28 @@ struct InitIO {
   const std::vector<bool>& active;
   Device device;
 };
+
+// An open multi_steps or apply_if_finite (guard.cpp): the inner stages
+// [first, last] run; when `keep` is false their state stays as it was and
+// the updates it governs are zero.
+struct Guard {
+  std::size_t first, last;
+  Array keep;                       // bool 0-d
+  std::vector<StageState> before;   // the inner stages' state at entry
+  std::vector<std::size_t> active;  // the slots it governs
+};
+// Opens a guard over the `inner` stages after stage k of `out` (with none,
+// applies `keep` to the updates now).
+void open_guard(std::vector<Guard>& open, const State& out, std::size_t k,
+                std::int64_t inner, const Array& keep,
+                const std::vector<std::size_t>& active, std::vector<Array>& g);
+// After the guard's last stage: their state and the updates, kept or not.
+void close_guard(const Guard& guard, State& out, std::vector<Array>& g);
+// apply_if_finite's step: records it in the stage's scalars and returns
+// whether the inner stages apply (finite, or too many bad steps in a row).
+Array apply_if_finite_keep(const ApplyIfFinite& op, StageState& st,
+                           const StageCtx& c, const std::vector<Array>& g,
+                           const std::vector<std::size_t>& active);
 
 // The stages of issue 18 (stages.cpp). One overload per StageOp alternative
 // that update.cpp does not handle itself.

@@ -113,6 +113,11 @@ std::ostream& operator<<(std::ostream& os, const Stage& s) {
          << (a.use_grad_mean ? ", mean" : ", sum") << ", over the next "
          << a.inner_stages << " stages)";
     }
+    void operator()(const ApplyIfFinite& a) {
+      os << "apply_if_finite(max_consecutive_errors="
+         << a.max_consecutive_errors << ", over the next " << a.inner_stages
+         << " stages)";
+    }
     void operator()(const LabelCheck& a) {
       os << "multi_transform(" << kiln::detail::join(a.labels, ", ") << ")";
     }
@@ -244,19 +249,37 @@ GradientTransformation scale(double step_size) { return one(Scale{step_size}); }
 GradientTransformation ema(double decay, bool debias) {
   return one(Ema{decay, debias});
 }
+namespace {
+// A stage that governs the `inner` stages after it (multi_steps,
+// apply_if_finite): `head` counts them.
+GradientTransformation wrapping(StageOp head,
+                                const GradientTransformation& inner) {
+  std::vector<Stage> stages = {Stage{std::move(head), {}, {}}};
+  stages.insert(stages.end(), inner.stages().begin(), inner.stages().end());
+  return GradientTransformation(std::move(stages));
+}
+std::int64_t count_of(const GradientTransformation& inner) {
+  return static_cast<std::int64_t>(inner.stages().size());
+}
+}  // namespace
+
 GradientTransformation multi_steps(const GradientTransformation& inner,
                                    std::int64_t every_k, bool use_grad_mean) {
   if (every_k < 1) {
     throw ValueError(kiln::detail::str_cat(
         "[optim.multi_steps] every_k must be >= 1, got ", every_k));
   }
-  std::vector<Stage> stages = {
-      Stage{MultiSteps{every_k, use_grad_mean,
-                       static_cast<std::int64_t>(inner.stages().size())},
-            {},
-            {}}};
-  stages.insert(stages.end(), inner.stages().begin(), inner.stages().end());
-  return GradientTransformation(std::move(stages));
+  return wrapping(MultiSteps{every_k, use_grad_mean, count_of(inner)}, inner);
+}
+GradientTransformation apply_if_finite(const GradientTransformation& inner,
+                                       std::int64_t max_consecutive_errors) {
+  if (max_consecutive_errors < 0) {
+    throw ValueError(kiln::detail::str_cat(
+        "[optim.apply_if_finite] max_consecutive_errors must be >= 0, got ",
+        max_consecutive_errors));
+  }
+  return wrapping(ApplyIfFinite{max_consecutive_errors, count_of(inner)},
+                  inner);
 }
 
 namespace {

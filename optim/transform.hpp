@@ -198,6 +198,17 @@ struct MultiSteps {
   KILN_OPTIM_STAGE_(MultiSteps, "multi_steps", s.every_k, s.use_grad_mean,
                     s.inner_stages)
 };
+// optax.apply_if_finite: the next `inner_stages` stages run only when every
+// gradient they see is finite, or when more than max_consecutive_errors steps
+// in a row were not; otherwise the update is zero and their state stays as
+// it was. Selected with `where` on dynamic scalars ("notfinite_count",
+// "last_finite", "total_notfinite"), so one program serves every step.
+struct ApplyIfFinite {
+  std::int64_t max_consecutive_errors = 0;
+  std::int64_t inner_stages = 0;
+  KILN_OPTIM_STAGE_(ApplyIfFinite, "apply_if_finite", s.max_consecutive_errors,
+                    s.inner_stages)
+};
 // multi_transform's check: every array slot that reaches it has exactly one
 // of `labels`. Acts on nothing.
 struct LabelCheck {
@@ -221,7 +232,7 @@ using StageOp =
                  ClipByGlobalNorm, ScaleByLearningRate, Freeze, ScaleByLion,
                  ScaleByRss, Clip, ScaleByTrustRatio, ScaleByFactoredRms,
                  ClipByBlockRms, ScaleByParamBlockRms, Scale, Ema, MultiSteps,
-                 LabelCheck>;
+                 ApplyIfFinite, LabelCheck>;
 
 struct Stage {
   StageOp op;

@@ -139,7 +139,8 @@ std::vector<Array>& state_leaves(StageState& s, const StageCtx& c,
 namespace {
 // The state's entry i for `key`; a TreeError when it is None.
 const Array& present_entry(const std::vector<Array>& entries, const StageCtx& c,
-                           const std::string& key, std::size_t i, const std::string& path) {
+                           const std::string& key, std::size_t i,
+                           const std::string& path) {
   const Array& e = entries[i];
   if (e.is_null()) {
     throw TreeError(str_cat("[optim.update] ", c.where(),
@@ -293,15 +294,22 @@ State init_flat(const GradientTransformation& opt, const TreeDef& def,
           } else if constexpr (std::is_same_v<Op, AddDecayedWeights> ||
                                std::is_same_v<Op, ClipByGlobalNorm>) {
             // stateless
-          } else if constexpr (std::is_same_v<Op, MultiSteps>) {
-            st.leaves["acc_grads"] = per_leaf(0);
-            st.scalars["mini_step"] = scalar_on(0, i32, device);
-            st.scalars["gradient_step"] = scalar_on(0, i32, device);
+          } else if constexpr (std::is_same_v<Op, MultiSteps> ||
+                               std::is_same_v<Op, ApplyIfFinite>) {
+            if constexpr (std::is_same_v<Op, MultiSteps>) {
+              st.leaves["acc_grads"] = per_leaf(0);
+              st.scalars["mini_step"] = scalar_on(0, i32, device);
+              st.scalars["gradient_step"] = scalar_on(0, i32, device);
+            } else {
+              st.scalars["notfinite_count"] = scalar_on(0, i32, device);
+              st.scalars["last_finite"] = scalar_on(1, DType::kBool, device);
+              st.scalars["total_notfinite"] = scalar_on(0, i32, device);
+            }
             if (k + static_cast<std::size_t>(op.inner_stages) >=
                 opt.stages().size() + 1) {
               throw ValueError(
-                  str_cat("[optim.init] stage ", k, " (multi_steps) covers ",
-                          op.inner_stages, " stages but only ",
+                  str_cat("[optim.init] stage ", k, " (", Op::kName,
+                          ") covers ", op.inner_stages, " stages but only ",
                           opt.stages().size() - k - 1, " follow it"));
             }
           } else if constexpr (std::is_same_v<Op, LabelCheck>) {
@@ -334,41 +342,6 @@ State init_flat(const GradientTransformation& opt, const TreeDef& def,
   return state;
 }
 
-namespace {
-
-// An open multi_steps: the inner stages [first, last] run on the
-// accumulated gradients; when `emit` is false their state stays as it was
-// and the updates it acted on are zero.
-struct Accumulation {
-  std::size_t first, last;
-  Array emit;                       // bool 0-d
-  std::vector<StageState> before;   // the inner stages' state at entry
-  std::vector<std::size_t> active;  // the slots it accumulated
-};
-
-void close_accumulation(Accumulation& acc, State& out, std::vector<Array>& g) {
-  for (std::size_t k = acc.first; k <= acc.last; ++k) {
-    StageState& now = out.stages[k];
-    const StageState& was = acc.before[k - acc.first];
-    for (auto& [key, entries] : now.leaves) {
-      const std::vector<Array>& old = was.leaves.at(key);
-      for (std::size_t i = 0; i < entries.size(); ++i) {
-        if (!entries[i].is_null())
-          entries[i] = where(acc.emit, entries[i], old[i]);
-      }
-    }
-    for (auto& [key, value] : now.scalars) {
-      auto it = was.scalars.find(key);
-      if (it != was.scalars.end()) value = where(acc.emit, value, it->second);
-    }
-  }
-  for (std::size_t i : acc.active) {
-    if (!g[i].is_null()) g[i] = astype(acc.emit, g[i].dtype()) * g[i];
-  }
-}
-
-}  // namespace
-
 std::pair<std::vector<Array>, State> update_flat(
     const GradientTransformation& opt, const TreeDef& grads_def,
     std::vector<Array> g, const State& state, const TreeDef* params_def,
@@ -386,7 +359,7 @@ std::pair<std::vector<Array>, State> update_flat(
   State out;
   out.gradient_structure = state.gradient_structure;
   out.stages = state.stages;
-  std::vector<Accumulation> open;  // nested multi_steps, innermost last
+  std::vector<Guard> open;  // nested guards, innermost last
   for (std::size_t k = 0; k < opt.stages().size(); ++k) {
     const Stage& stage = opt.stages()[k];
     StageState& st = out.stages[k];
@@ -511,20 +484,10 @@ std::pair<std::vector<Array>, State> update_flat(
                     full_like(mini, static_cast<double>(op.every_k)));
             st.scalars["gradient_step"] =
                 where(emit, safe_increment(gstep), gstep);
-            const std::size_t last =
-                k + static_cast<std::size_t>(op.inner_stages);
-            if (op.inner_stages > 0) {
-              open.push_back(Accumulation{
-                  k + 1, last, emit,
-                  std::vector<StageState>(
-                      out.stages.begin() + static_cast<std::ptrdiff_t>(k + 1),
-                      out.stages.begin() +
-                          static_cast<std::ptrdiff_t>(last + 1)),
-                  active});
-            } else {
-              for (std::size_t i : active)
-                g[i] = astype(emit, g[i].dtype()) * g[i];
-            }
+            open_guard(open, out, k, op.inner_stages, emit, active, g);
+          } else if constexpr (std::is_same_v<Op, ApplyIfFinite>) {
+            open_guard(open, out, k, op.inner_stages,
+                       apply_if_finite_keep(op, st, c, g, active), active, g);
           } else if constexpr (std::is_same_v<Op, LabelCheck>) {
             // checked at init; the labelled stages follow
           } else {
@@ -533,7 +496,7 @@ std::pair<std::vector<Array>, State> update_flat(
         },
         stage.op);
     while (!open.empty() && open.back().last == k) {
-      close_accumulation(open.back(), out, g);
+      close_guard(open.back(), out, g);
       open.pop_back();
     }
   }

@@ -834,18 +834,16 @@ namespace {
 // Whether a primitive's f32 cases have f16 twins: every primitive of a family
 // whose ops take any floating dtype, unless it is integer-only. Conversions
 // (astype, bitcast) pair given dtypes (and make the f16 inputs here);
-// creation has no inputs; matmul takes f32 and f64 only (ops.hpp). No
-// default: a new family must say.
+// creation has no inputs. No default: a new family must say.
 bool takes_f16(Prim p) {
   if (has_trait(p, PrimTrait::kIntegerOnly)) return false;
   switch (family(p)) {
     case PrimFamily::kUnary: case PrimFamily::kBinary: case PrimFamily::kWhere:
     case PrimFamily::kReduce: case PrimFamily::kArgReduce: case PrimFamily::kScan:
     case PrimFamily::kSort: case PrimFamily::kLayout: case PrimFamily::kIndex:
-    case PrimFamily::kIdentity:
+    case PrimFamily::kIdentity: case PrimFamily::kMatmul:
       return true;
-    case PrimFamily::kAstype: case PrimFamily::kCreation: case PrimFamily::kMatmul:
-    case PrimFamily::kControl:
+    case PrimFamily::kAstype: case PrimFamily::kCreation: case PrimFamily::kControl:
       return false;
   }
   return false;

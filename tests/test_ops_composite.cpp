@@ -564,6 +564,17 @@ TEST_CASE("composite einsum matches numpy for matmul, batches, outer products an
   CHECK(einsum("ij,jk->ik", {zeros({0, 2}), zeros({2, 3})}).shape() == Shape{0, 3});
 }
 
+TEST_CASE("composite einsum contracts f16 operands as one f16 matmul") {
+  // The matmul rounds each output once; multiplying then summing would round
+  // every product to f16 first, and some of these 15 sums of 40 would differ.
+  const Array a = astype(random::normal(random::key(3), {3, 40}), f16);
+  const Array b = astype(random::normal(random::key(4), {40, 5}), f16);
+  const Array r = einsum("ij,jk->ik", {a, b});
+  CHECK(r.dtype() == f16);
+  CHECK(astype(r, f32).to_vector<float>() ==
+        astype(matmul(a, b), f32).to_vector<float>());
+}
+
 TEST_CASE("composite einsum gradients match finite differences") {
   const Array b = test_matrix(3, 4);
   check_fd(

@@ -2,6 +2,7 @@
 // dims) and its errors. Expected values are worked out by hand.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <kiln/kiln.hpp>
 #include <vector>
 
@@ -129,11 +130,45 @@ TEST_CASE("matmul rejects batch dimensions that do not broadcast") {
       ShapeError);
 }
 
+TEST_CASE(
+    "matmul in f16 accumulates in f32 and rounds once: the f32 product of the "
+    "same halves, to f16 precision, and differentiable") {
+  // Values of a few ulps of f16 each, summed over k = 64: a running f16 sum
+  // would lose the small terms; the rounded f32 sum keeps them.
+  std::vector<float> av, bv;
+  for (int i = 0; i < 3 * 64; ++i) av.push_back(0.25f + 0.001f * (i % 17));
+  for (int i = 0; i < 64 * 5; ++i) bv.push_back(1.0f - 0.0625f * (i % 7));
+  const Array a = astype(array<float>(av, {3, 64}), f16);
+  const Array b = astype(array<float>(bv, {64, 5}), f16);
+  const Array c = matmul(a, b);
+  CHECK(c.dtype() == f16);
+  CHECK(c.shape() == Shape{3, 5});
+  const std::vector<float> want =
+      matmul(astype(a, f32), astype(b, f32)).to_vector<float>();
+  const std::vector<float> got = astype(c, f32).to_vector<float>();
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    // One rounding to f16: half an ulp, 2^-11 relative.
+    CHECK(got[i] == doctest::Approx(want[i]).epsilon(std::ldexp(1.0, -11)));
+  }
+  // The vjp is two more f16 matmuls: the gradient of sum(a @ b) by a is each
+  // row sum of b, the same halves in f32.
+  const Array ga = grad([](const Array& x, const Array& y) {
+    return sum(astype(matmul(x, y), f32));
+  })(a, b);
+  CHECK(ga.dtype() == f16);
+  const std::vector<float> row_sums = sum(astype(b, f32), 1).to_vector<float>();
+  const std::vector<float> g = astype(ga, f32).to_vector<float>();
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    CHECK(g[i] ==
+          doctest::Approx(row_sums[i % 64]).epsilon(std::ldexp(1.0, -11)));
+  }
+}
+
 TEST_CASE("matmul rejects non-floating, mixed, 0-d and None inputs") {
   Array i = array<std::int32_t>({1, 2, 3, 4}, {2, 2});
   CHECK_THROWS_WITH_AS(
       matmul(i, i),
-      doctest::Contains("[matmul] needs floating inputs (f32 or "
+      doctest::Contains("[matmul] needs floating inputs (f16, f32 or "
                         "f64), got i32"),
       DTypeError);
   CHECK_THROWS_WITH_AS(
