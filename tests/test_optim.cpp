@@ -4,12 +4,15 @@
 // rates, and the error messages.
 #include <doctest/doctest.h>
 
+#include "error_text.hpp"
+
 #include <cstring>
 #include <kiln/kiln.hpp>
 #include <limits>
 #include <string>
 
 using namespace kiln;
+using kiln::testing::error_text;
 
 namespace {
 
@@ -58,16 +61,6 @@ bool same_bits(const Array& a, const Array& b) {
   const std::vector<float> x = a.to_vector<float>();
   const std::vector<float> y = b.to_vector<float>();
   return std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
-}
-
-template <class F>
-std::string error_text(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 bool ends_with_bias(std::string_view path, const Array&) {

@@ -4,11 +4,14 @@
 // multi_steps, multi_transform's labels, printing, and the error messages.
 #include <doctest/doctest.h>
 
+#include "error_text.hpp"
+
 #include <kiln/kiln.hpp>
 #include <sstream>
 #include <string>
 
 using namespace kiln;
+using kiln::testing::error_text;
 
 namespace {
 
@@ -35,16 +38,6 @@ Array loss(const Net& n, const Array& x) {
 const Array& batch() {
   static const Array x = array<float>({1.0f, 2.0f, -1.0f, 0.5f}, {2, 2});
   return x;
-}
-
-template <class F>
-std::string error_text(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 template <class T>
