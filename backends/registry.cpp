@@ -1,8 +1,10 @@
 // Maps a Device to the backend that runs it; lists the devices and picks the
 // default one.
+#include <cblas.h>
 #include <vulkan/vulkan.h>
 
 #include "kiln/backends/cpu/cpu_backend.hpp"
+#include "kiln/backends/cpu/simd.hpp"
 #include "kiln/backends/vulkan/context.hpp"
 #include "kiln/backends/vulkan/stream.hpp"
 #include "kiln/backends/vulkan/vulkan_backend.hpp"
@@ -50,6 +52,10 @@ std::vector<DeviceInfo> devices() {
   cpu.name = "cpu";
   cpu.type = "cpu";
   cpu.f16 = cpu.f64 = cpu.bool_storage = true;
+  // Which code runs: the SIMD level of the elementwise kernels and OpenBLAS's
+  // build and the kernels it picked for this CPU (bench tables print this).
+  cpu.driver = detail::str_cat("kiln SIMD ", cpu::isa_name(cpu::active_isa()), "; ",
+                               openblas_get_config(), " (", openblas_get_corename(), " kernels)");
   out.push_back(cpu);
   std::vector<VkPhysicalDevice> phys;
   try {

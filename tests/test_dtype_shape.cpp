@@ -85,6 +85,36 @@ TEST_CASE("a KILN_DEVICE that does not parse is an error naming the variable") {
                  "vulkan:N") != std::string::npos);
 }
 
+// Run by the test below in a child process: one CPU op under KILN_CPU_ISA.
+TEST_CASE("child: cpu simd level") {
+  if (std::getenv("KILN_TEST_CHILD") == nullptr) return;
+  try {
+    const Array y = exp(zeros({4}, f32, Device::cpu()));
+    std::printf("value=%g\n", static_cast<double>(y.to_vector<float>()[3]));
+  } catch (const Error& e) {
+    std::printf("error=%s\n", e.what());
+  }
+}
+
+TEST_CASE("KILN_CPU_ISA picks the CPU kernels' SIMD level; a bad name is an error naming it") {
+  const auto child = [](const std::string& isa) {
+    const std::string cmd = "KILN_TEST_CHILD=1 KILN_CPU_ISA=" + isa + " /proc/" +
+                            std::to_string(::getpid()) + "/exe -tc='child: cpu simd level' 2>&1";
+    FILE* p = ::popen(cmd.c_str(), "r");
+    REQUIRE(p != nullptr);
+    std::string out;
+    char buf[512];
+    while (std::fgets(buf, sizeof(buf), p) != nullptr) out += buf;
+    CHECK(::pclose(p) == 0);
+    return out;
+  };
+  CHECK(child("generic").find("value=1\n") != std::string::npos);
+  CHECK(child("avx9").find("error=KILN_CPU_ISA=avx9: expected generic, x86-64-v2, x86-64-v3 or "
+                           "x86-64-v4") != std::string::npos);
+  // The level in use is reported with the CPU device.
+  CHECK(devices().front().driver.find("kiln SIMD ") == 0);
+}
+
 TEST_CASE("creating an array on a device the machine does not have is a DeviceError") {
   CHECK_THROWS_WITH_AS(zeros({2}, f32, Device::vulkan(99)),
                        doctest::Contains("there is no device vulkan:99 (this machine has"),

@@ -276,6 +276,32 @@ TEST_CASE("fused f32 chains with broadcasting equal the unfused equations") {
   }
 }
 
+TEST_CASE("an element's value does not depend on its position in the array") {
+  // Kernels run whole SIMD batches and a padded last batch: x[i] computed in an
+  // array of any length, fused or not, equals x[i] computed alone.
+  const auto f = [](const Array& x) {
+    return sigmoid(x) * tanh(x) + exp(-x) * log(abs(x) + 0.5f) - sqrt(abs(x)) / rsqrt(abs(x) + 1.0f);
+  };
+  for (std::int64_t n : {1, 3, 7, 15, 16, 17, 31, 33, 63, 65, 100}) {
+    CAPTURE(n);
+    const HostData h = host_random({n}, f32);
+    const Array x = on_device(h);
+    const auto whole = bytes_of(f(x));  // unfused, eagerly
+    const Executable jitted(
+        trace([&](const std::vector<Array>& a) { return std::vector<Array>{f(a[0])}; },
+              {{f32, {n}}}),
+        dev(), "f");
+    std::vector<Array> args{x};
+    CHECK(bytes_of(jitted.run(args)[0]) == whole);  // one fused kernel
+    for (std::int64_t i = 0; i < n; ++i) {
+      const auto at = h.bytes.begin() + i * 4;
+      const HostData one{f32, {1}, std::vector<std::byte>(at, at + 4)};
+      const auto alone = bytes_of(f(on_device(one)));
+      CHECK(std::memcmp(alone.data(), whole.data() + i * 4, 4) == 0);
+    }
+  }
+}
+
 TEST_CASE("fused where, comparisons, astype and bitcast; several outputs") {
   const Shape s{7, 301};
   const Program p = trace(

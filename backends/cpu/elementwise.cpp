@@ -37,9 +37,11 @@
 #include "kiln/backends/cpu/broadcast.hpp"
 #include "kiln/backends/cpu/cpu_backend.hpp"
 #include "kiln/backends/cpu/nan_minmax.hpp"
+#include "kiln/backends/cpu/simd.hpp"
 #include "kiln/dsl/unary_math.hpp"
 #include "kiln/runtime/error.hpp"
 #include "kiln/runtime/strings.hpp"
+#include "kiln/runtime/thread_pool.hpp"
 
 namespace kiln::cpu {
 namespace {
@@ -501,6 +503,69 @@ void fill_from_first(void* out, std::size_t size, std::size_t n) {
   });
 }
 
+// The generic kernels as FlatKernels (dtype and primitive fixed at compile time).
+template <class T, Prim P>
+void generic_unary(const FlatOperand* in, void* out, std::size_t n) {
+  unary_kernel<T, P>(dtype_of_v<T>, in[0].data, out, n);
+}
+template <class T, Prim P>
+void generic_binary(const FlatOperand* in, void* out, std::size_t n) {
+  BinaryArgs args;
+  args.a = in[0].data;
+  args.b = in[1].data;
+  args.out = out;
+  args.n = n;
+  args.a_scalar = in[0].scalar;
+  args.b_scalar = in[1].scalar;
+  binary_kernel<T, P>(dtype_of_v<T>, args);
+}
+template <class T>
+void generic_where(const FlatOperand* in, void* out, std::size_t n) {
+  using S = Stored<T>;
+  where_row<S>(static_cast<const std::uint8_t*>(in[0].data), in[0].scalar ? 0 : 1,
+               static_cast<const S*>(in[1].data), in[1].scalar ? 0 : 1,
+               static_cast<const S*>(in[2].data), in[2].scalar ? 0 : 1, static_cast<S*>(out),
+               n);
+}
+template <class From, class To>
+void generic_astype(const FlatOperand* in, void* out, std::size_t n) {
+  using F = Stored<From>;
+  using T = Stored<To>;
+  const auto xv = flat(static_cast<const F*>(in[0].data), n);
+  auto o = flat(static_cast<T*>(out), n);
+  if constexpr (std::is_same_v<To, bool>) {
+    static constexpr F kZero = 0;  // numpy: nonzero (and NaN) is true
+    xt::noalias(o) = xt::cast<std::uint8_t>(xt::not_equal(xv, kZero));
+  } else if constexpr (std::is_floating_point_v<F> && std::is_integral_v<T>) {
+    xt::noalias(o) = apply<SaturatingCast<T>>(xv);
+  } else {
+    xt::noalias(o) = xt::cast<T>(xv);
+  }
+}
+
+FlatKernel generic_kernel(Prim p, DType in, DType out) {
+  return visit_dtype(in, [&](auto zero) -> FlatKernel {
+    using T = decltype(zero);
+    switch (family(p)) {
+      case PrimFamily::kUnary:
+        return visit_family<PrimFamily::kUnary>(
+            p, [&]<Prim P>(PrimC<P>) -> FlatKernel { return generic_unary<T, P>; });
+      case PrimFamily::kBinary:
+        return visit_family<PrimFamily::kBinary>(
+            p, [&]<Prim P>(PrimC<P>) -> FlatKernel { return generic_binary<T, P>; });
+      case PrimFamily::kWhere:
+        return generic_where<T>;
+      case PrimFamily::kAstype:
+        return visit_dtype(out, [&](auto to) -> FlatKernel {
+          return generic_astype<T, decltype(to)>;
+        });
+      default:
+        break;
+    }
+    throw Error(detail::str_cat("[", name(p), "] is not an elementwise primitive"));
+  });
+}
+
 }  // namespace
 
 void check_host_dtype(Prim p, DType d) {
@@ -512,12 +577,36 @@ void check_host_dtype(Prim p, DType d) {
   }
 }
 
-void unary_flat(Prim p, DType dtype, const void* x, void* out, std::size_t n) {
-  visit_dtype(dtype, [&](auto zero) {
-    visit_family<PrimFamily::kUnary>(p, [&]<Prim P>(PrimC<P>) {
-      unary_kernel<decltype(zero), P>(dtype, x, out, n);
-    });
+FlatKernel flat_kernel(Prim p, DType in, DType out) {
+  check_host_dtype(p, in);
+  check_host_dtype(p, out);
+  if (const FlatKernel k = simd_kernel(p, in, out)) return k;
+  return generic_kernel(p, in, out);
+}
+
+// Runs `k` over n elements, split over the thread pool when n is large (each
+// element is computed the same way whichever task has it). `esize`: the
+// operands' element sizes, then the result's.
+template <std::size_t N>
+void run_flat(FlatKernel k, const std::array<FlatOperand, N>& in,
+              const std::array<std::size_t, N + 1>& esize, void* out, std::size_t n) {
+  constexpr std::size_t kGrain = std::size_t{1} << 16;  // elements per task
+  const std::size_t tasks = n / kGrain;
+  if (tasks < 2) return k(in.data(), out, n);
+  detail::parallel_for(tasks, [&](std::size_t t) {
+    const std::size_t lo = n * t / tasks / 64 * 64;
+    const std::size_t hi = t + 1 == tasks ? n : n * (t + 1) / tasks / 64 * 64;
+    std::array<FlatOperand, N> part = in;
+    for (std::size_t i = 0; i < N; ++i) {
+      if (!part[i].scalar) part[i].data = static_cast<const std::byte*>(part[i].data) + lo * esize[i];
+    }
+    k(part.data(), static_cast<std::byte*>(out) + lo * esize[N], hi - lo);
   });
+}
+
+void unary_flat(Prim p, DType dtype, const void* x, void* out, std::size_t n) {
+  const std::size_t e = size_of(dtype);
+  run_flat<1>(flat_kernel(p, dtype, dtype), {FlatOperand{x, false}}, {e, e}, out, n);
 }
 
 void binary_flat(Prim p, DType in, FlatOperand a, FlatOperand b, void* out,
@@ -526,49 +615,19 @@ void binary_flat(Prim p, DType in, FlatOperand a, FlatOperand b, void* out,
     binary_flat(p, in, {a.data, false}, {b.data, false}, out, 1);
     return fill_from_first(out, is_comparison(p) ? 1 : size_of(in), n);
   }
-  BinaryArgs args;
-  args.a = a.data;
-  args.b = b.data;
-  args.out = out;
-  args.n = n;
-  args.a_scalar = a.scalar;
-  args.b_scalar = b.scalar;
-  visit_dtype(in, [&](auto zero) {
-    visit_family<PrimFamily::kBinary>(p, [&]<Prim P>(PrimC<P>) {
-      binary_kernel<decltype(zero), P>(in, args);
-    });
-  });
+  const DType to = is_comparison(p) ? DType::kBool : in;
+  run_flat<2>(flat_kernel(p, in, to), {a, b}, {size_of(in), size_of(in), size_of(to)}, out, n);
 }
 
 void where_flat(DType dtype, FlatOperand c, FlatOperand a, FlatOperand b,
                 void* out, std::size_t n) {
-  visit_dtype(dtype, [&](auto zero) {
-    using S = Stored<decltype(zero)>;
-    where_row<S>(static_cast<const std::uint8_t*>(c.data), c.scalar ? 0 : 1,
-                 static_cast<const S*>(a.data), a.scalar ? 0 : 1,
-                 static_cast<const S*>(b.data), b.scalar ? 0 : 1,
-                 static_cast<S*>(out), n);
-  });
+  const std::size_t e = size_of(dtype);
+  run_flat<3>(flat_kernel(Prim::kWhere, dtype, dtype), {c, a, b}, {1, e, e, e}, out, n);
 }
 
 void astype_flat(DType from, DType to, const void* x, void* out, std::size_t n) {
-  visit_dtype(from, [&](auto from_zero) {
-    visit_dtype(to, [&](auto to_zero) {
-      using From = Stored<decltype(from_zero)>;
-      using To = Stored<decltype(to_zero)>;
-      const auto xv = flat(static_cast<const From*>(x), n);
-      auto o = flat(static_cast<To*>(out), n);
-      if constexpr (std::is_same_v<decltype(to_zero), bool>) {
-        static constexpr From kZero = 0;  // numpy: nonzero (and NaN) is true
-        xt::noalias(o) = xt::cast<std::uint8_t>(xt::not_equal(xv, kZero));
-      } else if constexpr (std::is_floating_point_v<From> &&
-                           std::is_integral_v<To>) {
-        xt::noalias(o) = apply<SaturatingCast<To>>(xv);
-      } else {
-        xt::noalias(o) = xt::cast<To>(xv);
-      }
-    });
-  });
+  run_flat<1>(flat_kernel(Prim::kAstype, from, to), {FlatOperand{x, false}},
+              {size_of(from), size_of(to)}, out, n);
 }
 
 std::shared_ptr<Buffer> eval_unary(Prim p, const Params&,
@@ -600,10 +659,30 @@ std::shared_ptr<Buffer> eval_binary(Prim p, const Params&,
   args.n = n;
   args.a_scalar = na != n;
   args.b_scalar = nb != n;
-  if (!((na == n || na == 1) && (nb == n || nb == 1))) {  // not flat: rows
-    args.a_shape = &a.shape();
-    args.b_shape = &b.shape();
-    args.shape = &out.shape;
+  const bool flat = (na == n || na == 1) && (nb == n || nb == 1);
+  if (flat) {
+    binary_flat(p, a.dtype(), {args.a, args.a_scalar}, {args.b, args.b_scalar}, args.out, n);
+    return buf;
+  }
+  args.a_shape = &a.shape();
+  args.b_shape = &b.shape();
+  args.shape = &out.shape;
+  if (const FlatKernel k = simd_kernel(p, a.dtype(), out.dtype)) {
+    const auto plan = BroadcastPlan<2>::make(out.shape, {&a.shape(), &b.shape()});
+    if (plan.row_length() >= kMinRow) {  // rows through the SIMD kernel
+      const auto* pa = static_cast<const std::byte*>(args.a);
+      const auto* pb = static_cast<const std::byte*>(args.b);
+      auto* po = static_cast<std::byte*>(args.out);
+      const std::size_t ea = size_of(a.dtype()), eo = size_of(out.dtype);
+      plan.for_each_row([&](const std::array<std::size_t, 2>& off,
+                            const std::array<std::size_t, 2>& step, std::size_t out_off,
+                            std::size_t len) {
+        const FlatOperand ops[] = {{pa + off[0] * ea, step[0] == 0},
+                                   {pb + off[1] * ea, step[1] == 0}};
+        k(ops, po + out_off * eo, len);
+      });
+      return buf;
+    }
   }
   visit_dtype(a.dtype(), [&](auto zero) {
     visit_family<PrimFamily::kBinary>(p, [&]<Prim P>(PrimC<P>) {

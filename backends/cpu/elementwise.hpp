@@ -19,6 +19,16 @@ struct FlatOperand {
   bool scalar = false;
 };
 
+// One elementwise primitive over n elements: operands `in` (1 for unary and
+// astype, 2 for binary, 3 for where), result `out`.
+using FlatKernel = void (*)(const FlatOperand* in, void* out, std::size_t n);
+
+// The kernel of elementwise primitive `p` on operands of dtype `in` giving `out`
+// (for where, `in` is the values' dtype): the SIMD one where simd.hpp has it,
+// else the generic one. The *_flat functions below call it; the fused kernels
+// resolve it once per equation. Throws DTypeError for f16.
+FlatKernel flat_kernel(Prim p, DType in, DType out);
+
 // Unary primitives (neg, abs, exp, ..., bitwise_not) on `dtype` elements.
 void unary_flat(Prim p, DType dtype, const void* x, void* out, std::size_t n);
 // Binary primitives; `in` is the operands' dtype (comparisons write bool bytes).

@@ -4,10 +4,22 @@
 
 #include <xsimd/xsimd.hpp>
 
+#include <type_traits>
+
 namespace kiln::cpu {
 
+// The NaN lanes of a batch (none for integers). Not x != x: xsimd 8's AVX-512
+// != is the ordered comparison, false for NaN.
+template <class B>
+auto is_nan(const B& x) {
+  if constexpr (std::is_floating_point_v<typename B::value_type>) {
+    return xsimd::isnan(x);
+  } else {
+    return x != x;
+  }
+}
+
 // maximum/minimum that give NaN when either operand is NaN, like numpy.maximum.
-// x != x is the NaN test that reads the same for scalars and batches.
 struct NanMaximum {
   template <class T>
   T operator()(T x, T y) const {
@@ -15,7 +27,7 @@ struct NanMaximum {
   }
   template <class B>
   B simd_apply(const B& x, const B& y) const {
-    return xsimd::select((x > y) || (x != x), x, y);
+    return xsimd::select((x > y) || is_nan(x), x, y);
   }
 };
 struct NanMinimum {
@@ -25,7 +37,7 @@ struct NanMinimum {
   }
   template <class B>
   B simd_apply(const B& x, const B& y) const {
-    return xsimd::select((x < y) || (x != x), x, y);
+    return xsimd::select((x < y) || is_nan(x), x, y);
   }
 };
 
