@@ -17,4 +17,5 @@
 #include "kiln/runtime/dtype.hpp"
 #include "kiln/runtime/error.hpp"
 #include "kiln/runtime/shape.hpp"
+#include "kiln/runtime/thread_pool.hpp"
 #include "kiln/runtime/tree.hpp"

@@ -8,7 +8,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kiln/dsl/program.hpp"
@@ -32,11 +34,40 @@ namespace kiln {
 //   shape, after the group's escaping values.
 // Backend::eval_fused's default evaluates any kind equation by equation; a
 // backend that fuses only some kinds hands the others to it.
+// What a backend prepares for a kernel on its first run (the CPU's block plan and
+// resolved kernels), kept with the kernel so a compiled program's later runs do
+// not plan again. Entries are keyed by the backend (which owns the key space of
+// the kernels it runs); every thread running the kernel shares them. A copy of a
+// kernel starts with an empty cache.
+class KernelCache {
+ public:
+  KernelCache() = default;
+  KernelCache(const KernelCache&) {}
+  KernelCache& operator=(const KernelCache&) { return *this; }
+
+  // The entry for `key`, made by `make()` (returning std::shared_ptr<const T>)
+  // on first use. Two threads may both make it; one result is kept.
+  template <class T, class Make>
+  std::shared_ptr<const T> get(std::uint64_t key, Make&& make) const {
+    if (auto found = find(key)) return std::static_pointer_cast<const T>(found);
+    std::shared_ptr<const T> made = make();
+    return std::static_pointer_cast<const T>(insert(key, std::move(made)));
+  }
+
+ private:
+  std::shared_ptr<const void> find(std::uint64_t key) const;
+  std::shared_ptr<const void> insert(std::uint64_t key, std::shared_ptr<const void> value) const;
+
+  mutable std::mutex mu_;
+  mutable std::vector<std::pair<std::uint64_t, std::shared_ptr<const void>>> entries_;
+};
+
 struct FusedKernel {
   enum class Kind : std::uint8_t { kElementwise, kMatmulEpilogue, kReducePrologue };
   Program body;
   Shape shape;
   Kind kind = Kind::kElementwise;
+  KernelCache cache;  // the backend's prepared state (see KernelCache)
 };
 
 // One launch of a compiled program: a single equation, or a fused kernel. Values

@@ -336,3 +336,66 @@ TEST_CASE("a jitted function called inside its own trace with the same key is an
   CHECK(f.trace_count() == 0);
   CHECK(f.cache_size() == 0);
 }
+
+TEST_CASE("the kernel thread pool runs every task once, rethrows, and serializes nested calls") {
+  const int before = num_threads();
+  set_num_threads(4);
+  CHECK(num_threads() == 4);
+  std::vector<std::atomic<int>> hits(1000);
+  std::atomic<int> nested{0};
+  detail::parallel_for(hits.size(), [&](std::size_t i) {
+    hits[i].fetch_add(1);
+    if (i % 100 == 0) {  // a call from a task runs on that task's thread
+      detail::parallel_for(3, [&](std::size_t) { nested.fetch_add(1); });
+    }
+  });
+  int total = 0;
+  for (const auto& h : hits) total += h.load() == 1;
+  CHECK(total == 1000);
+  CHECK(nested.load() == 30);
+  // The first exception comes back to the caller; every task still ran.
+  std::atomic<int> ran{0};
+  CHECK_THROWS_WITH(detail::parallel_for(64,
+                                         [&](std::size_t i) {
+                                           ran.fetch_add(1);
+                                           if (i == 7) throw std::runtime_error("task 7 failed");
+                                         }),
+                    "task 7 failed");
+  CHECK(ran.load() == 64);
+  // Calls from several threads at once (one gets the pool, the others run alone).
+  std::vector<std::thread> threads;
+  std::vector<long> sums(kThreads, 0);
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<long> part(256, 0);
+      detail::parallel_for(part.size(), [&](std::size_t i) { part[i] = static_cast<long>(i) * t; });
+      for (long v : part) sums[static_cast<std::size_t>(t)] += v;
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < kThreads; ++t) CHECK(sums[static_cast<std::size_t>(t)] == 255L * 256 / 2 * t);
+  CHECK_THROWS_WITH_AS(set_num_threads(0), doctest::Contains("expected n >= 1"), ValueError);
+  set_num_threads(before);
+}
+
+TEST_CASE("large kernels split over threads give the one-thread bits") {
+  if (default_device().kind != Device::Kind::kCpu) return;  // the pool is the CPU's
+  const Array x = ramp2(512, 1031, 1e-5f);  // ~528k elements: several tasks
+  const Array b = ramp2(1, 1031, 3e-3f);
+  const auto f = [](const Array& x, const Array& b) {
+    return std::make_tuple(exp(-abs(x * 1.5f + b)) * tanh(x - b) + sigmoid(x), sqrt(abs(x)) - b);
+  };
+  auto jf = filter_jit([&](const Array& x, const Array& b) { return f(x, b); });
+  const int before = num_threads();
+  set_num_threads(1);
+  const auto [one_fused, one_other] = jf(x, b);
+  const Array one_eager = exp(x) + tanh(x);
+  set_num_threads(3);
+  const auto [many_fused, many_other] = jf(x, b);
+  const Array many_eager = exp(x) + tanh(x);
+  set_num_threads(before);
+  CHECK(max_diff(one_fused, many_fused) == 0.0f);
+  CHECK(max_diff(one_other, many_other) == 0.0f);
+  CHECK(max_diff(one_eager, many_eager) == 0.0f);
+  CHECK(max_diff(one_fused, std::get<0>(f(x, b))) == 0.0f);  // and the unfused ops
+}

@@ -30,6 +30,9 @@
 #include "kiln/backends/cpu/cpu_backend.hpp"
 #include "kiln/backends/cpu/half.hpp"
 #include "kiln/backends/cpu/elementwise.hpp"
+#include "kiln/runtime/error.hpp"
+#include "kiln/runtime/thread_pool.hpp"
+#include "kiln/runtime/strings.hpp"
 #include "kiln/dsl/fusion.hpp"
 
 namespace kiln::cpu {
@@ -46,6 +49,12 @@ namespace {
 // stay in L2 while the body runs (1024 to 8192 measured alike on a 1M chain).
 constexpr std::size_t kChunk = 4096;
 constexpr std::size_t kSlotBytes = kChunk * 8;
+// Slots are this far apart: not a multiple of 4 KiB, so an op reading one slot
+// and writing another at the same offset does not stall on 4K aliasing.
+constexpr std::size_t kSlotStride = kSlotBytes + 5 * 64;
+// Kernels of at least 2 * this many elements are split over the thread pool, in
+// tasks of about this many (a task costs ~5-20 us to hand to a worker).
+constexpr std::size_t kParallelGrain = std::size_t{1} << 16;
 // Rows at least this long are walked row by row (no gathers); each block costs
 // one call per equation (~20-40 ns), so shorter rows take cross-row chunks.
 constexpr std::size_t kRowMin = 512;
@@ -111,15 +120,32 @@ Merged merge_dims(const Shape& out, std::span<const Array> inputs) {
   return m;
 }
 
+// KernelCache keys of this file: the elementwise plan (low bits: the outputs
+// written into given buffers) and the split of an anchored kernel.
+constexpr std::uint64_t kPlanKey = std::uint64_t{1} << 63;
+constexpr std::uint64_t kSplitKey = std::uint64_t{1} << 62;
+
+// This thread's block temporaries: `slots` of kSlotBytes, 64-byte aligned, kept
+// between calls (a fused kernel runs on one thread at a time per block loop).
+std::byte* scratch(std::size_t slots) {
+  thread_local std::vector<std::byte> storage;
+  const std::size_t need = std::max<std::size_t>(1, slots) * kSlotStride + 64;
+  if (storage.size() < need) storage.resize(need);
+  const auto addr = reinterpret_cast<std::uintptr_t>(storage.data());
+  return storage.data() + ((64 - addr % 64) % 64);
+}
+
 struct Gather {
   int input = -1;
   int slot = -1;
 };
 
 struct Plan {
+  Merged merged;
   bool rows = false;                      // blocks are pieces of merged rows
   std::vector<Place> place;               // per body value
   std::vector<Action> action;             // per equation
+  std::vector<FlatKernel> kernel;         // per kCompute equation
   std::vector<std::size_t> scalar_eqs;    // run on one element per block
   std::vector<std::size_t> per_block;     // run on the block, in order
   std::vector<Gather> gathers;
@@ -131,11 +157,13 @@ bool is_alias(Prim p) { return has_trait(p, PrimTrait::kAlias); }
 
 // `out_of[v]`: the body output number of value v, or -1. `in_place[o]`: output o
 // is written into an input's buffer.
-Plan make_plan(const FusedKernel& k, std::span<const Array> inputs, const Merged& merged,
+Plan make_plan(const FusedKernel& k, std::span<const Array> inputs,
                const std::vector<int>& out_of, const std::vector<bool>& in_place) {
   const Program& b = k.body;
   const std::int64_t n = numel(k.shape);
   Plan plan;
+  plan.merged = merge_dims(k.shape, inputs);
+  const Merged& merged = plan.merged;
   plan.rows = merged.extents.size() == 1 || merged.row() >= kRowMin;
   // xtensor computes exp/log/tanh/sigmoid with xsimd on aligned runs and with
   // std:: on the ends, which differ in the last bit. Unfused, the SIMD runs
@@ -149,6 +177,19 @@ Plan make_plan(const FusedKernel& k, std::span<const Array> inputs, const Merged
   }
   plan.place.resize(b.num_values());
   plan.action.assign(b.equations.size(), Action::kCompute);
+  plan.kernel.assign(b.equations.size(), nullptr);
+  for (std::size_t e = 0; e < b.equations.size(); ++e) {
+    const Equation& eq = b.equations[e];
+    if (is_alias(eq.prim)) continue;
+    if (!fusible(eq.prim) || family(eq.prim) == PrimFamily::kIdentity) {
+      // dsl/fusion.cpp puts only elementwise primitives in an elementwise body
+      throw Error(detail::str_cat("[fused] ", name(eq.prim), " is not elementwise"));
+    }
+    const DType to = b.avals[eq.output].dtype;
+    plan.kernel[e] = family(eq.prim) == PrimFamily::kWhere
+                         ? flat_kernel(eq.prim, to, to)
+                         : flat_kernel(eq.prim, b.avals[eq.inputs[0]].dtype, to);
+  }
   std::vector<bool> scalar(b.num_values(), false);
   std::vector<ValueId> root(b.num_values());  // the value whose storage v uses
   for (std::size_t v = 0; v < root.size(); ++v) root[v] = static_cast<ValueId>(v);
@@ -321,6 +362,152 @@ FusedKernel part_of(const FusedKernel& k, std::size_t first, std::size_t last,
   return part;
 }
 
+// part_of, made on the kernel's first run and kept with it (its own plans are
+// then kept with the part). `outputs` depend only on `k`.
+struct Part {
+  FusedKernel kernel;
+  std::vector<ValueId> reads;
+};
+const Part& cached_part(const FusedKernel& k, std::size_t first, std::size_t last,
+                        const std::vector<ValueId>& outputs) {
+  return *k.cache.get<Part>(kSplitKey, [&] {
+    auto part = std::make_shared<Part>();
+    part->kernel = part_of(k, first, last, outputs, part->reads);
+    return std::shared_ptr<const Part>(std::move(part));
+  });
+}
+
+// Runs a planned elementwise kernel over a range of its units (merged rows, or
+// chunks across rows) on the calling thread: the block state (its place in the
+// iteration, the inputs' runs, the one-element cells) and this thread's
+// temporaries.
+class Blocks {
+ public:
+  Blocks(const Plan& plan, const Program& body, std::span<const std::byte* const> in_data,
+         std::span<std::byte* const> out_data, std::span<const Array> inputs)
+      : plan_(plan),
+        b_(body),
+        in_data_(in_data),
+        out_data_(out_data),
+        inputs_(inputs),
+        cells_(static_cast<std::size_t>(plan.cells)),
+        slots_(scratch(static_cast<std::size_t>(plan.slots))),
+        block_in_(inputs.size()) {}
+
+  // Units [first, last).
+  void run(std::size_t first, std::size_t last) {
+    if (plan_.rows) return run_rows(first, last);
+    const auto n = static_cast<std::size_t>(numel(b_.avals[b_.outputs[0]].shape));
+    for (std::size_t c = first; c < last; ++c) {
+      start_ = c * kChunk;
+      const std::size_t len = std::min(kChunk, n - start_);
+      for (std::size_t i = 0; i < inputs_.size(); ++i) {
+        const bool one = plan_.place[b_.inputs[i]].loc == Loc::kInputScalar;
+        block_in_[i] = const_cast<std::byte*>(in_data_[i]) +
+                       (one ? 0 : start_ * size_of(inputs_[i].dtype()));
+      }
+      for (const Gather& g : plan_.gathers) {
+        const auto i = static_cast<std::size_t>(g.input);
+        gather(plan_.merged, i, in_data_[i], size_of(inputs_[i].dtype()), start_, len,
+               slots_ + static_cast<std::size_t>(g.slot) * kSlotStride);
+      }
+      run_block(len);
+    }
+  }
+
+ private:
+  // Merged rows [first, last), each in pieces of at most kChunk.
+  void run_rows(std::size_t first, std::size_t last) {
+    const Merged& m = plan_.merged;
+    const std::size_t rank = m.extents.size(), row = m.row();
+    std::vector<std::size_t> idx(rank, 0), off(inputs_.size(), 0);
+    for (std::size_t d = rank - 1, rem = first; d-- > 0;) {  // row `first`'s index
+      idx[d] = rem % m.extents[d];
+      rem /= m.extents[d];
+      for (std::size_t i = 0; i < inputs_.size(); ++i) off[i] += idx[d] * m.strides[i][d];
+    }
+    for (std::size_t r = first; r < last; ++r) {
+      for (std::size_t at = 0; at < row; at += kChunk) {
+        start_ = r * row + at;
+        for (std::size_t i = 0; i < inputs_.size(); ++i) {
+          block_in_[i] = const_cast<std::byte*>(in_data_[i]) +
+                         (off[i] + at * m.step(i)) * size_of(inputs_[i].dtype());
+        }
+        run_block(std::min(kChunk, row - at));
+      }
+      for (std::size_t d = rank - 1; d-- > 0;) {  // odometer over the outer dims
+        for (std::size_t i = 0; i < inputs_.size(); ++i) off[i] += m.strides[i][d];
+        if (++idx[d] < m.extents[d]) break;
+        for (std::size_t i = 0; i < inputs_.size(); ++i) off[i] -= m.strides[i][d] * m.extents[d];
+        idx[d] = 0;
+      }
+    }
+  }
+
+  std::size_t esize(ValueId v) const { return size_of(b_.avals[v].dtype); }
+
+  std::byte* data(ValueId v) {
+    const Place& p = plan_.place[v];
+    switch (p.loc) {
+      case Loc::kInput:
+      case Loc::kInputScalar:
+        return block_in_[static_cast<std::size_t>(p.index)];
+      case Loc::kScalar:
+        return reinterpret_cast<std::byte*>(&cells_[static_cast<std::size_t>(p.index)]);
+      case Loc::kSlot:
+        return slots_ + static_cast<std::size_t>(p.index) * kSlotStride;
+      case Loc::kOut:
+        return out_data_[static_cast<std::size_t>(p.index)] + start_ * esize(v);
+    }
+    return nullptr;
+  }
+
+  void equation(std::size_t e, std::size_t len) {
+    const Equation& eq = b_.equations[e];
+    const Action action = plan_.action[e];
+    if (action == Action::kAlias) return;
+    void* out = data(eq.output);
+    if (action == Action::kCopy) {
+      std::memcpy(out, data(eq.inputs[0]), len * esize(eq.output));
+      return;
+    }
+    FlatOperand ops[3];
+    for (std::size_t i = 0; i < eq.inputs.size() && i < 3; ++i) {
+      const Loc loc = plan_.place[eq.inputs[i]].loc;
+      ops[i] = FlatOperand{data(eq.inputs[i]), loc == Loc::kScalar || loc == Loc::kInputScalar};
+    }
+    plan_.kernel[e](ops, out, len);
+  }
+
+  // The block: output elements [start_, start_ + len).
+  void run_block(std::size_t len) {
+    for (std::size_t e : plan_.scalar_eqs) equation(e, 1);
+    for (std::size_t e : plan_.per_block) equation(e, len);
+    // Every input of the block has been read: outputs not written in place yet.
+    for (std::size_t o = 0; o < out_data_.size(); ++o) {
+      const ValueId v = b_.outputs[o];
+      const Place& p = plan_.place[v];
+      if (p.loc == Loc::kOut) continue;
+      std::byte* dst = out_data_[o] + start_ * esize(v);
+      if (p.loc == Loc::kScalar) {  // (a cell: outputs never alias an input)
+        fill(dst, data(v), esize(v), len);
+      } else {
+        std::memcpy(dst, data(v), len * esize(v));
+      }
+    }
+  }
+
+  const Plan& plan_;
+  const Program& b_;
+  std::span<const std::byte* const> in_data_;
+  std::span<std::byte* const> out_data_;
+  std::span<const Array> inputs_;
+  std::vector<std::uint64_t> cells_;
+  std::byte* slots_;
+  std::size_t start_ = 0;
+  std::vector<std::byte*> block_in_;  // input i's run (or one element) in the block
+};
+
 }  // namespace
 
 // matmul (BLAS) into a buffer the elementwise group then reads, and writes
@@ -357,8 +544,9 @@ std::vector<std::shared_ptr<Buffer>> CpuBackend::eval_epilogue(
       }
     }
   }
-  std::vector<ValueId> reads;
-  const FusedKernel part = part_of(k, 1, b.equations.size(), rest, reads);
+  const Part& split = cached_part(k, 1, b.equations.size(), rest);
+  const FusedKernel& part = split.kernel;
+  const std::vector<ValueId>& reads = split.reads;
   std::vector<Array> args;
   for (ValueId v : reads) args.push_back(v == mm.output ? product : input(v));
   const std::vector<std::shared_ptr<Buffer>> bufs = eval_fused(part, args, rest_into);
@@ -385,8 +573,9 @@ std::vector<std::shared_ptr<Buffer>> CpuBackend::eval_prologue(
     rest.push_back(reduced);
     rest_into.push_back(nullptr);
   }
-  std::vector<ValueId> reads;
-  const FusedKernel part = part_of(k, 0, b.equations.size() - 1, rest, reads);
+  const Part& split = cached_part(k, 0, b.equations.size() - 1, rest);
+  const FusedKernel& part = split.kernel;
+  const std::vector<ValueId>& reads = split.reads;
   std::vector<Array> args;
   for (ValueId v : reads) {
     args.push_back(inputs[static_cast<std::size_t>(
@@ -429,8 +618,18 @@ std::vector<std::shared_ptr<Buffer>> CpuBackend::eval_fused(
   const auto n = static_cast<std::size_t>(numel(k.shape));
   if (n == 0) return outs;
 
-  const Merged merged = merge_dims(k.shape, inputs);
-  const Plan plan = make_plan(k, inputs, merged, out_of, in_place);
+  // The plan depends on the kernel (whose body fixes the inputs' shapes) and on
+  // which outputs go into given buffers: made on the kernel's first run so.
+  std::uint64_t key = kPlanKey;
+  for (std::size_t o = 0; o < in_place.size() && o < 62; ++o) {
+    if (in_place[o]) key |= std::uint64_t{1} << o;
+  }
+  const auto make = [&] {
+    return std::make_shared<const Plan>(make_plan(k, inputs, out_of, in_place));
+  };
+  const std::shared_ptr<const Plan> planned =
+      in_place.size() <= 62 ? k.cache.get<Plan>(key, make) : make();
+  const Plan& plan = *planned;
   std::vector<const std::byte*> in_data(inputs.size());
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     in_data[i] = static_cast<const std::byte*>(inputs[i].buffer()->host_data());
@@ -439,119 +638,16 @@ std::vector<std::shared_ptr<Buffer>> CpuBackend::eval_fused(
   for (std::size_t o = 0; o < outs.size(); ++o) {
     out_data[o] = static_cast<std::byte*>(outs[o]->host_data());
   }
-  std::vector<std::uint64_t> cells(static_cast<std::size_t>(plan.cells));
-  const auto slots = HostBuffer::allocate(
-      std::max<std::size_t>(1, static_cast<std::size_t>(plan.slots)) * kSlotBytes);
-  auto* slot_data = static_cast<std::byte*>(slots->host_data());
-
-  const auto esize = [&](ValueId v) { return size_of(b.avals[v].dtype); };
-  // The block: output elements [start, start + len); input i's elements (its
-  // run, or its one element) at block_in[i].
-  std::size_t start = 0;
-  std::vector<std::byte*> block_in(inputs.size());
-  const auto data = [&](ValueId v) -> std::byte* {
-    const Place& p = plan.place[v];
-    switch (p.loc) {
-      case Loc::kInput:
-      case Loc::kInputScalar:
-        return block_in[static_cast<std::size_t>(p.index)];
-      case Loc::kScalar:
-        return reinterpret_cast<std::byte*>(&cells[static_cast<std::size_t>(p.index)]);
-      case Loc::kSlot:
-        return slot_data + static_cast<std::size_t>(p.index) * kSlotBytes;
-      case Loc::kOut:
-        return out_data[static_cast<std::size_t>(p.index)] + start * esize(v);
-    }
-    return nullptr;
-  };
-  const auto operand = [&](ValueId v) {
-    const Loc loc = plan.place[v].loc;
-    return FlatOperand{data(v), loc == Loc::kScalar || loc == Loc::kInputScalar};
-  };
-  const auto run = [&](const Equation& eq, Action action, std::size_t len) {
-    if (action == Action::kAlias) return;
-    void* out = data(eq.output);
-    const DType in = b.avals[eq.inputs[0]].dtype;
-    const DType to = b.avals[eq.output].dtype;
-    if (action == Action::kCopy) {
-      std::memcpy(out, data(eq.inputs[0]), len * esize(eq.output));
-      return;
-    }
-    switch (family(eq.prim)) {
-      case PrimFamily::kUnary:
-        return unary_flat(eq.prim, in, data(eq.inputs[0]), out, len);
-      case PrimFamily::kBinary:
-        return binary_flat(eq.prim, in, operand(eq.inputs[0]), operand(eq.inputs[1]), out,
-                           len);
-      case PrimFamily::kWhere:
-        return where_flat(to, operand(eq.inputs[0]), operand(eq.inputs[1]),
-                          operand(eq.inputs[2]), out, len);
-      case PrimFamily::kAstype:
-        return astype_flat(in, to, data(eq.inputs[0]), out, len);
-      case PrimFamily::kReduce: case PrimFamily::kArgReduce: case PrimFamily::kScan:
-      case PrimFamily::kSort: case PrimFamily::kMatmul: case PrimFamily::kLayout:
-      case PrimFamily::kIndex: case PrimFamily::kCreation: case PrimFamily::kIdentity:
-      case PrimFamily::kControl:
-        break;  // dsl/fusion.cpp never puts these in an elementwise body
-    }
-    throw Error(detail::str_cat("[fused] ", name(eq.prim), " is not elementwise"));
-  };
-  const auto run_block = [&](std::size_t len) {
-    for (std::size_t e : plan.scalar_eqs) run(b.equations[e], plan.action[e], 1);
-    for (std::size_t e : plan.per_block) run(b.equations[e], plan.action[e], len);
-    // Every input of the block has been read: outputs not written in place yet.
-    for (std::size_t o = 0; o < outs.size(); ++o) {
-      const ValueId v = b.outputs[o];
-      const Place& p = plan.place[v];
-      if (p.loc == Loc::kOut) continue;
-      std::byte* dst = out_data[o] + start * esize(v);
-      if (p.loc == Loc::kScalar) {  // (a cell: outputs never alias an input)
-        fill(dst, data(v), esize(v), len);
-      } else {
-        std::memcpy(dst, data(v), len * esize(v));
-      }
-    }
-  };
-
-  if (plan.rows) {
-    // Row by row over the merged dims; pieces of at most kChunk per row.
-    const std::size_t rank = merged.extents.size(), row = merged.row();
-    std::vector<std::size_t> idx(rank, 0), off(inputs.size(), 0);
-    for (std::size_t r = 0; r < n / row; ++r) {
-      for (std::size_t at = 0; at < row; at += kChunk) {
-        start = r * row + at;
-        for (std::size_t i = 0; i < inputs.size(); ++i) {
-          block_in[i] = const_cast<std::byte*>(in_data[i]) +
-                        (off[i] + at * merged.step(i)) * size_of(inputs[i].dtype());
-        }
-        run_block(std::min(kChunk, row - at));
-      }
-      for (std::size_t d = rank - 1; d-- > 0;) {  // odometer over the outer dims
-        for (std::size_t i = 0; i < inputs.size(); ++i) off[i] += merged.strides[i][d];
-        if (++idx[d] < merged.extents[d]) break;
-        for (std::size_t i = 0; i < inputs.size(); ++i) {
-          off[i] -= merged.strides[i][d] * merged.extents[d];
-        }
-        idx[d] = 0;
-      }
-    }
-    return outs;
-  }
-  // Short rows: chunks across rows; broadcast inputs gathered.
-  for (start = 0; start < n; start += kChunk) {
-    const std::size_t len = std::min(kChunk, n - start);
-    for (std::size_t i = 0; i < inputs.size(); ++i) {
-      const bool one = plan.place[b.inputs[i]].loc == Loc::kInputScalar;
-      block_in[i] = const_cast<std::byte*>(in_data[i]) +
-                    (one ? 0 : start * size_of(inputs[i].dtype()));
-    }
-    for (const Gather& g : plan.gathers) {
-      const auto i = static_cast<std::size_t>(g.input);
-      gather(merged, i, in_data[i], size_of(inputs[i].dtype()), start, len,
-             slot_data + static_cast<std::size_t>(g.slot) * kSlotBytes);
-    }
-    run_block(len);
-  }
+  // Units of work: merged rows (each in pieces of at most kChunk), or chunks
+  // across rows. Large kernels split them over the thread pool; each task has
+  // its own block state and temporaries, and every element is computed the
+  // same way whichever task has it.
+  const std::size_t units = plan.rows ? n / plan.merged.row() : (n + kChunk - 1) / kChunk;
+  const std::size_t tasks = std::min(units, std::max<std::size_t>(1, n / kParallelGrain));
+  detail::parallel_for(tasks, [&](std::size_t t) {
+    Blocks blocks(plan, b, in_data, out_data, inputs);
+    blocks.run(units * t / tasks, units * (t + 1) / tasks);
+  });
   return outs;
 }
 

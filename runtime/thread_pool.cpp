@@ -1,0 +1,209 @@
+// The worker pool of thread_pool.hpp. A job is claimed task by task from one
+// atomic word (job generation << 32 | next task), so a worker that wakes late
+// can never run a task of a job other than the one it woke for; the caller runs
+// tasks too and waits on a condition variable until every task has finished.
+#include "kiln/runtime/thread_pool.hpp"
+
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdlib>
+#include <exception>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "kiln/runtime/error.hpp"
+#include "kiln/runtime/strings.hpp"
+
+namespace kiln {
+namespace {
+
+int default_threads() {
+  if (const char* env = std::getenv("KILN_NUM_THREADS"); env != nullptr && *env != '\0') {
+    char* end = nullptr;
+    const long n = std::strtol(env, &end, 10);
+    if (*end != '\0' || n < 1 || n > 4096) {
+      throw Error(detail::str_cat("KILN_NUM_THREADS=\"", env, "\": expected a positive integer"));
+    }
+    return static_cast<int>(n);
+  }
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+using Task = absl::FunctionRef<void(std::size_t)>;
+
+thread_local bool in_worker = false;
+
+class Pool {
+ public:
+  static Pool& get() {
+    static Pool* pool = new Pool();  // never destroyed: no join in static destructors
+    return *pool;
+  }
+
+  int size() {
+    const std::lock_guard<std::mutex> lock(mu_);
+    if (size_ == 0) size_ = default_threads();
+    return size_;
+  }
+
+  void resize(int n) {
+    const std::lock_guard<std::mutex> busy(busy_);
+    stop_workers();
+    const std::lock_guard<std::mutex> lock(mu_);
+    size_ = n;
+  }
+
+  void run(std::size_t tasks, Task fn) {
+    if (tasks == 0) return;
+    std::unique_lock<std::mutex> busy(busy_, std::try_to_lock);
+    // Serial: one task, one thread, a nested or concurrent call, or a forked child
+    // (which has none of the parent's workers).
+    if (tasks == 1 || !busy.owns_lock() || in_worker || size() <= 1 || ::getpid() != pid_) {
+      if (busy.owns_lock()) busy.unlock();
+      return run_serial(tasks, fn);
+    }
+    start_workers();
+    std::uint32_t gen = 0;
+    {
+      const std::lock_guard<std::mutex> lock(mu_);
+      job_ = &fn;
+      tasks_ = tasks;
+      error_ = nullptr;
+      finished_.store(0);
+      gen = ++generation_;
+      next_.store(std::uint64_t{gen} << 32);
+    }
+    wake_.notify_all();
+    work(gen, &fn, tasks);
+    std::exception_ptr error;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      done_.wait(lock, [&] { return finished_.load() == tasks; });
+      error = std::exchange(error_, nullptr);
+      job_ = nullptr;
+    }
+    if (error) std::rethrow_exception(error);
+  }
+
+ private:
+  Pool() : pid_(::getpid()) {}
+
+  static void run_serial(std::size_t tasks, Task fn) {
+    std::exception_ptr error;
+    for (std::size_t i = 0; i < tasks; ++i) {
+      try {
+        fn(i);
+      } catch (...) {
+        if (!error) error = std::current_exception();
+      }
+    }
+    if (error) std::rethrow_exception(error);
+  }
+
+  // Claims and runs tasks of job `gen` until none is left.
+  void work(std::uint32_t gen, const Task* job, std::size_t tasks) {
+    for (;;) {
+      std::uint64_t cur = next_.load();
+      do {
+        if ((cur >> 32) != gen || (cur & 0xffffffffu) >= tasks) return;
+      } while (!next_.compare_exchange_weak(cur, cur + 1));
+      try {
+        (*job)(static_cast<std::size_t>(cur & 0xffffffffu));
+      } catch (...) {
+        const std::lock_guard<std::mutex> lock(mu_);
+        if (!error_) error_ = std::current_exception();
+      }
+      if (finished_.fetch_add(1) + 1 == tasks) {
+        const std::lock_guard<std::mutex> lock(mu_);
+        done_.notify_all();
+      }
+    }
+  }
+
+  // `seen`: the last job generation when the worker was started.
+  void worker_loop(std::uint32_t seen) {
+    in_worker = true;
+    for (;;) {
+      const Task* job = nullptr;
+      std::size_t tasks = 0;
+      std::uint32_t gen = 0;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
+        if (stop_) return;
+        seen = gen = generation_;
+        job = job_;
+        tasks = tasks_;
+      }
+      if (job != nullptr) work(gen, job, tasks);
+    }
+  }
+
+  // Under busy_.
+  void start_workers() {
+    const int want = size() - 1;
+    if (static_cast<int>(workers_.size()) == want) return;
+    stop_workers();
+    std::uint32_t gen = 0;
+    {
+      const std::lock_guard<std::mutex> lock(mu_);
+      gen = generation_;
+    }
+    for (int i = 0; i < want; ++i) workers_.emplace_back([this, gen] { worker_loop(gen); });
+  }
+
+  void stop_workers() {
+    {
+      const std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    wake_.notify_all();
+    for (std::thread& t : workers_) t.join();
+    workers_.clear();
+    const std::lock_guard<std::mutex> lock(mu_);
+    stop_ = false;
+  }
+
+  const pid_t pid_;
+  std::mutex busy_;  // held by the caller whose job the workers run
+  std::mutex mu_;
+  std::condition_variable wake_, done_;
+  std::vector<std::thread> workers_;
+  int size_ = 0;  // threads, the caller included; 0: not read yet
+  bool stop_ = false;
+  const Task* job_ = nullptr;
+  std::size_t tasks_ = 0;
+  std::uint32_t generation_ = 0;
+  std::atomic<std::uint64_t> next_{0};  // generation << 32 | next task
+  std::atomic<std::size_t> finished_{0};
+  std::exception_ptr error_;
+};
+
+}  // namespace
+
+int num_threads() { return Pool::get().size(); }
+
+void set_num_threads(int n) {
+  if (n < 1) throw ValueError(detail::str_cat("[set_num_threads] expected n >= 1, got ", n));
+  Pool::get().resize(n);
+}
+
+namespace detail {
+
+void parallel_for(std::size_t tasks, absl::FunctionRef<void(std::size_t)> fn) {
+  Pool::get().run(tasks, fn);
+}
+
+}  // namespace detail
+}  // namespace kiln
