@@ -49,16 +49,19 @@ std::shared_ptr<VulkanBuffer> allocate_bytes(Context& ctx, DType dtype, std::siz
                                              const std::string& what,
                                              std::span<const Array> reads, bool device_written) {
   // Kernels reach arrays past one descriptor's range through their addresses;
-  // bool and f16 ones need 8- and 16-bit shader types for that.
+  // bool, f16 and bf16 ones need 8- and 16-bit shader types for that.
   const auto& caps = ctx.caps();
   if (bytes > caps.max_storage_buffer_range && caps.buffer_device_address &&
       ((dtype == DType::kBool && !caps.address_int8) ||
-       (dtype == DType::kF16 && !caps.address_float16))) {
+       (dtype == DType::kF16 && !caps.address_float16) ||
+       (dtype == DType::kBF16 && !caps.address_int16))) {
     throw OutOfMemoryError(detail::str_cat(
         "[vulkan] ", what, " is larger than one storage buffer can address on ",
         ctx.device().to_string(), " (maxStorageBufferRange = ", caps.max_storage_buffer_range,
         " bytes), and reaching ", name(dtype), " elements through an address needs ",
-        dtype == DType::kBool ? "shaderInt8" : "shaderFloat16",
+        dtype == DType::kBool  ? "shaderInt8"
+        : dtype == DType::kF16 ? "shaderFloat16"
+                               : "shaderInt16",
         ", which it lacks; use a 32-bit dtype or the cpu device"));
   }
   std::vector<BufferRange> ranges;
