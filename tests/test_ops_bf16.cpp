@@ -165,6 +165,12 @@ TEST_CASE("bf16: each op rounds its f32 result once; scalars stay bf16; reductio
   CHECK(s.dtype() == bf16);
   CHECK(widened(s)[0] == 4096.0f);
   CHECK(widened(mean(astype(array<float>({1, 2, 3, 4}, {4}), bf16)))[0] == 2.5f);
+  // scatter_add sums repeated indices in f32 too: 300 ones into one slot (a
+  // running bf16 sum would stop at 256, where + 1 is a tie back to 256).
+  const Array idx = array<std::int32_t>(std::vector<std::int32_t>(300, 0), {300});
+  const Array slot = scatter_add(zeros({1}, bf16), idx, ones({300}, bf16), 0);
+  CHECK(slot.dtype() == bf16);
+  CHECK(widened(slot)[0] == 300.0f);
   // Unary math: exp(1) rounded once (2.71875, not f32's 2.7182817).
   CHECK(widened(exp(one))[0] == 2.71875f);
   // Jitted (a fused group of bf16 values) equals eager, bit for bit.
