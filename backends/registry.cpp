@@ -51,7 +51,7 @@ std::vector<DeviceInfo> devices() {
   cpu.device = Device::cpu();
   cpu.name = "cpu";
   cpu.type = "cpu";
-  cpu.f16 = cpu.f64 = cpu.bool_storage = true;
+  cpu.f16 = cpu.bf16 = cpu.f64 = cpu.bool_storage = true;
   // Which code runs: the SIMD level of the elementwise kernels and OpenBLAS's
   // build and the kernels it picked for this CPU (bench tables print this).
   cpu.driver = detail::str_cat("kiln SIMD ", cpu::isa_name(cpu::active_isa()), "; ",
@@ -88,6 +88,7 @@ std::vector<DeviceInfo> devices() {
       for (int k = 0; k < 3; ++k) info.max_workgroup_count[k] = caps.max_group_count[k];
       info.subgroup_size = caps.subgroup_size;
       info.f16 = caps.storage_16bit;
+      info.bf16 = caps.bf16;
       info.f64 = caps.float64;
       info.bool_storage = caps.storage_8bit;
     } catch (const Error& e) {

@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "kiln/dsl/ops.hpp"
+#include "kiln/runtime/half.hpp"
 
 namespace kiln::dist::detail {
 namespace {
@@ -16,6 +17,7 @@ namespace {
 std::optional<BucketType> reduce_type(DType d) {
   switch (d) {
     case DType::kF16:
+    case DType::kBF16:
     case DType::kF32:
       return BucketType::kF32;
     case DType::kF64:
@@ -112,6 +114,10 @@ void Stager::stage(const Bucket& bucket, void* dst) {
     std::byte* out = static_cast<std::byte*>(dst) + p.at * es;
     if (bucket.type == BucketType::kBytes || size_of(a.dtype()) == es) {
       std::memcpy(out, src + p.offset * es, p.count * es);
+    } else if (a.dtype() == DType::kBF16) {  // bf16 leaf in an f32 bucket
+      const auto* h = reinterpret_cast<const std::uint16_t*>(src) + p.offset;
+      auto* f = reinterpret_cast<float*>(out);
+      for (std::size_t i = 0; i < p.count; ++i) f[i] = kiln::bf16_to_float(h[i]);
     } else {  // f16 leaf in an f32 bucket
       const auto* h = reinterpret_cast<const std::uint16_t*>(src) + p.offset;
       auto* f = reinterpret_cast<float*>(out);
@@ -148,6 +154,11 @@ void Unstager::unstage(const Bucket& bucket, const void* src) {
       auto* d = reinterpret_cast<float*>(base) + p.offset;
       const float w = static_cast<float>(divisor_);
       for (std::size_t i = 0; i < p.count; ++i) d[i] = s[i] / w;
+    } else if (like.dtype() == DType::kBF16) {  // bf16 leaf, summed in f32
+      const auto* s = reinterpret_cast<const float*>(in);
+      auto* d = reinterpret_cast<std::uint16_t*>(base) + p.offset;
+      const float w = static_cast<float>(divisor_);
+      for (std::size_t i = 0; i < p.count; ++i) d[i] = kiln::float_to_bf16(s[i] / w);
     } else {  // f16 leaf, summed in f32
       const auto* s = reinterpret_cast<const float*>(in);
       auto* d = reinterpret_cast<std::uint16_t*>(base) + p.offset;

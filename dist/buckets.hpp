@@ -3,7 +3,7 @@
 //
 // A plan is a pure function of the leaves' dtypes and sizes and the bucket
 // size, so every rank computes the same plan from trees of the same avals.
-// Leaves go in order into the open bucket of their class (f32 and f16 into
+// Leaves go in order into the open bucket of their class (f32, f16, bf16 into
 // f32 buckets, f64 into f64 buckets, anything into byte buckets for a
 // broadcast); a leaf that does not fit is split across buckets, so no bucket
 // exceeds the size and one large weight still pipelines.
@@ -34,7 +34,7 @@ struct Bucket {
   std::size_t nbytes() const { return elements * element_size(type); }
 };
 
-// For a mean: every leaf must be f16, f32 or f64 (the caller checked).
+// For a mean: every leaf must be f16, bf16, f32 or f64 (the caller checked).
 std::vector<Bucket> plan_reduce(std::span<const Array> leaves, std::size_t bucket_bytes);
 // For a broadcast: the leaves' bytes, any dtype.
 std::vector<Bucket> plan_bytes(std::span<const Array> leaves, std::size_t bucket_bytes);

@@ -44,7 +44,7 @@ void check_leaves(const detail::GroupImpl& g, std::string_view op, const TreeDef
     if (floating_only && !is_inexact(a.dtype())) {
       throw DTypeError(
           str_cat(g.who(op), path(i), " has dtype ", name(a.dtype()),
-                  ": all_reduce_mean averages floating-point leaves (f16, f32, f64) only; "
+                  ": all_reduce_mean averages floating-point leaves (f16, bf16, f32, f64) only; "
                   "leave integer and bool leaves out of the tree (grad gives None for them)"));
     }
   }

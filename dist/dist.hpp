@@ -95,8 +95,8 @@ class Group {
   const Options& options() const;
   const Stats& last_stats() const;
 
-  // The mean over all ranks of each floating-point leaf (f32, f64, f16; f16
-  // is summed in f32). None leaves stay None, statics come from `grads`.
+  // The mean over all ranks of each floating-point leaf (f32, f64, f16, bf16;
+  // f16 and bf16 are summed in f32). None leaves stay None, statics come from `grads`.
   // Leaves of the same dtype class are packed into buckets of at most
   // Options::bucket_bytes (a large leaf spans several), read to the host,
   // reduced by Gloo on a communication thread while the next bucket is

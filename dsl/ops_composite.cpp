@@ -68,9 +68,11 @@ Array nan_to_num(const Array& a, double nan, std::optional<double> posinf,
                  std::optional<double> neginf) {
   detail::check_not_none("nan_to_num", a, "argument 1");
   if (!is_inexact(a.dtype())) return a;  // nothing to replace (numpy too)
-  const double largest = a.dtype() == DType::kF16   ? 65504.0
-                         : a.dtype() == DType::kF32 ? std::numeric_limits<float>::max()
-                                                    : std::numeric_limits<double>::max();
+  // bf16's largest finite value is 0x7f7f: (2 - 2^-7) * 2^127.
+  const double largest = a.dtype() == DType::kF16    ? 65504.0
+                         : a.dtype() == DType::kBF16 ? 3.3895313892515355e38
+                         : a.dtype() == DType::kF32  ? std::numeric_limits<float>::max()
+                                                     : std::numeric_limits<double>::max();
   const double inf = std::numeric_limits<double>::infinity();
   const Array big = scalar_like(a, posinf.value_or(largest), "nan_to_num");
   const Array low = scalar_like(a, neginf.value_or(-largest), "nan_to_num");

@@ -264,7 +264,7 @@ Array shift_right_logical(const Array& a, const Array& amount) {
 Array bitcast(const Array& a, DType dtype) {
   check_present("bitcast", a, 1);
   if (a.dtype() == dtype) return a;
-  // Only 4-byte dtypes for now: f16 <-> 2-byte integers would need i16/u16,
+  // Only 4-byte dtypes for now: f16/bf16 <-> 2-byte integers would need i16/u16,
   // and f64 <-> pairs of u32 a new trailing axis.
   const auto four_bytes = [](DType d) {
     return d == DType::kF32 || d == DType::kI32 || d == DType::kU32;

@@ -17,11 +17,11 @@ Array matmul(const Array& a, const Array& b) {
                                      name(a.dtype()), " and ", name(b.dtype()),
                                      "; convert one with astype()"));
   }
-  // f16 products accumulate in f32 and round once (docs/DTYPES.md); a device
-  // without f16 refuses the arrays before they get here.
+  // f16 and bf16 products accumulate in f32 and round once (docs/DTYPES.md); a
+  // device without the dtype refuses the arrays before they get here.
   if (!is_inexact(a.dtype())) {
     throw DTypeError(detail::str_cat(
-        "[matmul] needs floating inputs (f16, f32 or f64), got ",
+        "[matmul] needs floating inputs (f16, bf16, f32 or f64), got ",
         name(a.dtype()), " inputs of shapes ", to_string(a.shape()), " and ",
         to_string(b.shape())));
   }

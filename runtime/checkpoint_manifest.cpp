@@ -231,7 +231,7 @@ class Parser {
   void array(const std::vector<std::string>& f, ManifestNode& n) {
     bool known = false;
     for (DType t : {DType::kBool, DType::kI32, DType::kU32, DType::kF16,
-                    DType::kF32, DType::kF64}) {
+                    DType::kF32, DType::kF64, DType::kBF16}) {
       if (f[3] == name(t)) n.dtype = t, known = true;
     }
     if (!known) bad(str_cat("unknown dtype '", f[3], "'"));

@@ -47,6 +47,7 @@ struct DeviceInfo {
   std::uint32_t max_workgroup_count[3] = {0, 0, 0};
   std::uint32_t subgroup_size = 0;
   bool f16 = false, f64 = false, bool_storage = false;
+  bool bf16 = false;   // stored as 16-bit words, computed in f32 everywhere
   std::string error;   // why the device cannot be used, if it cannot
 };
 // Every device kiln can use: the CPU, then each Vulkan device (vulkan:N in order).

@@ -8,6 +8,7 @@ std::size_t size_of(DType d) {
     case DType::kBool:
       return 1;
     case DType::kF16:
+    case DType::kBF16:
       return 2;
     case DType::kI32:
     case DType::kU32:
@@ -29,6 +30,8 @@ std::string_view name(DType d) {
       return "u32";
     case DType::kF16:
       return "f16";
+    case DType::kBF16:
+      return "bf16";
     case DType::kF32:
       return "f32";
     case DType::kF64:
@@ -38,8 +41,9 @@ std::string_view name(DType d) {
 }
 
 bool is_inexact(DType d) {
-  return d == DType::kF16 || d == DType::kF32 || d == DType::kF64;
+  return is_16bit_float(d) || d == DType::kF32 || d == DType::kF64;
 }
+bool is_16bit_float(DType d) { return d == DType::kF16 || d == DType::kBF16; }
 bool is_integer(DType d) { return d == DType::kI32 || d == DType::kU32; }
 bool is_signed(DType d) { return d != DType::kU32 && d != DType::kBool; }
 

@@ -1,6 +1,8 @@
 // Inline implementation of visit_dtype (kept out of dtype.hpp so that reads well).
 #pragma once
 
+#include <string>
+
 #include "kiln/runtime/error.hpp"
 
 namespace kiln {
@@ -19,9 +21,11 @@ decltype(auto) visit_dtype(DType d, F&& f) {
     case DType::kF64:
       return f(double{});
     case DType::kF16:
+    case DType::kBF16:
       break;
   }
-  throw DTypeError("[dtype] f16 has no host element type; astype to f32 first");
+  throw DTypeError(std::string("[dtype] ") + std::string(name(d)) +
+                   " has no host element type; astype to f32 first");
 }
 
 }  // namespace kiln

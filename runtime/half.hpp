@@ -1,6 +1,8 @@
-// IEEE 754 binary16 (kiln's f16) <-> float conversions for hosts without a half
-// type: the CPU backend stores f16 and computes in f32 (backends/cpu/half.cpp),
-// printing shows f16 values. One definition of each direction.
+// IEEE 754 binary16 (kiln's f16) and bfloat16 (bf16) <-> float conversions for
+// hosts without those types: the CPU backend stores them and computes in f32
+// (backends/cpu/half.cpp), printing shows their values. One definition of each
+// direction; the Vulkan kernels spell the bf16 ones in SPIR-V
+// (spv::Builder::load/store) and must give the same bits.
 #pragma once
 
 #include <cstdint>
@@ -59,6 +61,30 @@ inline std::uint16_t float_to_half(float f) {
   const std::uint32_t rest = abs & 0x1fffu;
   if (rest > 0x1000u || (rest == 0x1000u && (h & 1u) != 0)) ++h;  // may carry into the exponent
   return static_cast<std::uint16_t>(sign | h);
+}
+
+// bf16 is the upper half of an f32: exact.
+inline float bf16_to_float(std::uint16_t b) {
+  const std::uint32_t bits = static_cast<std::uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+// Rounds to the nearest bf16, ties to even, on the f32 bits: adding 0x7fff plus
+// the lowest kept bit carries into the kept half exactly when the dropped half
+// is above the tie, or at it with an odd kept half. Overflow carries into the
+// exponent and gives inf, as it should; subnormals round like normals (no
+// flush). NaN is kept a quiet NaN of the same sign (the carry could turn a
+// NaN whose payload is all in the dropped half into inf).
+inline std::uint16_t float_to_bf16(float f) {
+  std::uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) {
+    return static_cast<std::uint16_t>((bits >> 16) | 0x0040u);
+  }
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<std::uint16_t>(bits >> 16);
 }
 
 }  // namespace kiln

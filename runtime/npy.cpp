@@ -138,15 +138,17 @@ class DictParser {
 };
 
 DType dtype_of_descr(const std::string& d, std::string_view context) {
+  // '<u2' is bf16: numpy has no bfloat16, kiln has no u16, and a checkpoint's
+  // manifest names the dtype anyway (checkpoint_read.cpp compares the two).
   for (DType t : {DType::kBool, DType::kI32, DType::kU32, DType::kF16,
-                  DType::kF32, DType::kF64}) {
+                  DType::kF32, DType::kF64, DType::kBF16}) {
     if (d == descr(t)) return t;
   }
   if (!d.empty() && d[0] == '>') {
     fail(context, str_cat("big-endian data ('", d, "') is not supported"));
   }
   fail(context, str_cat("unsupported dtype '", d,
-                        "' (kiln reads |b1, <i4, <u4, <f2, <f4, <f8)"));
+                        "' (kiln reads |b1, <i4, <u4, <f2, <f4, <f8, and <u2 as bf16)"));
 }
 
 }  // namespace
@@ -165,6 +167,8 @@ std::string_view descr(DType d) {
       return "<f4";
     case DType::kF64:
       return "<f8";
+    case DType::kBF16:
+      return "<u2";  // the raw bits; see dtype_of_descr
   }
   return "?";
 }

@@ -103,12 +103,13 @@ std::string format_values(const Array& a) {
   std::ostringstream os;
   if (a.size() == 0) {
     os << "[]";
-  } else if (a.dtype() == DType::kF16) {
+  } else if (is_16bit_float(a.dtype())) {
     std::vector<std::uint16_t> bits(static_cast<std::size_t>(a.size()));
     a.read_bytes(bits.data());  // checks it is concrete and not donated
     std::vector<float> values(bits.size());
+    const bool brain = a.dtype() == DType::kBF16;
     for (std::size_t i = 0; i < bits.size(); ++i)
-      values[i] = half_to_float(bits[i]);
+      values[i] = brain ? bf16_to_float(bits[i]) : half_to_float(bits[i]);
     print_values(os, a.shape(), values);
   } else {
     visit_dtype(a.dtype(), [&](auto zero) {

@@ -827,15 +827,15 @@ TEST_CASE("every primitive of the table: bound by its op, device vs CPU, jit fus
   MESSAGE(total, " cases over ", all_prims().size(), " primitives on ", dut.to_string());
 }
 
-// ---- f16 ----
+// ---- f16 and bf16 ----
 
 namespace {
 
-// Whether a primitive's f32 cases have f16 twins: every primitive of a family
-// whose ops take any floating dtype, unless it is integer-only. Conversions
-// (astype, bitcast) pair given dtypes (and make the f16 inputs here);
-// creation has no inputs. No default: a new family must say.
-bool takes_f16(Prim p) {
+// Whether a primitive's f32 cases have 16-bit float twins (f16 and bf16 alike):
+// every primitive of a family whose ops take any floating dtype, unless it is
+// integer-only. Conversions (astype, bitcast) pair given dtypes (and make the
+// 16-bit inputs here); creation has no inputs. No default: a new family must say.
+bool takes_16bit_float(Prim p) {
   if (has_trait(p, PrimTrait::kIntegerOnly)) return false;
   switch (family(p)) {
     case PrimFamily::kUnary: case PrimFamily::kBinary: case PrimFamily::kWhere:
@@ -858,9 +858,68 @@ const DeviceInfo& info_of(Device d) {
   return all.front();
 }
 
-// The device computes f16 in f32 and rounds each stored result to f16 (half an
-// ulp: 2^-11 relative); allow two such roundings.
+// The device computes a 16-bit float in f32 and rounds each stored result to
+// it (half an ulp: at most 2^-11 relative for f16, 2^-8 for bf16, whose
+// mantissa has 7 bits). f16 allows two such roundings; bf16 one (3.9e-3) plus
+// the devices' f32 differences, since the reference gets the same rounded
+// inputs and each case is one primitive (all 400 cases pass on the CPU and
+// lavapipe at that).
 constexpr double kF16Tolerance = 1e-3;
+constexpr double kBF16Tolerance = 4e-3;
+
+// Every f32 case of every primitive that takes_16bit_float, its f32 inputs
+// rounded to `half` on the device, against the CPU on the same values in f32,
+// eager and fused (after an identity step, so that the rounded intermediates
+// are checked too). Returns the number of primitives covered.
+std::size_t check_16bit_twins(DType half, double tol_16) {
+  const Device dut = default_device();
+  std::size_t total = 0, prims = 0;
+  for (const PrimInfo& info : all_prims()) {
+    const Prim p = info.prim;
+    if (!takes_16bit_float(p)) continue;
+    bool any = false;
+    for (const Case& c : cases_for(p)) {
+      if (std::none_of(c.inputs.begin(), c.inputs.end(), [](const Array& x) { return x.dtype() == f32; })) {
+        continue;
+      }
+      any = true;
+      ++total;
+      INFO("primitive ", info.name, " case ", c.label, " in ", name(half));
+      // f32 inputs rounded on the device; the reference gets the same values
+      // back in f32.
+      std::vector<Array> narrow, exact;
+      for (const Array& x : c.inputs) {
+        if (x.dtype() == f32) {
+          narrow.push_back(astype(to_device(x, dut), half));
+          exact.push_back(to_device(astype(narrow.back(), f32), Device::cpu()));
+        } else {
+          narrow.push_back(to_device(x, dut));
+          exact.push_back(x);
+        }
+      }
+      const Array want = c.op(exact, Device::cpu());
+      const Array got = c.op(narrow, dut);
+      const bool inexact = want.dtype() == f32;
+      CHECK(got.dtype() == (inexact ? half : want.dtype()));
+      const Array got32 = inexact ? astype(got, f32) : got;
+      const double tol = inexact ? tol_16 : 0.0;
+      CHECK_MESSAGE(compare(got32, want, tol) == "", compare(got32, want, tol));
+      // Fused, after an identity step: 16-bit intermediates round as stored.
+      auto body = [op = c.op, dut](const std::vector<Array>& in) {
+        std::vector<Array> prepped;
+        for (const Array& x : in) prepped.push_back(identity_step(x));
+        return op(prepped, dut);
+      };
+      const std::string jit_name = detail::str_cat(info.name, "_", name(half));
+      const Array f = filter_jit(body, {.name = jit_name})(narrow);
+      const Array f32v = inexact ? astype(f, f32) : f;
+      CHECK_MESSAGE(compare(f32v, got32, tol) == "", "fused vs eager: ", compare(f32v, got32, tol));
+    }
+    prims += any ? 1 : 0;
+  }
+  MESSAGE(total, " ", name(half), " cases over ", prims, " primitives on ", dut.to_string());
+  return prims;
+}
 
 }  // namespace
 
@@ -872,51 +931,18 @@ TEST_CASE("f16: every primitive of a float-taking family, on the device against 
     MESSAGE("f16 cases skipped: ", dut.to_string(), " has no f16 storage");
     return;
   }
-  std::size_t total = 0, prims = 0;
-  for (const PrimInfo& info : all_prims()) {
-    const Prim p = info.prim;
-    if (!takes_f16(p)) continue;
-    bool any = false;
-    for (const Case& c : cases_for(p)) {
-      if (std::none_of(c.inputs.begin(), c.inputs.end(), [](const Array& x) { return x.dtype() == f32; })) {
-        continue;
-      }
-      any = true;
-      ++total;
-      INFO("primitive ", info.name, " case ", c.label, " in f16");
-      // f32 inputs rounded to f16 on the device; the reference gets the same
-      // values back in f32.
-      std::vector<Array> half, exact;
-      for (const Array& x : c.inputs) {
-        if (x.dtype() == f32) {
-          half.push_back(astype(to_device(x, dut), f16));
-          exact.push_back(to_device(astype(half.back(), f32), Device::cpu()));
-        } else {
-          half.push_back(to_device(x, dut));
-          exact.push_back(x);
-        }
-      }
-      const Array want = c.op(exact, Device::cpu());
-      const Array got = c.op(half, dut);
-      const bool inexact = want.dtype() == f32;
-      CHECK(got.dtype() == (inexact ? f16 : want.dtype()));
-      const Array got32 = inexact ? astype(got, f32) : got;
-      const double tol = inexact ? kF16Tolerance : 0.0;
-      CHECK_MESSAGE(compare(got32, want, tol) == "", compare(got32, want, tol));
-      // Fused, after an f16 identity step: f16 intermediates round as stored.
-      auto body = [op = c.op, dut](const std::vector<Array>& in) {
-        std::vector<Array> prepped;
-        for (const Array& x : in) prepped.push_back(identity_step(x));
-        return op(prepped, dut);
-      };
-      const Array f = filter_jit(body, {.name = std::string(info.name) + "_f16"})(half);
-      const Array f32v = inexact ? astype(f, f32) : f;
-      CHECK_MESSAGE(compare(f32v, got32, tol) == "", "fused vs eager: ", compare(f32v, got32, tol));
-    }
-    prims += any ? 1 : 0;
+  CHECK(check_16bit_twins(f16, kF16Tolerance) > 0);
+}
+
+TEST_CASE("bf16: every primitive of a float-taking family, on the device against the CPU in f32") {
+  // The same twins in bf16: stored as 16-bit words (u16 on Vulkan), computed
+  // in f32, each result rounded once to nearest even.
+  const Device dut = default_device();
+  if (!info_of(dut).bf16) {
+    MESSAGE("bf16 cases skipped: ", dut.to_string(), " has no bf16 (KILN_VK_DISABLE_BF16?)");
+    return;
   }
-  MESSAGE(total, " f16 cases over ", prims, " primitives on ", dut.to_string());
-  CHECK(prims > 0);
+  CHECK(check_16bit_twins(bf16, kBF16Tolerance) > 0);
 }
 
 // ---- arrays past 128 MiB ----

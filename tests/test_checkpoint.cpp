@@ -193,6 +193,44 @@ TEST_CASE("numpy.load reads a kiln checkpoint: names, dtypes, values") {
   }
 }
 
+TEST_CASE(
+    "bf16 arrays are saved as numpy '<u2' words, recorded as bf16 in the "
+    "manifest, and load back as bf16; numpy reads the values") {
+  const char* python = std::getenv("KILN_PYTHON");
+  const char* script = std::getenv("KILN_CHECKPOINT_SCRIPT");
+  REQUIRE(python != nullptr);
+  REQUIRE(script != nullptr);
+  TempDir dir;
+  // 1, pi, -2, NaN, the smallest subnormal, -inf: tests/checkpoint/read_npz.py
+  // expects these.
+  const std::map<std::string, Array> tree{
+      {"w", bf16_from_bits({0x3f80, 0x4049, 0xc000, 0x7fc0, 0x0001, 0xff80})},
+      {"h", f16_from_bits({0x3C00})}};
+  const fs::path file = dir / "b.npz";
+  save_checkpoint(file, tree);
+  Members m = read_zip(file);
+  CHECK(manifest_text(member(m, kManifest))
+            .find("\narray\t0\t[\"w\"]\tbf16\t6\t[\"w\"].npy\n") !=
+        std::string::npos);
+  CHECK(member(m, "[\"w\"].npy").find("'descr': '<u2'") != std::string::npos);
+
+  const auto back = load_checkpoint(file, tree::map(blank_like, tree));
+  CHECK(back.at("w").dtype() == kiln::bf16);
+  check_identical_leaves(back, tree);
+
+  // The manifest decides: a template that wants f16 there is told so.
+  auto like = tree;
+  like["w"] = f16_from_bits({0, 0, 0, 0, 0, 0});
+  CHECK_THROWS_WITH_AS(load_checkpoint(file, like),
+                       doctest::Contains("[load_checkpoint] [\"w\"]: dtype "
+                                         "bf16 in file, f16 in template"),
+                       TreeError);
+
+  const std::string cmd =
+      std::string(python) + " " + script + " bf16 " + file.string();
+  CHECK(std::system(cmd.c_str()) == 0);
+}
+
 TEST_CASE("kiln loads .npy members written by numpy itself (deflated)") {
   const char* python = std::getenv("KILN_PYTHON");
   const char* script = std::getenv("KILN_CHECKPOINT_SCRIPT");

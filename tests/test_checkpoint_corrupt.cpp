@@ -146,7 +146,7 @@ TEST_CASE("bad .npy headers, sizes and manifests give clear errors") {
   check_corrupt(tampered(w, npy(dict("<c8", "False", "(2, 3)"), data)), like,
                 prefix +
                     "unsupported dtype '<c8' (kiln reads |b1, <i4, <u4, "
-                    "<f2, <f4, <f8)");
+                    "<f2, <f4, <f8, and <u2 as bf16)");
   check_corrupt(tampered(w, npy(dict(">f4", "False", "(2, 3)"), data)), like,
                 prefix + "big-endian data ('>f4') is not supported");
   check_corrupt(tampered(w, npy(dict("<f4", "True", "(2, 3)"), data)), like,

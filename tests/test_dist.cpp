@@ -9,11 +9,14 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <kiln/dist/buckets.hpp>
 #include <kiln/dist/launch.hpp>
 #include <kiln/dist/sigpipe.hpp>
+#include <kiln/runtime/half.hpp>
 #include <string>
 #include <thread>
 #include <vector>
@@ -216,6 +219,36 @@ TEST_CASE("buckets keep dtype classes apart and split leaves larger than a bucke
   CHECK(buckets[3].pieces[0].leaf == 2);
   CHECK(buckets[3].pieces[0].offset == 5);
   CHECK(buckets[3].pieces[1].at == 5);
+}
+
+TEST_CASE("a bf16 leaf is averaged in an f32 bucket and rounded back to bf16 once") {
+  // 1, 3.140625, -2, 2^-133 (subnormal) and 1 + 2^-7 as bf16 words.
+  const std::vector<std::uint16_t> words{0x3f80, 0x4049, 0xc000, 0x0001, 0x3f81};
+  auto buf = HostBuffer::allocate(words.size() * 2);
+  std::memcpy(buf->host_data(), words.data(), words.size() * 2);
+  const std::vector<Array> leaves{Array(bf16, {5}, buf)};
+  const auto buckets = dist::detail::plan_reduce(leaves, 1024);
+  REQUIRE(buckets.size() == 1);
+  CHECK(buckets[0].type == dist::detail::BucketType::kF32);
+  std::vector<float> staged(5);
+  dist::detail::Stager(leaves, buckets).stage(buckets[0], staged.data());
+  CHECK(staged == std::vector<float>{1.0f, 3.140625f, -2.0f, std::ldexp(1.0f, -133),
+                                     1.0078125f});
+  // As if a second rank sent x + 1.00390625: the bucket holds the sum, and
+  // the mean x + 0.501953125 is rounded to bf16 once.
+  for (float& v : staged) v = v + v + 1.00390625f;
+  dist::detail::Unstager un(leaves, buckets, 2);
+  un.unstage(buckets[0], staged.data());
+  const Array mean = un.take()[0];
+  REQUIRE(mean.dtype() == bf16);
+  std::vector<std::uint16_t> got(5);
+  mean.read_bytes(got.data());
+  std::vector<std::uint16_t> want;
+  for (float v : {1.0f, 3.140625f, -2.0f, std::ldexp(1.0f, -133), 1.0078125f}) {
+    want.push_back(float_to_bf16((v + v + 1.00390625f) / 2.0f));
+  }
+  CHECK(got == want);
+  CHECK(got[0] == 0x3fc0);  // 1.501953125 -> 1.5
 }
 
 TEST_CASE(

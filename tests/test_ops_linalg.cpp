@@ -168,8 +168,8 @@ TEST_CASE("matmul rejects non-floating, mixed, 0-d and None inputs") {
   Array i = array<std::int32_t>({1, 2, 3, 4}, {2, 2});
   CHECK_THROWS_WITH_AS(
       matmul(i, i),
-      doctest::Contains("[matmul] needs floating inputs (f16, f32 or "
-                        "f64), got i32"),
+      doctest::Contains("[matmul] needs floating inputs (f16, bf16, f32 "
+                        "or f64), got i32"),
       DTypeError);
   CHECK_THROWS_WITH_AS(
       matmul(zeros({2, 2}), zeros({2, 2}, f64)),

@@ -569,10 +569,10 @@ FlatKernel generic_kernel(Prim p, DType in, DType out) {
 }  // namespace
 
 void check_host_dtype(Prim p, DType d) {
-  if (d == DType::kF16) {
+  if (is_16bit_float(d)) {
     throw DTypeError(detail::str_cat(
-        "[", name(p),
-        "] f16 is not supported by the CPU backend; compute in f32 "
+        "[", name(p), "] ", name(d),
+        " is not supported by the CPU kernels; compute in f32 "
         "(astype on a device with f16) or move the array to such a device"));
   }
 }

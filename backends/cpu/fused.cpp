@@ -593,7 +593,7 @@ std::vector<std::shared_ptr<Buffer>> CpuBackend::eval_prologue(
 std::vector<std::shared_ptr<Buffer>> CpuBackend::eval_fused(
     const FusedKernel& k, std::span<const Array> inputs,
     std::span<const std::shared_ptr<Buffer>> into) {
-  if (has_f16(k)) return eval_stepwise(*this, k, inputs);
+  if (has_16bit_float(k)) return eval_stepwise(*this, k, inputs);
   const Program& b = k.body;
   switch (k.kind) {
     case FusedKernel::Kind::kMatmulEpilogue:

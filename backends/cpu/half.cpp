@@ -1,11 +1,24 @@
-// f16 on the CPU: arrays are stored as IEEE halves and every primitive that
-// does arithmetic on them runs in f32 on widened copies, its result rounded to
-// f16 once (runtime/half.hpp: nearest, ties to even). That is numpy's and the
-// GPUs' per-operation rounding; reductions accumulate in f32 (as XLA does on
-// the CPU). Layout primitives move f16 bytes as they are.
+// f16 and bf16 on the CPU: arrays are stored as 16-bit floats and every
+// primitive that does arithmetic on them runs in f32 on widened copies, its
+// result rounded once (runtime/half.hpp: nearest, ties to even). That is
+// numpy's and the GPUs' per-operation rounding; reductions accumulate in f32
+// (as XLA does on the CPU). Layout primitives move the 16-bit words as they
+// are. The two formats differ only in the conversions, chosen per array here.
+//
+// Where the CPU has AVX-512 BF16 (checked at run time), f32 -> bf16 uses
+// VCVTNEPS2BF16, 16 values per instruction. It rounds as float_to_bf16 does
+// (nearest even on the bits, NaN -> upper half | 0x40) except that it treats
+// subnormal inputs as zero, so those lanes are redone by float_to_bf16: the
+// result is the portable one bit for bit (test_ops_bf16 compares them).
 #include "kiln/backends/cpu/half.hpp"
 
 #include <algorithm>
+#include <cstring>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define KILN_AVX512_BF16 1
+#endif
 
 #include "kiln/backends/cpu/cpu_backend.hpp"
 #include "kiln/dsl/fusion.hpp"
@@ -15,25 +28,77 @@
 namespace kiln::cpu {
 namespace {
 
+template <float (*kToFloat)(std::uint16_t)>
+void widen_words(const std::uint16_t* h, float* f, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) f[i] = kToFloat(h[i]);
+}
+
+template <std::uint16_t (*kFromFloat)(float)>
+void narrow_words(const float* f, std::uint16_t* h, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) h[i] = kFromFloat(f[i]);
+}
+
+#ifdef KILN_AVX512_BF16
+__attribute__((target("avx512f,avx512bf16,avx512vl"))) void narrow_bf16_avx512(
+    const float* f, std::uint16_t* h, std::int64_t n) {
+  std::int64_t i = 0;
+  const __m512i exponent = _mm512_set1_epi32(0x7f800000);
+  const __m512i magnitude = _mm512_set1_epi32(0x7fffffff);
+  for (; i + 16 <= n; i += 16) {
+    const __m512 x = _mm512_loadu_ps(f + i);
+    const __m256bh r = _mm512_cvtneps_pbh(x);
+    std::memcpy(h + i, &r, sizeof(r));
+    const __m512i bits = _mm512_castps_si512(x);
+    const unsigned subnormal = _mm512_testn_epi32_mask(bits, exponent) &
+                               _mm512_test_epi32_mask(bits, magnitude);
+    for (unsigned m = subnormal; m != 0; m &= m - 1) {
+      const auto k = static_cast<std::int64_t>(__builtin_ctz(m));
+      h[i + k] = float_to_bf16(f[i + k]);
+    }
+  }
+  for (; i < n; ++i) h[i] = float_to_bf16(f[i]);
+}
+
+bool has_avx512_bf16() {
+  static const bool yes = __builtin_cpu_supports("avx512bf16") != 0;
+  return yes;
+}
+#endif
+
 Array widen(const Array& a) {
   auto buf = HostBuffer::allocate(static_cast<std::size_t>(a.size()) * sizeof(float));
   const auto* h = static_cast<const std::uint16_t*>(a.buffer()->host_data());
   auto* f = static_cast<float*>(buf->host_data());
-  for (std::int64_t i = 0; i < a.size(); ++i) f[i] = half_to_float(h[i]);
+  if (a.dtype() == DType::kBF16) {
+    widen_words<bf16_to_float>(h, f, a.size());
+  } else {
+    widen_words<half_to_float>(h, f, a.size());
+  }
   return Array(DType::kF32, a.shape(), std::move(buf));
 }
 
-std::shared_ptr<Buffer> narrow(const std::shared_ptr<Buffer>& wide, std::int64_t n) {
+std::shared_ptr<Buffer> narrow(const std::shared_ptr<Buffer>& wide, std::int64_t n, DType to) {
   auto buf = HostBuffer::allocate(static_cast<std::size_t>(n) * sizeof(std::uint16_t));
   const auto* f = static_cast<const float*>(wide->host_data());
   auto* h = static_cast<std::uint16_t*>(buf->host_data());
-  for (std::int64_t i = 0; i < n; ++i) h[i] = float_to_half(f[i]);
+  if (to == DType::kBF16) {
+#ifdef KILN_AVX512_BF16
+    if (has_avx512_bf16()) {
+      narrow_bf16_avx512(f, h, n);
+      return buf;
+    }
+#endif
+    narrow_words<float_to_bf16>(f, h, n);
+  } else {
+    narrow_words<float_to_half>(f, h, n);
+  }
   return buf;
 }
 
-bool any_f16(std::span<const Array> inputs, DType out) {
-  return out == DType::kF16 ||
-         std::any_of(inputs.begin(), inputs.end(), [](const Array& a) { return a.dtype() == DType::kF16; });
+bool any_16bit_float(std::span<const Array> inputs, DType out) {
+  return is_16bit_float(out) || std::any_of(inputs.begin(), inputs.end(), [](const Array& a) {
+           return is_16bit_float(a.dtype());
+         });
 }
 
 }  // namespace
@@ -41,12 +106,12 @@ bool any_f16(std::span<const Array> inputs, DType out) {
 bool computes_in_f32(Prim p, std::span<const Array> inputs, const Aval& out) {
   switch (family(p)) {
     case PrimFamily::kIdentity: case PrimFamily::kLayout: case PrimFamily::kControl:
-      return false;  // no arithmetic: f16 bytes move as they are
+      return false;  // no arithmetic: 16-bit words move as they are
     case PrimFamily::kUnary: case PrimFamily::kBinary: case PrimFamily::kWhere:
     case PrimFamily::kAstype: case PrimFamily::kReduce: case PrimFamily::kArgReduce:
     case PrimFamily::kScan: case PrimFamily::kSort: case PrimFamily::kMatmul:
     case PrimFamily::kIndex: case PrimFamily::kCreation:
-      return any_f16(inputs, out.dtype);
+      return any_16bit_float(inputs, out.dtype);
   }
   return false;
 }
@@ -55,15 +120,15 @@ std::shared_ptr<Buffer> eval_in_f32(Backend& backend, Prim p, const Params& para
                                     std::span<const Array> inputs, const Aval& out) {
   std::vector<Array> wide;
   wide.reserve(inputs.size());
-  for (const Array& a : inputs) wide.push_back(a.dtype() == DType::kF16 ? widen(a) : a);
-  if (out.dtype != DType::kF16) return backend.eval(p, params, wide, out);
+  for (const Array& a : inputs) wide.push_back(is_16bit_float(a.dtype()) ? widen(a) : a);
+  if (!is_16bit_float(out.dtype)) return backend.eval(p, params, wide, out);
   const Aval wide_out{DType::kF32, out.shape};
-  return narrow(backend.eval(p, params, wide, wide_out), numel(out.shape));
+  return narrow(backend.eval(p, params, wide, wide_out), numel(out.shape), out.dtype);
 }
 
-bool has_f16(const FusedKernel& k) {
+bool has_16bit_float(const FusedKernel& k) {
   return std::any_of(k.body.avals.begin(), k.body.avals.end(),
-                     [](const Aval& a) { return a.dtype == DType::kF16; });
+                     [](const Aval& a) { return is_16bit_float(a.dtype); });
 }
 
 std::vector<std::shared_ptr<Buffer>> eval_stepwise(Backend& backend, const FusedKernel& k,

@@ -159,9 +159,9 @@ std::shared_ptr<Buffer> scatter(Prim p, const AxisParams& params, std::span<cons
   const std::int64_t n = shape[axis];
   auto idx = read_indices(in[1]);
   normalize_indices(p, idx, params.axis, n);
-  if (out.dtype == DType::kF16) {
-    throw DTypeError(detail::str_cat("[", name(p), "] f16 is not supported by the CPU "
-                                     "backend; compute in f32"));
+  if (is_16bit_float(out.dtype)) {
+    throw DTypeError(detail::str_cat("[", name(p), "] ", name(out.dtype),
+                                     " is not supported by the CPU kernels; compute in f32"));
   }
   auto buf = allocate(out);
   if (numel(out.shape) == 0) return buf;

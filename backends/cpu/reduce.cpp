@@ -241,10 +241,10 @@ void arg_reduce_kernel(const S* in, std::int32_t* out, std::size_t outer,
 }
 
 void check_host_dtype(Prim p, DType d) {
-  if (d == DType::kF16) {
+  if (is_16bit_float(d)) {
     throw DTypeError(
-        detail::str_cat("[", name(p),
-                        "] f16 is not supported by the CPU backend; reduce in "
+        detail::str_cat("[", name(p), "] ", name(d),
+                        " is not supported by the CPU kernels; reduce in "
                         "f32 (astype on a device with f16)"));
   }
 }

@@ -46,7 +46,7 @@ void scan_kernel(const S* in, S* out, std::size_t outer, std::size_t n, std::siz
 std::shared_ptr<Buffer> eval_scan(Prim p, const Params& params, std::span<const Array> inputs,
                                   const Aval& out) {
   const Array& a = inputs[0];
-  if (a.dtype() == DType::kF16 || a.dtype() == DType::kBool) {
+  if (is_16bit_float(a.dtype()) || a.dtype() == DType::kBool) {
     throw DTypeError(detail::str_cat("[", name(p), "] the CPU backend does not scan ",
                                      name(a.dtype()), "; astype to f32 or i32 first"));
   }

@@ -21,9 +21,9 @@ namespace kiln::cpu {
 std::shared_ptr<Buffer> eval_sort(Prim p, const Params& params, std::span<const Array> inputs,
                                   const Aval& out) {
   const Array& a = inputs[0];
-  if (a.dtype() == DType::kF16) {
-    throw DTypeError(detail::str_cat("[", name(p), "] the CPU backend does not sort f16; "
-                                     "astype to f32 first"));
+  if (is_16bit_float(a.dtype())) {
+    throw DTypeError(detail::str_cat("[", name(p), "] the CPU kernels do not sort ",
+                                     name(a.dtype()), "; astype to f32 first"));
   }
   auto buf = allocate(out);
   if (numel(out.shape) == 0) return buf;

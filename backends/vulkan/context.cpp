@@ -243,6 +243,7 @@ struct ContextFactory {
     Quirks& q = c->quirks_;
     apply_driver_quirks(drv.driverID, q);
     q.disable_f16 = q.disable_f16 || env_flag("KILN_VK_DISABLE_F16");
+    q.disable_bf16 = q.disable_bf16 || env_flag("KILN_VK_DISABLE_BF16");
     q.disable_f64 = q.disable_f64 || env_flag("KILN_VK_DISABLE_F64");
     q.disable_push_descriptor =
         q.disable_push_descriptor || env_flag("KILN_VK_DISABLE_PUSH_DESCRIPTOR");
@@ -268,6 +269,7 @@ struct ContextFactory {
       vkGetDeviceQueue(c->device_, c->family_, external->queue_index, &c->queue_);
       caps.storage_8bit = external->storage_buffer_8bit;
       caps.storage_16bit = external->storage_buffer_16bit && !q.disable_f16;
+      caps.bf16 = external->storage_buffer_16bit && !q.disable_bf16;
       caps.float64 = external->shader_float64 && !q.disable_f64;
       caps.push_descriptor = false;  // the application did not enable it
       caps.int64 = false;            // nor shaderInt64 (kiln cannot tell)
@@ -275,6 +277,7 @@ struct ContextFactory {
     } else {
       caps.storage_8bit = f12.storageBuffer8BitAccess;
       caps.storage_16bit = f11.storageBuffer16BitAccess && !q.disable_f16;
+      caps.bf16 = f11.storageBuffer16BitAccess && !q.disable_bf16;
       caps.float64 = f2.features.shaderFloat64 && !q.disable_f64;
       caps.push_descriptor = has_push && !q.disable_push_descriptor;
       caps.int64 = f2.features.shaderInt64;
@@ -282,6 +285,7 @@ struct ContextFactory {
       caps.buffer_device_address = f12.bufferDeviceAddress && !q.disable_buffer_address;
       caps.address_int8 = caps.buffer_device_address && caps.storage_8bit && f12.shaderInt8;
       caps.address_float16 = caps.buffer_device_address && caps.storage_16bit && f12.shaderFloat16;
+      caps.address_int16 = caps.buffer_device_address && caps.bf16 && f2.features.shaderInt16;
       c->family_ = compute_family(phys, c->props_.deviceName);
       float priority = 1.0f;
       VkDeviceQueueCreateInfo qi{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};
@@ -293,7 +297,8 @@ struct ContextFactory {
       VkPhysicalDeviceVulkan12Features e12{
           VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES};
       e11.pNext = &e12;
-      e11.storageBuffer16BitAccess = caps.storage_16bit;
+      // f16 and bf16 share the feature; either kill switch leaves the other.
+      e11.storageBuffer16BitAccess = caps.storage_16bit || caps.bf16;
       e12.storageBuffer8BitAccess = caps.storage_8bit;
       e12.bufferDeviceAddress = caps.buffer_device_address;
       e12.shaderInt8 = caps.address_int8;
@@ -302,6 +307,7 @@ struct ContextFactory {
       e2.pNext = &e11;
       e2.features.shaderFloat64 = caps.float64;
       e2.features.shaderInt64 = caps.int64;
+      e2.features.shaderInt16 = caps.address_int16;
       const char* push_ext = VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME;
       VkDeviceCreateInfo di{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO};
       di.pNext = &e2;
@@ -402,6 +408,10 @@ void Context::require_dtype(DType dtype, const char* op) const {
   if (dtype == DType::kF16 && !caps_.storage_16bit) {
     missing = quirks_.disable_f16 ? "f16 (disabled by KILN_VK_DISABLE_F16)"
                                   : "storageBuffer16BitAccess";
+  }
+  if (dtype == DType::kBF16 && !caps_.bf16) {
+    missing = quirks_.disable_bf16 ? "bf16 (disabled by KILN_VK_DISABLE_BF16)"
+                                   : "storageBuffer16BitAccess";
   }
   if (dtype == DType::kF64 && !caps_.float64) {
     missing = quirks_.disable_f64 ? "f64 (disabled by KILN_VK_DISABLE_F64)"

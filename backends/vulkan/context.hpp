@@ -26,6 +26,12 @@ class PipelineCache;
 struct Capabilities {
   bool storage_8bit = false;   // bool arrays (stored as bytes)
   bool storage_16bit = false;  // f16 arrays (arithmetic runs in f32)
+  // bf16 arrays: stored as u16 words (the upper halves of f32s), loaded by a
+  // shift and stored with an integer round to nearest even, computed in f32.
+  // Needs only storageBuffer16BitAccess (no bf16 arithmetic: lavapipe and most
+  // GPUs have none); KILN_VK_DISABLE_BF16=1 turns it off, and bf16 arrays are
+  // then refused with a DTypeError naming the op.
+  bool bf16 = false;
   bool float64 = false;
   bool push_descriptor = false;
   bool int64 = false;           // shaderInt64 (enabled when the device has it)
@@ -51,6 +57,7 @@ struct Capabilities {
   // Float16, so large bool / f16 arrays need these.
   bool address_int8 = false;
   bool address_float16 = false;
+  bool address_int16 = false;  // shaderInt16: the same for bf16's u16 words
   std::uint32_t max_push_constants_size = 128;
   std::uint64_t min_storage_buffer_offset_alignment = 0;
   std::uint64_t max_allocation_size = 0;
@@ -87,6 +94,7 @@ struct Capabilities {
 // driver table in context.cpp, then by its KILN_VK_* environment switch.
 struct Quirks {
   bool disable_f16 = false;             // KILN_VK_DISABLE_F16=1
+  bool disable_bf16 = false;            // KILN_VK_DISABLE_BF16=1
   bool disable_f64 = false;             // KILN_VK_DISABLE_F64=1
   bool disable_push_descriptor = false; // KILN_VK_DISABLE_PUSH_DESCRIPTOR=1
   bool force_staging = false;           // KILN_VK_FORCE_STAGING=1: never map

@@ -25,7 +25,7 @@ struct ExternalDevice {
   std::uint32_t queue_index = 0;
   // The features the application enabled on `device` (kiln cannot query what was
   // enabled, only what is supported). Without 8-bit storage, bool arrays are
-  // unavailable; without 16-bit storage, f16; without shaderFloat64, f64;
+  // unavailable; without 16-bit storage, f16 and bf16; without shaderFloat64, f64;
   // without bufferDeviceAddress, arrays larger than maxStorageBufferRange.
   bool storage_buffer_8bit = false;
   bool storage_buffer_16bit = false;

@@ -9,8 +9,8 @@
 // memory and an output may overwrite an input of the same shape (each element's
 // inputs are loaded before its outputs are stored).
 //
-// Values keep the compute types of the single-op kernels (bool as bool, f16 as
-// f32), and an f16 intermediate is rounded to f16 where the unfused program
+// Values keep the compute types of the single-op kernels (bool as bool, f16 and
+// bf16 as f32), and such an intermediate is rounded to its dtype where the unfused program
 // would have stored it, and float add/sub/mul/div results are NoContraction
 // (a driver may not merge one with the next equation into an fma, which the
 // unfused kernels cannot do either), so fused and unfused results agree bit for
@@ -59,8 +59,8 @@ void emit_equations(Builder& b, const Program& body, std::size_t first, std::siz
                                 eq.prim == Prim::kMul || eq.prim == Prim::kDiv)) {
       b.no_contraction(r);
     }
-    // Unfused, an f16 result is stored as f16: round it here the same way.
-    if (out == DType::kF16 && eq.prim != Prim::kStopGradient) r = b.round_f16(r);
+    // Unfused, an f16 (bf16) result is stored as such: round it here the same way.
+    if (eq.prim != Prim::kStopGradient) r = b.round_to(out, r);
     value[eq.output] = r;
   }
 }
@@ -117,7 +117,7 @@ Launch epilogue_kernel(Context& ctx, const FusedKernel& kernel, std::uint32_t ad
   spec.fused = &part;
   spec.epilogue = [&](Builder& b, const Val& product, const LoadFn& load) {
     std::vector<Val> value(body.num_values());
-    value[mm.output] = body.avals[mm.output].dtype == DType::kF16 ? b.round_f16(product) : product;
+    value[mm.output] = b.round_to(body.avals[mm.output].dtype, product);
     for (std::size_t j = 2; j < order.size(); ++j) value[body.inputs[order[j]]] = load(j - 2);
     emit_equations(b, body, 1, body.equations.size(), value);
     return outputs_of(body, value);

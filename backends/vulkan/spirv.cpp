@@ -56,6 +56,7 @@ Ty compute_type(DType d) {
     case DType::kI32: return Ty::kI32;
     case DType::kU32: return Ty::kU32;
     case DType::kF16:
+    case DType::kBF16:
     case DType::kF32: return Ty::kF32;
     case DType::kF64: return Ty::kF64;
   }
@@ -118,11 +119,24 @@ void Builder::need_u8() {
   globals_.push_back("%u8 = OpTypeInt 8 0");
 }
 
+void Builder::need_storage16() {
+  if (storage16_) return;
+  storage16_ = true;
+  caps_.push_back("OpCapability StorageBuffer16BitAccess");
+}
+
 void Builder::need_f16() {
   if (f16_) return;
   f16_ = true;
-  caps_.push_back("OpCapability StorageBuffer16BitAccess");
+  need_storage16();
   globals_.push_back("%f16 = OpTypeFloat 16");
+}
+
+void Builder::need_u16() {
+  if (u16_) return;
+  u16_ = true;
+  need_storage16();
+  globals_.push_back("%u16 = OpTypeInt 16 0");
 }
 
 int Builder::buffer(DType dtype, bool readonly) {
@@ -130,6 +144,7 @@ int Builder::buffer(DType dtype, bool readonly) {
   switch (dtype) {
     case DType::kBool: need_u8(); elem = "%u8"; break;
     case DType::kF16: need_f16(); elem = "%f16"; break;
+    case DType::kBF16: need_u16(); elem = "%u16"; break;  // bits
     default: elem = type_id(compute_type(dtype)); break;
   }
   return declare_buffer(dtype, readonly, elem, size_of(dtype), false);
@@ -251,10 +266,11 @@ int Builder::declare_buffer(DType dtype, bool readonly, const std::string& elem,
       psb_ = true;
       caps_.push_back("OpCapability PhysicalStorageBufferAddresses");
     }
-    // A pointer to bytes or halves made from an address needs the full types
-    // (Capabilities::address_int8 / address_float16).
+    // A pointer to bytes or 16-bit words made from an address needs the full
+    // types (Capabilities::address_int8 / address_float16 / address_int16).
     for (auto [type, cap] : {std::pair{"%u8", "OpCapability Int8"},
-                             std::pair{"%f16", "OpCapability Float16"}}) {
+                             std::pair{"%f16", "OpCapability Float16"},
+                             std::pair{"%u16", "OpCapability Int16"}}) {
       if (elem == type && std::find(caps_.begin(), caps_.end(), cap) == caps_.end()) {
         caps_.push_back(cap);
       }
@@ -347,6 +363,11 @@ Val Builder::load(int binding, const Val& index) {
     emit(detail::str_cat(wide.id, " = OpFConvert ", type_id(Ty::kF32), " ", raw));
     return wide;
   }
+  if (b.dtype == DType::kBF16) {  // the upper half of an f32: exact
+    Val word = {fresh(), Ty::kU32};
+    emit(detail::str_cat(word.id, " = OpUConvert %u32 ", raw));
+    return bitcast(op("OpShiftLeftLogical", Ty::kU32, {word, u32(16)}), Ty::kF32);
+  }
   return {raw, compute_type(b.dtype)};
 }
 
@@ -360,6 +381,10 @@ void Builder::store(int binding, const Val& index, const Val& v) {
   } else if (b.dtype == DType::kF16) {
     const std::string narrow = fresh();
     emit(detail::str_cat(narrow, " = OpFConvert %f16 ", value));
+    value = narrow;
+  } else if (b.dtype == DType::kBF16) {
+    const std::string narrow = fresh();
+    emit(detail::str_cat(narrow, " = OpUConvert %u16 ", bf16_word({value, Ty::kF32}).id));
     value = narrow;
   }
   const std::string ptr = fresh();
@@ -486,6 +511,32 @@ Val Builder::round_f16(const Val& v) {
   Val wide{fresh(), Ty::kF32};
   emit(detail::str_cat(wide.id, " = OpFConvert ", type_id(Ty::kF32), " ", narrow));
   return wide;
+}
+
+// runtime/half.hpp's float_to_bf16 in integer instructions (so no float mode
+// of the driver can change it): NaN keeps its upper half, made quiet;
+// anything else adds 0x7fff plus the lowest kept bit, which carries into the
+// kept half exactly when rounding to nearest-even goes up.
+Val Builder::bf16_word(const Val& v) {
+  const Val bits = bitcast(v, Ty::kU32);
+  const Val upper = op("OpShiftRightLogical", Ty::kU32, {bits, u32(16)});
+  const Val magnitude = op("OpBitwiseAnd", Ty::kU32, {bits, u32(0x7fffffffu)});
+  const Val is_nan = op("OpUGreaterThan", Ty::kBool, {magnitude, u32(0x7f800000u)});
+  const Val lsb = op("OpBitwiseAnd", Ty::kU32, {upper, u32(1)});
+  const Val bias = op("OpIAdd", Ty::kU32, {lsb, u32(0x7fffu)});
+  const Val rounded =
+      op("OpShiftRightLogical", Ty::kU32, {op("OpIAdd", Ty::kU32, {bits, bias}), u32(16)});
+  return select(is_nan, op("OpBitwiseOr", Ty::kU32, {upper, u32(0x40u)}), rounded);
+}
+
+Val Builder::round_bf16(const Val& v) {
+  return bitcast(op("OpShiftLeftLogical", Ty::kU32, {bf16_word(v), u32(16)}), Ty::kF32);
+}
+
+Val Builder::round_to(DType d, const Val& v) {
+  if (d == DType::kF16) return round_f16(v);
+  if (d == DType::kBF16) return round_bf16(v);
+  return v;
 }
 
 void Builder::decorate_binding(int binding, const char* decoration) {

@@ -1,8 +1,9 @@
 // A small typed builder of SPIR-V compute shaders, written as SPIR-V assembly
 // text (so every kernel prints exactly as compiled) and turned into words by
 // SPIRV-Tools, which also validates it for the Vulkan 1.2 environment. Values
-// are typed by their compute type: bool arrays are stored as bytes and f16 arrays
-// as halves, but arithmetic on them runs in bool and f32.
+// are typed by their compute type: bool arrays are stored as bytes, f16 arrays
+// as halves and bf16 arrays as u16 words (their bits), but arithmetic on them
+// runs in bool and f32.
 #pragma once
 
 #include <array>
@@ -18,7 +19,7 @@ namespace kiln::vk::spv {
 
 enum class Ty : std::uint8_t { kBool, kI32, kU32, kF32, kF64 };
 
-Ty compute_type(DType d);  // f16 computes in f32
+Ty compute_type(DType d);  // f16 and bf16 compute in f32
 bool is_float(Ty t);
 bool is_signed(Ty t);
 
@@ -80,6 +81,13 @@ class Builder {
   // An f32 value rounded to f16 and back: what storing it in an f16 array and
   // loading it again gives (fused kernels keep f16 intermediates exact).
   Val round_f16(const Val& v);
+  // The same for bf16 (integer rounding of the f32 bits: no bf16 arithmetic
+  // is needed), and either one by dtype (others: `v` itself).
+  Val round_bf16(const Val& v);
+  Val round_to(DType d, const Val& v);
+  // The bf16 bits (in the low half of a u32) of f32 `v`, rounded to nearest
+  // even, NaN kept NaN: what a bf16 store writes.
+  Val bf16_word(const Val& v);
   // Forbids the driver to contract the instruction that made `v` (an OpFMul,
   // OpFAdd, ...) with another one (a * b + c into an fma).
   void no_contraction(const Val& v);
@@ -115,7 +123,9 @@ class Builder {
   std::string type_id(Ty t);
   std::string ptr_type(const char* storage, const std::string& pointee);
   void need_u8();
+  void need_storage16();
   void need_f16();
+  void need_u16();
   void emit(std::string line) { body_.push_back(std::move(line)); }
   std::string builtin_vec(const char* builtin);
   void declare_push();
@@ -143,6 +153,7 @@ class Builder {
   std::vector<Shared> shared_;
   std::string push_var_, wg_id_, num_wg_, local_id_;
   bool u8_ = false, f16_ = false, f64_ = false, glsl_ = false, u64_ = false, psb_ = false;
+  bool storage16_ = false, u16_ = false;
 };
 
 // The push-constant word where a kernel with `push_words` words of its own finds

@@ -49,16 +49,19 @@ std::shared_ptr<VulkanBuffer> allocate_bytes(Context& ctx, DType dtype, std::siz
                                              const std::string& what,
                                              std::span<const Array> reads, bool device_written) {
   // Kernels reach arrays past one descriptor's range through their addresses;
-  // bool and f16 ones need 8- and 16-bit shader types for that.
+  // bool, f16 and bf16 ones need 8- and 16-bit shader types for that.
   const auto& caps = ctx.caps();
   if (bytes > caps.max_storage_buffer_range && caps.buffer_device_address &&
       ((dtype == DType::kBool && !caps.address_int8) ||
-       (dtype == DType::kF16 && !caps.address_float16))) {
+       (dtype == DType::kF16 && !caps.address_float16) ||
+       (dtype == DType::kBF16 && !caps.address_int16))) {
     throw OutOfMemoryError(detail::str_cat(
         "[vulkan] ", what, " is larger than one storage buffer can address on ",
         ctx.device().to_string(), " (maxStorageBufferRange = ", caps.max_storage_buffer_range,
         " bytes), and reaching ", name(dtype), " elements through an address needs ",
-        dtype == DType::kBool ? "shaderInt8" : "shaderFloat16",
+        dtype == DType::kBool  ? "shaderInt8"
+        : dtype == DType::kF16 ? "shaderFloat16"
+                               : "shaderInt16",
         ", which it lacks; use a 32-bit dtype or the cpu device"));
   }
   std::vector<BufferRange> ranges;
@@ -334,9 +337,32 @@ Val wrap_index(Builder& b, const Val& idx, std::int64_t n) {
   return b.select(neg, b.op("OpIAdd", Ty::kU32, {u, b.u32(static_cast<std::uint32_t>(n))}), u);
 }
 
+std::shared_ptr<Buffer> scatter(Context& ctx, Prim p, const AxisParams& params,
+                                std::span<const Array> inputs, const Aval& out);
+
+// A scatter-add of f16/bf16 through f32 copies, rounded once: the kernel sums
+// repeated indices in the result's memory, which would round every partial
+// sum to 16 bits (the CPU, like every other primitive, rounds once).
+std::shared_ptr<Buffer> scatter_add_in_f32(Context& ctx, Prim p, const AxisParams& params,
+                                           std::span<const Array> inputs, const Aval& out) {
+  const auto convert = [&](const Array& x, DType to) {
+    const Aval wide{to, x.shape()};
+    return Array(to, x.shape(),
+                 elementwise(ctx, Prim::kAstype, Params(DTypeParams{to}), {&x, 1}, wide));
+  };
+  const Array wide[] = {convert(inputs[0], DType::kF32), inputs[1],
+                        convert(inputs[2], DType::kF32)};
+  const Aval wide_out{DType::kF32, out.shape};
+  const Array sum(DType::kF32, out.shape, scatter(ctx, p, params, wide, wide_out));
+  return elementwise(ctx, Prim::kAstype, Params(DTypeParams{out.dtype}), {&sum, 1}, out);
+}
+
 // The scatters: the operand copied into the result, then scatter_kernel.
 std::shared_ptr<Buffer> scatter(Context& ctx, Prim p, const AxisParams& params,
                                 std::span<const Array> inputs, const Aval& out) {
+  if (p != Prim::kScatter && is_16bit_float(out.dtype)) {
+    return scatter_add_in_f32(ctx, p, params, inputs, out);
+  }
   const Array& a = inputs[0];
   const Array& idx = inputs[1];
   const Array& upd = inputs[2];

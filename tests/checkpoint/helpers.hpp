@@ -168,11 +168,17 @@ inline void check_identical_leaves(const T& got, const T& want) {
 inline Array floats(std::vector<float> v, Shape s) {
   return array<float>(v, s);
 }
-inline Array f16_from_bits(std::vector<std::uint16_t> bits) {
+inline Array words_as(DType dtype, const std::vector<std::uint16_t>& bits) {
   auto buf = HostBuffer::allocate(bits.size() * 2);
   std::memcpy(buf->host_data(), bits.data(), bits.size() * 2);
-  return Array(DType::kF16, Shape{static_cast<std::int64_t>(bits.size())},
+  return Array(dtype, Shape{static_cast<std::int64_t>(bits.size())},
                std::move(buf));
+}
+inline Array f16_from_bits(std::vector<std::uint16_t> bits) {
+  return words_as(DType::kF16, bits);
+}
+inline Array bf16_from_bits(std::vector<std::uint16_t> bits) {
+  return words_as(DType::kBF16, bits);
 }
 
 inline Array identity(const Array& x) { return x; }

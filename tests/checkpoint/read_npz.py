@@ -5,6 +5,9 @@
                             too, without pickle); names, dtypes, shapes and
                             values are the ones the C++ test saved; the
                             manifest's text is bytes(d[MANIFEST]).decode().
+  read_npz.py bf16 FILE     the member ["w"] of FILE is '<u2' words whose
+                            values, widened as the README says, are 1, pi
+                            (bf16's 3.140625), -2, NaN, 2^-133 and -inf.
   read_npz.py rewrite IN OUT  writes OUT with every .npy member re-encoded by
                             numpy itself (np.lib.format, deflated), keeping
                             kiln's manifest, so the C++ test can load numpy's
@@ -54,6 +57,27 @@ def check(path):
     print("numpy read", len(expected), "arrays")
 
 
+def check_bf16(path):
+    with np.load(path) as d:
+        words = d['["w"]']
+    if words.dtype != np.dtype("<u2") or words.shape != (6,):
+        sys.exit(f"bf16 member: {words.dtype}{words.shape}")
+    # The README's recipe without ml_dtypes: exact.
+    values = (words.astype(np.uint32) << 16).view(np.float32)
+    want = np.array([1.0, 3.140625, -2.0, np.nan, 2.0**-133, -np.inf], dtype=np.float32)
+    if not np.array_equal(values, want, equal_nan=True):
+        sys.exit(f"bf16 values: {values!r} != {want!r}")
+    try:  # ml_dtypes (what JAX uses), where it is installed
+        import ml_dtypes
+
+        same = words.view(ml_dtypes.bfloat16).astype(np.float32)
+        if not np.array_equal(same, want, equal_nan=True):
+            sys.exit(f"ml_dtypes bfloat16 values: {same!r} != {want!r}")
+    except ImportError:
+        pass
+    print("numpy read bf16", values)
+
+
 def rewrite(src, dst):
     with zipfile.ZipFile(src) as zin, zipfile.ZipFile(
         dst, "w", compression=zipfile.ZIP_DEFLATED
@@ -71,6 +95,8 @@ def rewrite(src, dst):
 if __name__ == "__main__":
     if sys.argv[1] == "check":
         check(sys.argv[2])
+    elif sys.argv[1] == "bf16":
+        check_bf16(sys.argv[2])
     elif sys.argv[1] == "rewrite":
         rewrite(sys.argv[2], sys.argv[3])
     else:
