@@ -72,15 +72,26 @@ TEST_CASE("child: default device") {
   }
 }
 
-TEST_CASE("a KILN_DEVICE that does not parse is an error naming the variable") {
-  const std::string cmd = "KILN_TEST_CHILD=1 KILN_DEVICE=gpu0 /proc/" + std::to_string(::getpid()) +
-                          "/exe -tc='child: default device' 2>&1";
+namespace {
+
+// The output of this test binary's test case `test` run in a child process with
+// KILN_TEST_CHILD=1 and the environment assignments `env`.
+std::string run_child(const std::string& env, const std::string& test) {
+  const std::string cmd = "KILN_TEST_CHILD=1 " + env + " /proc/" + std::to_string(::getpid()) +
+                          "/exe -tc='" + test + "' 2>&1";
   FILE* p = ::popen(cmd.c_str(), "r");
   REQUIRE(p != nullptr);
   std::string out;
   char buf[512];
   while (std::fgets(buf, sizeof(buf), p) != nullptr) out += buf;
   CHECK(::pclose(p) == 0);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a KILN_DEVICE that does not parse is an error naming the variable") {
+  const std::string out = run_child("KILN_DEVICE=gpu0", "child: default device");
   CHECK(out.find("error=[device] KILN_DEVICE=\"gpu0\" is not a device: expected cpu, vulkan or "
                  "vulkan:N") != std::string::npos);
 }
@@ -98,15 +109,7 @@ TEST_CASE("child: cpu simd level") {
 
 TEST_CASE("KILN_CPU_ISA picks the CPU kernels' SIMD level; a bad name is an error naming it") {
   const auto child = [](const std::string& isa) {
-    const std::string cmd = "KILN_TEST_CHILD=1 KILN_CPU_ISA=" + isa + " /proc/" +
-                            std::to_string(::getpid()) + "/exe -tc='child: cpu simd level' 2>&1";
-    FILE* p = ::popen(cmd.c_str(), "r");
-    REQUIRE(p != nullptr);
-    std::string out;
-    char buf[512];
-    while (std::fgets(buf, sizeof(buf), p) != nullptr) out += buf;
-    CHECK(::pclose(p) == 0);
-    return out;
+    return run_child("KILN_CPU_ISA=" + isa, "child: cpu simd level");
   };
   CHECK(child("generic").find("value=1\n") != std::string::npos);
   CHECK(child("avx9").find("error=KILN_CPU_ISA=avx9: expected generic, x86-64-v2, x86-64-v3 or "

@@ -1,14 +1,17 @@
 // CPU kernels for the elementwise primitives: unary, binary, where and astype.
 //
-// Each op is one xtensor expression, or one element functor with a scalar
+// The common ops have SIMD kernels per x86-64 level (simd_kernels.cpp, picked by
+// flat_kernel()); the generic kernels here cover the rest (math functions,
+// integer division and shifts, power, ...) and every op on a machine level
+// without one. Each op is one xtensor expression, or one element functor with a scalar
 // operator() and an xsimd simd_apply, written once for every dtype it accepts.
 // Operands with as many elements as the result (same shape up to leading 1s)
 // and 1-element operands take a flat 1-D path that xtensor assigns linearly
 // with SIMD: the common case and the cheapest to dispatch. Other broadcasts are
 // cut into contiguous output rows (see broadcast.hpp) that take the same flat
 // path, so x - max(x, -1, true) stays vectorized; short rows use xtensor's
-// broadcasting. Comparisons and where, whose operands and results differ in
-// lane width, are plain loops over rows that GCC vectorizes (KILN_VECTORIZE).
+// broadcasting. Comparisons, whose operands and results differ in lane width,
+// are plain loops over rows that GCC vectorizes (KILN_VECTORIZE).
 //
 // Integer results are defined for every input, never UB (UBSan runs in CI): i32
 // add/subtract/multiply/neg/abs wrap modulo 2^32 (they run on the u32 bit
@@ -177,14 +180,6 @@ struct Power {
   template <class T>
   T operator()(T x, T y) const {
     return std::pow(x, y);
-  }
-};
-
-// where(c, x, y) on byte conditions (where_loop vectorizes it).
-struct Select {
-  template <class T>
-  T operator()(std::uint8_t c, T x, T y) const {
-    return c != 0 ? x : y;
   }
 };
 
@@ -461,37 +456,6 @@ void binary_kernel(DType dtype, const BinaryArgs& args) {
   unsupported(P, dtype);
 }
 
-// where over one row, operands contiguous (true) or broadcast (false). Both
-// values are loaded before the select, so the loop has no control flow and
-// vectorizes (xtensor's steppers over byte conditions ran ~10x slower). `out`
-// may not overlap the operands.
-template <class S, bool C, bool A, bool B>
-KILN_VECTORIZE void where_loop(const std::uint8_t* __restrict c, const S* __restrict a,
-                               const S* __restrict b, S* __restrict out, std::size_t len) {
-  const Select select;
-  for (std::size_t i = 0; i < len; ++i) {
-    const S x = a[A ? i : 0];
-    const S y = b[B ? i : 0];
-    out[i] = select(c[C ? i : 0], x, y);
-  }
-}
-
-// where(c, a, b) over one output row; each operand advances by its step (0/1).
-template <class S>
-void where_row(const std::uint8_t* c, std::size_t sc, const S* a, std::size_t sa,
-               const S* b, std::size_t sb, S* out, std::size_t len) {
-  switch ((sc != 0 ? 4 : 0) | (sa != 0 ? 2 : 0) | (sb != 0 ? 1 : 0)) {
-    case 0: return where_loop<S, false, false, false>(c, a, b, out, len);
-    case 1: return where_loop<S, false, false, true>(c, a, b, out, len);
-    case 2: return where_loop<S, false, true, false>(c, a, b, out, len);
-    case 3: return where_loop<S, false, true, true>(c, a, b, out, len);
-    case 4: return where_loop<S, true, false, false>(c, a, b, out, len);
-    case 5: return where_loop<S, true, false, true>(c, a, b, out, len);
-    case 6: return where_loop<S, true, true, false>(c, a, b, out, len);
-    default: return where_loop<S, true, true, true>(c, a, b, out, len);
-  }
-}
-
 bool is_comparison(Prim p) { return has_trait(p, PrimTrait::kComparison); }
 
 // Copies out[0] to out[1..n) (elements of `size` bytes).
@@ -519,14 +483,6 @@ void generic_binary(const FlatOperand* in, void* out, std::size_t n) {
   args.b_scalar = in[1].scalar;
   binary_kernel<T, P>(dtype_of_v<T>, args);
 }
-template <class T>
-void generic_where(const FlatOperand* in, void* out, std::size_t n) {
-  using S = Stored<T>;
-  where_row<S>(static_cast<const std::uint8_t*>(in[0].data), in[0].scalar ? 0 : 1,
-               static_cast<const S*>(in[1].data), in[1].scalar ? 0 : 1,
-               static_cast<const S*>(in[2].data), in[2].scalar ? 0 : 1, static_cast<S*>(out),
-               n);
-}
 template <class From, class To>
 void generic_astype(const FlatOperand* in, void* out, std::size_t n) {
   using F = Stored<From>;
@@ -553,8 +509,6 @@ FlatKernel generic_kernel(Prim p, DType in, DType out) {
       case PrimFamily::kBinary:
         return visit_family<PrimFamily::kBinary>(
             p, [&]<Prim P>(PrimC<P>) -> FlatKernel { return generic_binary<T, P>; });
-      case PrimFamily::kWhere:
-        return generic_where<T>;
       case PrimFamily::kAstype:
         return visit_dtype(out, [&](auto to) -> FlatKernel {
           return generic_astype<T, decltype(to)>;
@@ -562,7 +516,8 @@ FlatKernel generic_kernel(Prim p, DType in, DType out) {
       default:
         break;
     }
-    throw Error(detail::str_cat("[", name(p), "] is not an elementwise primitive"));
+    // where has a SIMD kernel for every host dtype at every level.
+    unsupported(p, in);
   });
 }
 
@@ -698,21 +653,21 @@ std::shared_ptr<Buffer> eval_where(Prim p, const Params&,
   check_host_dtypes(p, inputs, out);
   auto buf = allocate(out);
   if (numel(out.shape) == 0) return buf;
-  visit_dtype(out.dtype, [&](auto zero) {
-    using S = Stored<decltype(zero)>;
-    const auto* pc = elements<std::uint8_t>(inputs[0]);
-    const auto* pa = elements<S>(inputs[1]);
-    const auto* pb = elements<S>(inputs[2]);
-    auto* po = static_cast<S*>(buf->host_data());
-    const auto plan = BroadcastPlan<3>::make(
-        out.shape,
-        {&inputs[0].shape(), &inputs[1].shape(), &inputs[2].shape()});
-    plan.for_each_row([&](const std::array<std::size_t, 3>& off,
-                          const std::array<std::size_t, 3>& step,
-                          std::size_t out_off, std::size_t len) {
-      where_row<S>(pc + off[0], step[0], pa + off[1], step[1], pb + off[2], step[2],
-                   po + out_off, len);
-    });
+  const FlatKernel k = flat_kernel(p, out.dtype, out.dtype);
+  const std::size_t e = size_of(out.dtype);
+  const auto* pc = static_cast<const std::byte*>(inputs[0].buffer()->host_data());
+  const auto* pa = static_cast<const std::byte*>(inputs[1].buffer()->host_data());
+  const auto* pb = static_cast<const std::byte*>(inputs[2].buffer()->host_data());
+  auto* po = static_cast<std::byte*>(buf->host_data());
+  const auto plan = BroadcastPlan<3>::make(
+      out.shape, {&inputs[0].shape(), &inputs[1].shape(), &inputs[2].shape()});
+  plan.for_each_row([&](const std::array<std::size_t, 3>& off,
+                        const std::array<std::size_t, 3>& step, std::size_t out_off,
+                        std::size_t len) {
+    const FlatOperand ops[] = {{pc + off[0], step[0] == 0},
+                               {pa + off[1] * e, step[1] == 0},
+                               {pb + off[2] * e, step[2] == 0}};
+    k(ops, po + out_off * e, len);
   });
   return buf;
 }
