@@ -69,6 +69,25 @@ Axes trailing_axes(std::string_view module, const Array& x,
   return axes;
 }
 
+void check_mask(std::string_view module, const Array& mask, const Shape& target,
+                std::string_view layout) {
+  if (mask.dtype() != bool_) {
+    throw DTypeError(str_cat("[", module, "] mask must be bool, got ", name(mask.dtype()),
+                             " of shape ", to_string(mask.shape())));
+  }
+  // numpy broadcasting to `target`: from the right, each axis is 1 or equal.
+  const Shape& m = mask.shape();
+  bool ok = m.size() <= target.size();
+  for (std::size_t i = 0; ok && i < m.size(); ++i) {
+    const std::int64_t a = m[m.size() - 1 - i], t = target[target.size() - 1 - i];
+    ok = a == 1 || a == t;
+  }
+  if (!ok) {
+    throw ShapeError(str_cat("[", module, "] mask ", to_string(m), " does not broadcast to ",
+                             to_string(target), " = ", layout));
+  }
+}
+
 Array per_channel(const Array& v, std::int64_t ndim) {
   Shape s(static_cast<std::size_t>(ndim - 1), 1);
   s[0] = v.shape()[0];

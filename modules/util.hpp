@@ -29,6 +29,12 @@ void check_channels(std::string_view module, const Array& x, std::int64_t channe
 // Checks a floating `input` ending in `shape` and returns those trailing axes.
 Axes trailing_axes(std::string_view module, const Array& x,
                    const std::vector<std::int64_t>& shape);
+// Checks an attention `mask`: bool, and broadcasting to `target` (the logits'
+// shape, laid out as `layout`, e.g. "(..., heads, Sq, Sk)"): "[<module>] mask
+// (9, 9) does not broadcast to (2, 4, 8, 8) = (..., heads, Sq, Sk)". Checked
+// here so the error names the layer, not the inner `where`.
+void check_mask(std::string_view module, const Array& mask, const Shape& target,
+                std::string_view layout);
 // `v` of shape (C,) reshaped to (C, 1, ..., 1) to broadcast against (N, C, ...)
 // of `ndim` axes.
 Array per_channel(const Array& v, std::int64_t ndim);
