@@ -44,8 +44,10 @@ Array merge_heads(const Array& x) {
   return reshape(t, s);
 }
 
-void check_seq(const char* what, const Array& a, std::int64_t size) {
-  detail::check_floating_input("nn.MultiheadAttention", what, a);
+void check_seq(const char* what, const Array& a, const Linear& proj) {
+  detail::check_param_dtype("nn.MultiheadAttention", what, a, "its projection's weight",
+                            proj.weight);
+  const std::int64_t size = proj.weight.shape()[1];
   if (a.ndim() < 2 || a.shape().back() != size) {
     detail::throw_input_shape("nn.MultiheadAttention", what, str_cat("(..., S, ", size, ")"),
                               a.shape());
@@ -98,9 +100,9 @@ Array dot_product_attention(const Array& q, const Array& k, const Array& v,
 
 AttentionHeads MultiheadAttention::project(const Array& query, const Array& key_,
                                            const Array& value) const {
-  check_seq("query", query, query_proj.weight.shape()[1]);
-  check_seq("key", key_, key_proj.weight.shape()[1]);
-  check_seq("value", value, value_proj.weight.shape()[1]);
+  check_seq("query", query, query_proj);
+  check_seq("key", key_, key_proj);
+  check_seq("value", value, value_proj);
   if (key_.shape()[key_.ndim() - 2] != value.shape()[value.ndim() - 2]) {
     throw ShapeError(str_cat("[nn.MultiheadAttention] key ", to_string(key_.shape()),
                              " and value ", to_string(value.shape()),

@@ -16,17 +16,16 @@ namespace kiln::nn {
 
 using kiln::detail::str_cat;
 
-RotaryPositionalEmbedding::RotaryPositionalEmbedding(std::int64_t size,
-                                                     double theta_)
+RotaryPositionalEmbedding::RotaryPositionalEmbedding(std::int64_t size, double theta_)
     : embedding_size(size), theta(theta_) {
   if (size < 2 || size % 2 != 0) {
-    throw ValueError(str_cat("[nn.RotaryPositionalEmbedding] embedding_size "
-                             "must be even and >= 2, got ",
-                             size));
+    throw ValueError(
+        str_cat("[nn.RotaryPositionalEmbedding] embedding_size "
+                "must be even and >= 2, got ",
+                size));
   }
   if (!(theta > 0.0)) {
-    throw ValueError(str_cat(
-        "[nn.RotaryPositionalEmbedding] theta must be > 0, got ", theta));
+    throw ValueError(str_cat("[nn.RotaryPositionalEmbedding] theta must be > 0, got ", theta));
   }
 }
 
@@ -34,8 +33,7 @@ Array RotaryPositionalEmbedding::operator()(const Array &x) const {
   constexpr const char *kModule = "nn.RotaryPositionalEmbedding";
   detail::check_floating_input(kModule, "input", x);
   if (x.ndim() < 2 || x.shape().back() != embedding_size) {
-    detail::throw_input_shape(kModule, "input",
-                              str_cat("(..., seq, ", embedding_size, ")"),
+    detail::throw_input_shape(kModule, "input", str_cat("(..., seq, ", embedding_size, ")"),
                               x.shape());
   }
   // The angles depend only on the (static) shape: computed on the host in f64,
@@ -46,8 +44,7 @@ Array RotaryPositionalEmbedding::operator()(const Array &x) const {
     for (std::int64_t i = 0; i < half; ++i) {
       const double angle =
           static_cast<double>(p) *
-          std::pow(theta, -2.0 * static_cast<double>(i) /
-                              static_cast<double>(embedding_size));
+          std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(embedding_size));
       c[static_cast<std::size_t>(p * half + i)] = std::cos(angle);
       s[static_cast<std::size_t>(p * half + i)] = std::sin(angle);
     }
@@ -61,35 +58,33 @@ Array RotaryPositionalEmbedding::operator()(const Array &x) const {
 }
 
 Array causal_mask(std::int64_t seq) {
-  if (seq < 1)
-    throw ValueError(str_cat("[nn.causal_mask] seq must be >= 1, got ", seq));
+  if (seq < 1) throw ValueError(str_cat("[nn.causal_mask] seq must be >= 1, got ", seq));
   return tril(ones({seq, seq})) > 0.0;
 }
 
-CausalSelfAttention::CausalSelfAttention(
-    std::int64_t num_heads, std::int64_t embed_size, const Array &key,
-    bool use_rotary, const MultiheadAttentionOptions &options)
+CausalSelfAttention::CausalSelfAttention(std::int64_t num_heads, std::int64_t embed_size,
+                                         const Array &key, bool use_rotary,
+                                         const MultiheadAttentionOptions &options)
     : attention(num_heads, embed_size, key, options) {
   if (use_rotary) {
     const std::int64_t qk = attention.query_proj.weight.shape()[0] / num_heads;
     if (qk % 2 != 0) {
-      throw ValueError(str_cat(
-          "[nn.CausalSelfAttention] rotary embeddings need an even "
-          "qk_size, got ",
-          qk, " (embed_size ", embed_size, " / num_heads ", num_heads, ")"));
+      throw ValueError(
+          str_cat("[nn.CausalSelfAttention] rotary embeddings need an even "
+                  "qk_size, got ",
+                  qk, " (embed_size ", embed_size, " / num_heads ", num_heads, ")"));
     }
     rotary = RotaryPositionalEmbedding(qk);
   }
 }
 
-Array CausalSelfAttention::operator()(const Array &x, const Array &mask,
-                                      const Array &key) const {
+Array CausalSelfAttention::operator()(const Array &x, const Array &mask, const Array &key) const {
   constexpr const char *kModule = "nn.CausalSelfAttention";
-  const std::int64_t embed = attention.query_proj.weight.shape()[1];
-  detail::check_floating_input(kModule, "input", x);
+  const Array &wq = attention.query_proj.weight;
+  const std::int64_t embed = wq.shape()[1];
+  detail::check_param_dtype(kModule, "input", x, "query_proj.weight", wq);
   if (x.ndim() < 2 || x.shape().back() != embed) {
-    detail::throw_input_shape(kModule, "input",
-                              str_cat("(..., S, ", embed, ")"), x.shape());
+    detail::throw_input_shape(kModule, "input", str_cat("(..., S, ", embed, ")"), x.shape());
   }
   AttentionHeads h = attention.project(x, x, x);
   if (rotary) {
@@ -107,31 +102,27 @@ Array CausalSelfAttention::operator()(const Array &x, const Array &mask,
   return attention.attend(h, m, key);
 }
 
-TransformerBlock::TransformerBlock(std::int64_t embed_size,
-                                   std::int64_t num_heads, const Array &key,
-                                   const TransformerBlockOptions &o)
-    : attention_norm({embed_size}), mlp_norm({embed_size}),
-      dropout(o.dropout_p, o.inference) {
+TransformerBlock::TransformerBlock(std::int64_t embed_size, std::int64_t num_heads,
+                                   const Array &key, const TransformerBlockOptions &o)
+    : attention_norm({embed_size}), mlp_norm({embed_size}), dropout(o.dropout_p, o.inference) {
   detail::check_key("nn.TransformerBlock", key);
   const Array keys = random::split(key, 2);
   MultiheadAttentionOptions mo;
-  mo.use_query_bias = mo.use_key_bias = mo.use_value_bias = mo.use_output_bias =
-      o.attention_bias;
+  mo.use_query_bias = mo.use_key_bias = mo.use_value_bias = mo.use_output_bias = o.attention_bias;
   mo.dropout_p = o.dropout_p;
   mo.inference = o.inference;
-  attention = CausalSelfAttention(num_heads, embed_size,
-                                  detail::key_at(keys, 0), o.rotary, mo);
+  attention = CausalSelfAttention(num_heads, embed_size, detail::key_at(keys, 0), o.rotary, mo);
   const std::int64_t hidden = o.mlp_size > 0 ? o.mlp_size : 4 * embed_size;
   mlp = MLP(embed_size, embed_size, hidden, 1, detail::key_at(keys, 1), gelu);
 }
 
 Array TransformerBlock::operator()(const Array &x, const Array &key) const {
   constexpr const char *kModule = "nn.TransformerBlock";
-  const std::int64_t embed = mlp.layers.front().weight.shape()[1];
-  detail::check_floating_input(kModule, "input", x);
+  const Array &w = mlp.layers.front().weight;
+  const std::int64_t embed = w.shape()[1];
+  detail::check_param_dtype(kModule, "input", x, "mlp.layers[0].weight", w);
   if (x.ndim() < 2 || x.shape().back() != embed) {
-    detail::throw_input_shape(kModule, "input",
-                              str_cat("(..., S, ", embed, ")"), x.shape());
+    detail::throw_input_shape(kModule, "input", str_cat("(..., S, ", embed, ")"), x.shape());
   }
   // Three independent dropout keys (attention weights, two residual branches),
   // split only when dropout is live so inference needs no key.
@@ -143,9 +134,8 @@ Array TransformerBlock::operator()(const Array &x, const Array &key) const {
     k_res1 = detail::key_at(keys, 1);
     k_res2 = detail::key_at(keys, 2);
   }
-  const Array h =
-      x + dropout(attention(attention_norm(x), Array(), k_attn), k_res1);
+  const Array h = x + dropout(attention(attention_norm(x), Array(), k_attn), k_res1);
   return h + dropout(mlp(mlp_norm(h)), k_res2);
 }
 
-} // namespace kiln::nn
+}  // namespace kiln::nn

@@ -18,13 +18,12 @@ namespace kiln::nn {
 // x: (..., seq, embedding_size) -> same shape. No parameters (both fields are
 // static), so q.k of rotated vectors depends only on the positions' difference.
 struct RotaryPositionalEmbedding {
-  std::int64_t embedding_size = 0; // even
+  std::int64_t embedding_size = 0;  // even
   double theta = 10000.0;
   KILN_MODULE(RotaryPositionalEmbedding, embedding_size, theta);
 
   RotaryPositionalEmbedding() = default;
-  explicit RotaryPositionalEmbedding(std::int64_t embedding_size,
-                                     double theta = 10000.0);
+  explicit RotaryPositionalEmbedding(std::int64_t embedding_size, double theta = 10000.0);
   Array operator()(const Array &x) const;
 };
 
@@ -37,23 +36,21 @@ Array causal_mask(std::int64_t seq);
 // projection.
 struct CausalSelfAttention {
   MultiheadAttention attention;
-  std::optional<RotaryPositionalEmbedding> rotary; // over qk_size
+  std::optional<RotaryPositionalEmbedding> rotary;  // over qk_size
   KILN_MODULE(CausalSelfAttention, attention, rotary);
 
   CausalSelfAttention() = default;
-  CausalSelfAttention(std::int64_t num_heads, std::int64_t embed_size,
-                      const Array &key, bool use_rotary = true,
-                      const MultiheadAttentionOptions &options = {});
+  CausalSelfAttention(std::int64_t num_heads, std::int64_t embed_size, const Array &key,
+                      bool use_rotary = true, const MultiheadAttentionOptions &options = {});
   // mask (optional, e.g. padding): bool, combined with the causal mask, so it
   // must broadcast to (..., heads, S, S). key: for dropout in training mode.
-  Array operator()(const Array &x, const Array &mask = Array(),
-                   const Array &key = Array()) const;
+  Array operator()(const Array &x, const Array &mask = Array(), const Array &key = Array()) const;
 };
 
 struct TransformerBlockOptions {
-  std::int64_t mlp_size = 0; // hidden width of the MLP; 0 means 4 * embed_size
-  bool rotary = true;        // RoPE on q and k
-  bool attention_bias = false; // biases of the q, k, v and output projections
+  std::int64_t mlp_size = 0;    // hidden width of the MLP; 0 means 4 * embed_size
+  bool rotary = true;           // RoPE on q and k
+  bool attention_bias = false;  // biases of the q, k, v and output projections
   // Dropout on the attention weights and on both residual branches (before the
   // add); `inference` (static) turns all of it off.
   double dropout_p = 0.0;
@@ -67,16 +64,14 @@ struct TransformerBlock {
   CausalSelfAttention attention;
   LayerNorm mlp_norm;
   MLP mlp;
-  Dropout dropout{0.0, true}; // on the residual branches
-  KILN_MODULE(TransformerBlock, attention_norm, attention, mlp_norm, mlp,
-              dropout);
+  Dropout dropout{0.0, true};  // on the residual branches
+  KILN_MODULE(TransformerBlock, attention_norm, attention, mlp_norm, mlp, dropout);
 
   TransformerBlock() = default;
-  TransformerBlock(std::int64_t embed_size, std::int64_t num_heads,
-                   const Array &key,
+  TransformerBlock(std::int64_t embed_size, std::int64_t num_heads, const Array &key,
                    const TransformerBlockOptions &options = {});
   // key: a PRNG key, needed only for dropout in training mode.
   Array operator()(const Array &x, const Array &key = Array()) const;
 };
 
-} // namespace kiln::nn
+}  // namespace kiln::nn

@@ -44,6 +44,16 @@ void check_floating_input(std::string_view module, std::string_view what, const 
   }
 }
 
+void check_param_dtype(std::string_view module, std::string_view what, const Array& a,
+                       std::string_view param_name, const Array& param) {
+  check_floating_input(module, what, a);
+  if (!param.is_null() && a.dtype() != param.dtype()) {
+    throw DTypeError(str_cat("[", module, "] ", what, " is ", name(a.dtype()), " but ", param_name,
+                             " is ", name(param.dtype()),
+                             " (cast one to the other, e.g. the model with tree::map)"));
+  }
+}
+
 void check_channels(std::string_view module, const Array& x, std::int64_t channels) {
   check_floating_input(module, "input", x);
   if (x.ndim() < 2) {
