@@ -29,8 +29,8 @@ RotaryPositionalEmbedding::RotaryPositionalEmbedding(std::int64_t size, double t
   }
 }
 
-Array RotaryPositionalEmbedding::operator()(const Array &x) const {
-  constexpr const char *kModule = "nn.RotaryPositionalEmbedding";
+Array RotaryPositionalEmbedding::operator()(const Array& x) const {
+  constexpr const char* kModule = "nn.RotaryPositionalEmbedding";
   detail::check_floating_input(kModule, "input", x);
   if (x.ndim() < 2 || x.shape().back() != embedding_size) {
     detail::throw_input_shape(kModule, "input", str_cat("(..., seq, ", embedding_size, ")"),
@@ -52,8 +52,8 @@ Array RotaryPositionalEmbedding::operator()(const Array &x) const {
   const Array cos_t = astype(array<double>(c, {seq, half}), x.dtype());
   const Array sin_t = astype(array<double>(s, {seq, half}), x.dtype());
   const std::vector<Array> halves = split(x, 2, -1);
-  const Array &x1 = halves[0];
-  const Array &x2 = halves[1];
+  const Array& x1 = halves[0];
+  const Array& x2 = halves[1];
   return concatenate({x1 * cos_t - x2 * sin_t, x2 * cos_t + x1 * sin_t}, -1);
 }
 
@@ -63,8 +63,8 @@ Array causal_mask(std::int64_t seq) {
 }
 
 CausalSelfAttention::CausalSelfAttention(std::int64_t num_heads, std::int64_t embed_size,
-                                         const Array &key, bool use_rotary,
-                                         const MultiheadAttentionOptions &options)
+                                         const Array& key, bool use_rotary,
+                                         const MultiheadAttentionOptions& options)
     : attention(num_heads, embed_size, key, options) {
   if (use_rotary) {
     const std::int64_t qk = attention.query_proj.weight.shape()[0] / num_heads;
@@ -78,9 +78,9 @@ CausalSelfAttention::CausalSelfAttention(std::int64_t num_heads, std::int64_t em
   }
 }
 
-Array CausalSelfAttention::operator()(const Array &x, const Array &mask, const Array &key) const {
-  constexpr const char *kModule = "nn.CausalSelfAttention";
-  const Array &wq = attention.query_proj.weight;
+Array CausalSelfAttention::operator()(const Array& x, const Array& mask, const Array& key) const {
+  constexpr const char* kModule = "nn.CausalSelfAttention";
+  const Array& wq = attention.query_proj.weight;
   const std::int64_t embed = wq.shape()[1];
   detail::check_param_dtype(kModule, "input", x, "query_proj.weight", wq);
   if (x.ndim() < 2 || x.shape().back() != embed) {
@@ -103,7 +103,7 @@ Array CausalSelfAttention::operator()(const Array &x, const Array &mask, const A
 }
 
 TransformerBlock::TransformerBlock(std::int64_t embed_size, std::int64_t num_heads,
-                                   const Array &key, const TransformerBlockOptions &o)
+                                   const Array& key, const TransformerBlockOptions& o)
     : attention_norm({embed_size}), mlp_norm({embed_size}), dropout(o.dropout_p, o.inference) {
   detail::check_key("nn.TransformerBlock", key);
   const Array keys = random::split(key, 2);
@@ -116,9 +116,9 @@ TransformerBlock::TransformerBlock(std::int64_t embed_size, std::int64_t num_hea
   mlp = MLP(embed_size, embed_size, hidden, 1, detail::key_at(keys, 1), gelu);
 }
 
-Array TransformerBlock::operator()(const Array &x, const Array &key) const {
-  constexpr const char *kModule = "nn.TransformerBlock";
-  const Array &w = mlp.layers.front().weight;
+Array TransformerBlock::operator()(const Array& x, const Array& key) const {
+  constexpr const char* kModule = "nn.TransformerBlock";
+  const Array& w = mlp.layers.front().weight;
   const std::int64_t embed = w.shape()[1];
   detail::check_param_dtype(kModule, "input", x, "mlp.layers[0].weight", w);
   if (x.ndim() < 2 || x.shape().back() != embed) {

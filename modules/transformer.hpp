@@ -24,7 +24,7 @@ struct RotaryPositionalEmbedding {
 
   RotaryPositionalEmbedding() = default;
   explicit RotaryPositionalEmbedding(std::int64_t embedding_size, double theta = 10000.0);
-  Array operator()(const Array &x) const;
+  Array operator()(const Array& x) const;
 };
 
 // (seq, seq) bool, true where key position j <= query position i: each position
@@ -40,11 +40,11 @@ struct CausalSelfAttention {
   KILN_MODULE(CausalSelfAttention, attention, rotary);
 
   CausalSelfAttention() = default;
-  CausalSelfAttention(std::int64_t num_heads, std::int64_t embed_size, const Array &key,
-                      bool use_rotary = true, const MultiheadAttentionOptions &options = {});
+  CausalSelfAttention(std::int64_t num_heads, std::int64_t embed_size, const Array& key,
+                      bool use_rotary = true, const MultiheadAttentionOptions& options = {});
   // mask (optional, e.g. padding): bool, combined with the causal mask, so it
   // must broadcast to (..., heads, S, S). key: for dropout in training mode.
-  Array operator()(const Array &x, const Array &mask = Array(), const Array &key = Array()) const;
+  Array operator()(const Array& x, const Array& mask = Array(), const Array& key = Array()) const;
 };
 
 struct TransformerBlockOptions {
@@ -68,10 +68,10 @@ struct TransformerBlock {
   KILN_MODULE(TransformerBlock, attention_norm, attention, mlp_norm, mlp, dropout);
 
   TransformerBlock() = default;
-  TransformerBlock(std::int64_t embed_size, std::int64_t num_heads, const Array &key,
-                   const TransformerBlockOptions &options = {});
+  TransformerBlock(std::int64_t embed_size, std::int64_t num_heads, const Array& key,
+                   const TransformerBlockOptions& options = {});
   // key: a PRNG key, needed only for dropout in training mode.
-  Array operator()(const Array &x, const Array &key = Array()) const;
+  Array operator()(const Array& x, const Array& key = Array()) const;
 };
 
 }  // namespace kiln::nn

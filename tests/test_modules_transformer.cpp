@@ -20,13 +20,13 @@ using testing::error_text;
 namespace {
 
 // (B, S, E) -> (B, H, S, E / H)
-Array heads_of(const Array &a, std::int64_t h) {
-  const Shape &s = a.shape();
+Array heads_of(const Array& a, std::int64_t h) {
+  const Shape& s = a.shape();
   return transpose(reshape(a, {s[0], s[1], h, s[2] / h}), {0, 2, 1, 3});
 }
 
 // RoPE from its definition: angle p * theta^(-2i/d) via arange, exp, sin, cos.
-Array rope_reference(const Array &x) {
+Array rope_reference(const Array& x) {
   const std::int64_t t = x.shape()[x.ndim() - 2], d = x.shape().back();
   const Array inv_freq = exp(arange(static_cast<double>(d / 2), x.dtype()) *
                              (-2.0 * std::log(10000.0) / static_cast<double>(d)));
@@ -37,14 +37,14 @@ Array rope_reference(const Array &x) {
                      -1);
 }
 
-Array linear_reference(const nn::Linear &l, const Array &x) {
+Array linear_reference(const nn::Linear& l, const Array& x) {
   const Array y = matmul(x, transpose(l.weight));
   return l.bias.is_null() ? y : y + l.bias;
 }
 
 // Causal multi-head self-attention written out: x (B, S, E).
-Array attention_reference(const nn::CausalSelfAttention &a, const Array &x) {
-  const nn::MultiheadAttention &m = a.attention;
+Array attention_reference(const nn::CausalSelfAttention& a, const Array& x) {
+  const nn::MultiheadAttention& m = a.attention;
   const std::int64_t h = m.num_heads, b = x.shape()[0], s = x.shape()[1];
   Array q = heads_of(linear_reference(m.query_proj, x), h);
   Array k = heads_of(linear_reference(m.key_proj, x), h);
@@ -61,12 +61,12 @@ Array attention_reference(const nn::CausalSelfAttention &a, const Array &x) {
                                                  {b, s, att.shape()[1] * att.shape()[3]}));
 }
 
-Array layer_norm_reference(const nn::LayerNorm &n, const Array &x) {
+Array layer_norm_reference(const nn::LayerNorm& n, const Array& x) {
   const Array c = x - mean(x, {-1}, true);
   return c / sqrt(mean(c * c, {-1}, true) + n.eps) * n.weight + n.bias;
 }
 
-Array block_reference(const nn::TransformerBlock &blk, const Array &x) {
+Array block_reference(const nn::TransformerBlock& blk, const Array& x) {
   const Array h =
       x + attention_reference(blk.attention, layer_norm_reference(blk.attention_norm, x));
   const Array n = layer_norm_reference(blk.mlp_norm, h);
@@ -74,8 +74,8 @@ Array block_reference(const nn::TransformerBlock &blk, const Array &x) {
 }
 
 template <class T>
-T to_f64(const T &module) {
-  return tree::map([](const Array &a) { return astype(a, f64); }, module);
+T to_f64(const T& module) {
+  return tree::map([](const Array& a) { return astype(a, f64); }, module);
 }
 
 }  // namespace
@@ -168,7 +168,7 @@ TEST_CASE("TransformerBlock gradients equal finite differences (f64)") {
   const Array x = testing::uniform_array(gen, {1, 3, 4});
   const Array r = testing::uniform_array(gen, {1, 3, 4});
   testing::check_finite_differences(
-      [&](const std::vector<Array> &p) {
+      [&](const std::vector<Array>& p) {
         nn::TransformerBlock m = blk;
         m.attention.attention.query_proj.weight = p[1];
         m.attention.attention.key_proj.weight = p[2];
@@ -199,7 +199,7 @@ TEST_CASE("TransformerBlock dropout: keyed in training, the identity in inferenc
 TEST_CASE("a jitted TransformerBlock traces once per input shape and matches eager") {
   const nn::TransformerBlock blk(8, 2, random::key(13), {.dropout_p = 0.25});
   auto fwd = filter_jit(
-      [](const nn::TransformerBlock &b, const Array &x, const Array &k) { return b(x, k); });
+      [](const nn::TransformerBlock& b, const Array& x, const Array& k) { return b(x, k); });
   std::mt19937 gen(14);
   for (int i = 0; i < 3; ++i) {
     const Array x = testing::uniform_array(gen, {2, 6, 8}, f32);
