@@ -44,8 +44,10 @@ Array merge_heads(const Array& x) {
   return reshape(t, s);
 }
 
-void check_seq(const char* what, const Array& a, std::int64_t size) {
-  detail::check_floating_input("nn.MultiheadAttention", what, a);
+void check_seq(const char* what, const Array& a, const Linear& proj) {
+  detail::check_param_dtype("nn.MultiheadAttention", what, a, "its projection's weight",
+                            proj.weight);
+  const std::int64_t size = proj.weight.shape()[1];
   if (a.ndim() < 2 || a.shape().back() != size) {
     detail::throw_input_shape("nn.MultiheadAttention", what, str_cat("(..., S, ", size, ")"),
                               a.shape());
@@ -83,10 +85,7 @@ Array dot_product_attention_weights(const Array& q, const Array& k, const Array&
   const double scale = 1.0 / std::sqrt(static_cast<double>(q.shape().back()));
   Array logits = matmul(q * scale, swap_axes(k, k.ndim() - 2, k.ndim() - 1));
   if (!mask.is_null()) {
-    if (mask.dtype() != bool_) {
-      throw DTypeError(str_cat("[nn.dot_product_attention] mask must be bool, got ",
-                               name(mask.dtype()), " of shape ", to_string(mask.shape())));
-    }
+    detail::check_mask("nn.dot_product_attention", mask, logits.shape(), "(..., Sq, Sk)");
     const double lowest = logits.dtype() == f64 ? std::numeric_limits<double>::lowest()
                                                 : std::numeric_limits<float>::lowest();
     logits = where(mask, logits, full_like(logits, lowest));
@@ -99,23 +98,42 @@ Array dot_product_attention(const Array& q, const Array& k, const Array& v,
   return matmul(dot_product_attention_weights(q, k, mask), v);
 }
 
-Array MultiheadAttention::operator()(const Array& query, const Array& key_,
-                                     const Array& value, const Array& mask,
-                                     const Array& key) const {
-  check_seq("query", query, query_proj.weight.shape()[1]);
-  check_seq("key", key_, key_proj.weight.shape()[1]);
-  check_seq("value", value, value_proj.weight.shape()[1]);
+AttentionHeads MultiheadAttention::project(const Array& query, const Array& key_,
+                                           const Array& value) const {
+  check_seq("query", query, query_proj);
+  check_seq("key", key_, key_proj);
+  check_seq("value", value, value_proj);
   if (key_.shape()[key_.ndim() - 2] != value.shape()[value.ndim() - 2]) {
     throw ShapeError(str_cat("[nn.MultiheadAttention] key ", to_string(key_.shape()),
                              " and value ", to_string(value.shape()),
                              " must have the same sequence length"));
   }
-  Array q = split_heads(query_proj(query), num_heads);  // (..., H, Sq, qk)
-  Array k = split_heads(key_proj(key_), num_heads);     // (..., H, Sk, qk)
-  Array v = split_heads(value_proj(value), num_heads);  // (..., H, Sk, vo)
+  return {split_heads(query_proj(query), num_heads),  // (..., H, Sq, qk)
+          split_heads(key_proj(key_), num_heads),     // (..., H, Sk, qk)
+          split_heads(value_proj(value), num_heads)};  // (..., H, Sk, vo)
+}
+
+Array MultiheadAttention::attend(const AttentionHeads& h, const Array& mask,
+                                 const Array& key) const {
+  if (!mask.is_null()) {
+    // The logits' shape: the batch and head axes of q and k broadcast, then (Sq, Sk).
+    const Shape& qs = h.q.shape();
+    const Shape& ks = h.k.shape();
+    Shape logits = broadcast_shapes("nn.MultiheadAttention", Shape(qs.begin(), qs.end() - 2),
+                                    Shape(ks.begin(), ks.end() - 2));
+    logits.push_back(qs[qs.size() - 2]);
+    logits.push_back(ks[ks.size() - 2]);
+    detail::check_mask("nn.MultiheadAttention", mask, logits, "(..., heads, Sq, Sk)");
+  }
   // Dropout (training mode only) acts on the attention weights.
-  Array weights = dropout(dot_product_attention_weights(q, k, mask), key);
-  return output_proj(merge_heads(matmul(weights, v)));
+  Array weights = dropout(dot_product_attention_weights(h.q, h.k, mask), key);
+  return output_proj(merge_heads(matmul(weights, h.v)));
+}
+
+Array MultiheadAttention::operator()(const Array& query, const Array& key_,
+                                     const Array& value, const Array& mask,
+                                     const Array& key) const {
+  return attend(project(query, key_, value), mask, key);
 }
 
 }  // namespace kiln::nn

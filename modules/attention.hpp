@@ -25,6 +25,13 @@ struct MultiheadAttentionOptions {
   bool inference = false;
 };
 
+// The projected inputs with a head axis: q, k (..., H, S, qk_size), v (..., H,
+// S, vo_size). Exposed so a caller can transform q and k between projection and
+// attention (rotary embeddings; Equinox's process_heads).
+struct AttentionHeads {
+  Array q, k, v;
+};
+
 struct MultiheadAttention {
   Linear query_proj;   // query_size -> num_heads * qk_size
   Linear key_proj;     // key_size -> num_heads * qk_size
@@ -42,6 +49,11 @@ struct MultiheadAttention {
   // key (PRNG) is needed only for dropout in training mode.
   Array operator()(const Array& query, const Array& key_, const Array& value,
                    const Array& mask = Array(), const Array& key = Array()) const;
+  // The two halves of operator(): checked projections split into heads, then
+  // the (masked, dropped-out) attention and the output projection.
+  AttentionHeads project(const Array& query, const Array& key_, const Array& value) const;
+  Array attend(const AttentionHeads& heads, const Array& mask = Array(),
+               const Array& key = Array()) const;
 };
 
 // softmax(q k^T / sqrt(d)) over the last axis (the attention weights).

@@ -18,11 +18,13 @@ using kiln::detail::str_cat;
 
 // Runs f on x as (N, C, spatial...) with `spatial` 1 (L) or 2 (H, W) axes,
 // adding and removing the batch axis for one example; `channels` < 0 accepts
-// any channel count.
+// any channel count; x must have the dtype of `weight` unless that is None.
+// A shape error of the inner op (an input smaller than the kernel) is rethrown
+// prefixed by the layer and the input's shape, so it names the layer first.
 template <class F>
-Array batched(const char* module, const Array& x, std::int64_t channels, F&& f,
+Array batched(const char* module, const Array& x, std::int64_t channels, const Array& weight, F&& f,
               std::int64_t spatial = 2) {
-  detail::check_floating_input(module, "input", x);
+  detail::check_param_dtype(module, "input", x, "weight", weight);
   const bool single = x.ndim() == spatial + 1;
   const std::int64_t c = x.ndim() > spatial ? x.shape()[x.ndim() - spatial - 1] : -1;
   if ((!single && x.ndim() != spatial + 2) || (channels >= 0 && c != channels)) {
@@ -32,7 +34,12 @@ Array batched(const char* module, const Array& x, std::int64_t channels, F&& f,
                               str_cat("(N, ", cs, ", ", axes, ") or (", cs, ", ", axes, ")"),
                               x.shape());
   }
-  Array y = f(single ? expand_dims(x, 0) : x);
+  Array y;
+  try {
+    y = f(single ? expand_dims(x, 0) : x);
+  } catch (const ShapeError& e) {
+    throw ShapeError(str_cat("[", module, "] input ", to_string(x.shape()), ": ", e.what()));
+  }
   return single ? squeeze(y, 0) : y;
 }
 
@@ -97,7 +104,7 @@ Conv2d::Conv2d(std::int64_t in, std::int64_t out, Int2 k, const Array& key,
 
 Array Conv2d::operator()(const Array& x) const {
   const std::int64_t c = weight.shape()[1] * groups;
-  return batched("nn.Conv2d", x, c, [&](const Array& xb) {
+  return batched("nn.Conv2d", x, c, weight, [&](const Array& xb) {
     Array y = conv2d(xb, weight,
                      {.stride = int2(stride), .padding = pad2(padding),
                       .dilation = int2(dilation), .groups = groups});
@@ -121,7 +128,7 @@ Conv1d::Conv1d(std::int64_t in, std::int64_t out, std::int64_t k, const Array& k
 Array Conv1d::operator()(const Array& x) const {
   const std::int64_t c = weight.shape()[1] * groups;
   return batched(
-      "nn.Conv1d", x, c,
+      "nn.Conv1d", x, c, weight,
       [&](const Array& xb) {
         const Shape& ws = weight.shape();
         Array y = conv2d(expand_dims(xb, 2), reshape(weight, Shape{ws[0], ws[1], 1, ws[2]}),
@@ -153,7 +160,7 @@ Conv3d::Conv3d(std::int64_t in, std::int64_t out, Int3 k, const Array& key,
 Array Conv3d::operator()(const Array& x) const {
   const std::int64_t c = weight.shape()[1] * groups;
   return batched(
-      "nn.Conv3d", x, c,
+      "nn.Conv3d", x, c, weight,
       [&](const Array& xb) {
         Array y = conv3d(xb, weight,
                          {.stride = Int3(stride[0], stride[1], stride[2]),
@@ -188,7 +195,7 @@ ConvTranspose2d::ConvTranspose2d(std::int64_t in, std::int64_t out, Int2 k, cons
 
 Array ConvTranspose2d::operator()(const Array& x) const {
   const std::int64_t c = weight.shape()[1] * groups;
-  return batched("nn.ConvTranspose2d", x, c, [&](const Array& xb) {
+  return batched("nn.ConvTranspose2d", x, c, weight, [&](const Array& xb) {
     Array y = conv_transpose2d(xb, weight,
                                {.stride = int2(stride), .padding = pad2(padding),
                                 .output_padding = int2(output_padding),
@@ -202,7 +209,7 @@ AdaptiveAvgPool2d::AdaptiveAvgPool2d(Int2 target) : target_shape(target.arr()) {
 }
 
 Array AdaptiveAvgPool2d::operator()(const Array& x) const {
-  return batched("nn.AdaptiveAvgPool2d", x, -1,
+  return batched("nn.AdaptiveAvgPool2d", x, -1, Array(),
                  [&](const Array& xb) { return adaptive_avg_pool2d(xb, int2(target_shape)); });
 }
 
@@ -214,7 +221,7 @@ MaxPool2d::MaxPool2d(Int2 k, const PoolOptions& o)
 }
 
 Array MaxPool2d::operator()(const Array& x) const {
-  return batched("nn.MaxPool2d", x, -1, [&](const Array& xb) {
+  return batched("nn.MaxPool2d", x, -1, Array(), [&](const Array& xb) {
     return max_pool2d(xb, int2(kernel_size), {.stride = int2(stride), .padding = pad2(padding)});
   });
 }
@@ -227,7 +234,7 @@ AvgPool2d::AvgPool2d(Int2 k, const PoolOptions& o)
 }
 
 Array AvgPool2d::operator()(const Array& x) const {
-  return batched("nn.AvgPool2d", x, -1, [&](const Array& xb) {
+  return batched("nn.AvgPool2d", x, -1, Array(), [&](const Array& xb) {
     return avg_pool2d(xb, int2(kernel_size), {.stride = int2(stride), .padding = pad2(padding)});
   });
 }

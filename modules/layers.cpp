@@ -28,7 +28,7 @@ Linear::Linear(std::int64_t in, std::int64_t out, const Array& key, bool use_bia
 }
 
 Array Linear::operator()(const Array& x) const {
-  detail::check_floating_input("nn.Linear", "input", x);
+  detail::check_param_dtype("nn.Linear", "input", x, "weight", weight);
   const std::int64_t in = weight.shape()[1];
   if (x.ndim() < 1 || x.shape().back() != in) {
     detail::throw_input_shape("nn.Linear", "input", str_cat("(..., ", in, ")"), x.shape());
@@ -57,15 +57,72 @@ MLP::MLP(std::int64_t in_size, std::int64_t out_size, std::int64_t width_size,
 
 Array MLP::operator()(const Array& x) const {
   if (layers.empty()) throw ValueError("[nn.MLP] the MLP has no layers");
+  // Checked here so a wrong input names the MLP, not its first Linear.
+  const Array& w = layers.front().weight;
+  detail::check_param_dtype("nn.MLP", "input", x, "weight", w);
+  if (x.ndim() < 1 || x.shape().back() != w.shape()[1]) {
+    detail::throw_input_shape("nn.MLP", "input", str_cat("(..., ", w.shape()[1], ")"), x.shape());
+  }
   Array h = x;
   for (std::size_t i = 0; i + 1 < layers.size(); ++i) h = activation(layers[i](h));
   return final_activation(layers.back()(h));
 }
 
-Embedding::Embedding(std::int64_t num_embeddings, std::int64_t embedding_size,
-                     const Array& key) {
-  detail::check_key("nn.Embedding", key);
-  weight = random::normal(key, Shape{num_embeddings, embedding_size});
+Embedding::Embedding(std::int64_t num_embeddings, std::int64_t embedding_size, const Array& key,
+                     const EmbeddingInit& init) {
+  if (num_embeddings < 1 || embedding_size < 1) {
+    throw ValueError(str_cat("[nn.Embedding] num_embeddings and embedding_size must be >= 1, got ",
+                             num_embeddings, " and ", embedding_size));
+  }
+  const Shape shape{num_embeddings, embedding_size};
+  switch (init.kind) {
+    case EmbeddingInit::Kind::kNormal:
+      if (!(init.scale >= 0.0)) {
+        throw ValueError(str_cat("[nn.Embedding] normal init std must be >= 0, got ", init.scale));
+      }
+      detail::check_key("nn.Embedding", key);
+      weight = random::normal(key, shape) * init.scale;
+      break;
+    case EmbeddingInit::Kind::kUniform:
+      if (!(init.scale > 0.0)) {
+        throw ValueError(
+            str_cat("[nn.Embedding] uniform init scale must be > 0, got ", init.scale));
+      }
+      detail::check_key("nn.Embedding", key);
+      weight = detail::uniform_init(key, shape, init.scale);
+      break;
+    case EmbeddingInit::Kind::kZeros:
+      weight = zeros(shape);
+      break;
+  }
+  if (init.padding_idx >= 0) {
+    if (init.padding_idx >= num_embeddings) {
+      throw ValueError(str_cat("[nn.Embedding] padding_idx must be in [0, ", num_embeddings,
+                               "), got ", init.padding_idx));
+    }
+    const Array row = expand_dims(arange(static_cast<double>(num_embeddings), i32), 1);
+    weight = where(row == init.padding_idx, zeros_like(weight), weight);
+  }
+}
+
+Embedding Embedding::from_weight(const Array& weight, std::int64_t num_embeddings,
+                                 std::int64_t embedding_size) {
+  detail::check_floating_input("nn.Embedding", "weight", weight);
+  const Shape& s = weight.shape();
+  const bool match = s.size() == 2 && (num_embeddings < 0 || s[0] == num_embeddings) &&
+                     (embedding_size < 0 || s[1] == embedding_size);
+  if (!match) {
+    auto dim = [](std::int64_t v, const char* n) {
+      return v < 0 ? std::string(n) : std::to_string(v);
+    };
+    detail::throw_input_shape("nn.Embedding", "weight",
+                              str_cat("(", dim(num_embeddings, "num_embeddings"), ", ",
+                                      dim(embedding_size, "embedding_size"), ")"),
+                              s);
+  }
+  Embedding e;
+  e.weight = weight;
+  return e;
 }
 
 Array Embedding::operator()(const Array& indices) const {
@@ -88,6 +145,7 @@ LayerNorm::LayerNorm(std::vector<std::int64_t> shape_, double eps_, bool use_wei
 
 Array LayerNorm::operator()(const Array& x) const {
   const Axes axes = detail::trailing_axes("nn.LayerNorm", x, shape);
+  detail::check_param_dtype("nn.LayerNorm", "input", x, "weight", weight);
   Array mu = mean(x, axes, true);
   Array centered = x - mu;
   Array var = mean(centered * centered, axes, true);

@@ -45,14 +45,38 @@ struct MLP {
   Array operator()(const Array& x) const;
 };
 
+// How Embedding fills its f32 weight: normal(std) (the default: standard normal,
+// as Equinox), uniform(scale) in [-scale, scale), or zeros() (needs no key).
+// with_padding_idx(i) also zeroes row i at initialisation (PyTorch's
+// padding_idx, without masking that row's gradient).
+struct EmbeddingInit {
+  enum class Kind { kNormal, kUniform, kZeros };
+  Kind kind = Kind::kNormal;
+  double scale = 1.0;             // normal: the standard deviation; uniform: the bound
+  std::int64_t padding_idx = -1;  // < 0: none
+
+  static EmbeddingInit normal(double std = 1.0) { return {Kind::kNormal, std}; }
+  static EmbeddingInit uniform(double scale) { return {Kind::kUniform, scale}; }
+  static EmbeddingInit zeros() { return {Kind::kZeros, 0.0}; }
+  EmbeddingInit with_padding_idx(std::int64_t i) const {
+    EmbeddingInit c = *this;
+    c.padding_idx = i;
+    return c;
+  }
+};
+
 // Rows of `weight` looked up by integer indices: (...) -> (..., embedding_size).
-// Initialised standard normal (as Equinox).
 struct Embedding {
   Array weight;  // (num_embeddings, embedding_size)
   KILN_MODULE(Embedding, weight);
 
   Embedding() = default;
-  Embedding(std::int64_t num_embeddings, std::int64_t embedding_size, const Array& key);
+  Embedding(std::int64_t num_embeddings, std::int64_t embedding_size, const Array& key,
+            const EmbeddingInit& init = {});
+  // Uses `weight` (floating, 2-D) as the table, e.g. pretrained vectors; sizes
+  // >= 0 must match its shape (eqx.nn.Embedding(weight=...)).
+  static Embedding from_weight(const Array& weight, std::int64_t num_embeddings = -1,
+                               std::int64_t embedding_size = -1);
   Array operator()(const Array& indices) const;
 };
 

@@ -13,3 +13,4 @@
 #include "kiln/modules/recurrent.hpp"
 #include "kiln/modules/sequential.hpp"
 #include "kiln/modules/state.hpp"
+#include "kiln/modules/transformer.hpp"

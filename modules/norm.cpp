@@ -52,6 +52,7 @@ std::pair<Array, State> BatchNorm::operator()(const Array& x, const State& state
                                               bool inference_) const {
   constexpr const char* kName = "nn.BatchNorm";
   detail::check_channels(kName, x, input_size);
+  detail::check_param_dtype(kName, "input", x, "weight", weight);
   const Array& running_mean = state.get(state_index, kMean, kName);
   const Array& running_var = state.get(state_index, kVar, kName);
   const std::int64_t nd = x.ndim();
@@ -93,6 +94,7 @@ GroupNorm::GroupNorm(std::int64_t groups_, std::int64_t channels_, double eps_,
 
 Array GroupNorm::operator()(const Array& x) const {
   detail::check_channels("nn.GroupNorm", x, channels);
+  detail::check_param_dtype("nn.GroupNorm", "input", x, "weight", weight);
   const std::int64_t n = x.shape()[0];
   const Array g = reshape(x, Shape{n, groups, -1});
   const Array mu = mean(g, 2, true);
@@ -112,6 +114,7 @@ RMSNorm::RMSNorm(std::vector<std::int64_t> shape_, double eps_, bool use_weight,
 
 Array RMSNorm::operator()(const Array& x) const {
   const Axes axes = detail::trailing_axes("nn.RMSNorm", x, shape);
+  detail::check_param_dtype("nn.RMSNorm", "input", x, "weight", weight);
   return affine(x * rsqrt(mean(x * x, axes, true) + eps), weight, bias);
 }
 

@@ -38,7 +38,7 @@ Array init_weights(const char* module, std::int64_t in, std::int64_t hidden, std
 // Checks one step's arrays: `what` (..., size), with the batch axes of input.
 void check_step(const char* module, const char* what, const Array& a, std::int64_t size,
                 const Array& input) {
-  detail::check_floating_input(module, what, a);
+  detail::check_param_dtype(module, what, a, "input", input);
   Shape want(input.shape().begin(), input.shape().end() - 1);
   want.push_back(size);
   if (a.shape() != want) {
@@ -46,8 +46,9 @@ void check_step(const char* module, const char* what, const Array& a, std::int64
   }
 }
 
-void check_input(const char* module, const Array& input, std::int64_t input_size) {
-  detail::check_floating_input(module, "input", input);
+void check_input(const char* module, const Array& input, std::int64_t input_size,
+                 const Array& weight_ih) {
+  detail::check_param_dtype(module, "input", input, "weight_ih", weight_ih);
   if (input.ndim() < 1 || input.shape().back() != input_size) {
     detail::throw_input_shape(module, "input", str_cat("(..., ", input_size, ")"), input.shape());
   }
@@ -69,7 +70,7 @@ GRUCell::GRUCell(std::int64_t in, std::int64_t hidden, const Array& key, bool us
 }
 
 Array GRUCell::operator()(const Array& input, const Array& hidden) const {
-  check_input("nn.GRUCell", input, input_size);
+  check_input("nn.GRUCell", input, input_size, weight_ih);
   check_step("nn.GRUCell", "hidden", hidden, hidden_size, input);
   Array xi = rows_times(input, weight_ih);
   if (!bias.is_null()) xi = xi + bias;
@@ -91,7 +92,7 @@ LSTMCell::LSTMCell(std::int64_t in, std::int64_t hidden, const Array& key, bool 
 
 std::pair<Array, Array> LSTMCell::operator()(const Array& input,
                                              const std::pair<Array, Array>& hidden) const {
-  check_input("nn.LSTMCell", input, input_size);
+  check_input("nn.LSTMCell", input, input_size, weight_ih);
   check_step("nn.LSTMCell", "h", hidden.first, hidden_size, input);
   check_step("nn.LSTMCell", "c", hidden.second, hidden_size, input);
   Array lin = rows_times(input, weight_ih) + rows_times(hidden.first, weight_hh);

@@ -44,6 +44,16 @@ void check_floating_input(std::string_view module, std::string_view what, const 
   }
 }
 
+void check_param_dtype(std::string_view module, std::string_view what, const Array& a,
+                       std::string_view param_name, const Array& param) {
+  check_floating_input(module, what, a);
+  if (!param.is_null() && a.dtype() != param.dtype()) {
+    throw DTypeError(str_cat("[", module, "] ", what, " is ", name(a.dtype()), " but ", param_name,
+                             " is ", name(param.dtype()),
+                             " (cast one to the other, e.g. the model with tree::map)"));
+  }
+}
+
 void check_channels(std::string_view module, const Array& x, std::int64_t channels) {
   check_floating_input(module, "input", x);
   if (x.ndim() < 2) {
@@ -67,6 +77,25 @@ Axes trailing_axes(std::string_view module, const Array& x,
   Axes axes;
   for (std::int64_t i = x.ndim() - k; i < x.ndim(); ++i) axes.push_back(i);
   return axes;
+}
+
+void check_mask(std::string_view module, const Array& mask, const Shape& target,
+                std::string_view layout) {
+  if (mask.dtype() != bool_) {
+    throw DTypeError(str_cat("[", module, "] mask must be bool, got ", name(mask.dtype()),
+                             " of shape ", to_string(mask.shape())));
+  }
+  // numpy broadcasting to `target`: from the right, each axis is 1 or equal.
+  const Shape& m = mask.shape();
+  bool ok = m.size() <= target.size();
+  for (std::size_t i = 0; ok && i < m.size(); ++i) {
+    const std::int64_t a = m[m.size() - 1 - i], t = target[target.size() - 1 - i];
+    ok = a == 1 || a == t;
+  }
+  if (!ok) {
+    throw ShapeError(str_cat("[", module, "] mask ", to_string(m), " does not broadcast to ",
+                             to_string(target), " = ", layout));
+  }
 }
 
 Array per_channel(const Array& v, std::int64_t ndim) {

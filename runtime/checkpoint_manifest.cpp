@@ -348,6 +348,37 @@ std::string describe(const ManifestNode& n) {
   }
 }
 
+// A member name as the path it escapes, without ".npy".
+std::string member_path(std::string_view member) {
+  member.remove_suffix(4);
+  std::string out;
+  for (std::size_t i = 0; i < member.size(); ++i) {
+    unsigned v = 0;
+    if (member[i] == '%' && i + 2 < member.size() &&
+        std::from_chars(&member[i + 1], &member[i + 3], v, 16).ec == std::errc()) {
+      out += static_cast<char>(v);
+      i += 2;
+    } else {
+      out += member[i];
+    }
+  }
+  return out;
+}
+
+// An array named in the file by a struct's member_paths (an optimizer buffer by
+// its parameter's path), not by its tree path.
+bool renamed(const ManifestNode& n) {
+  return n.kind == NodeKind::kArray && n.member != member_name(n.path);
+}
+
+// How a difference names a node: a renamed array by the name that says which
+// parameter it belongs to, its slot in the tree after it
+// ("opt_state.stages[0].mu.layers[0].weight (opt_state.stages[0].leaves["mu"][0])").
+std::string node_name(const ManifestNode& n) {
+  if (!renamed(n)) return tree::display_path(n.path);
+  return str_cat(member_path(n.member), " (", tree::display_path(n.path), ")");
+}
+
 class Comparer {
  public:
   Comparer(const Manifest& file, const Manifest& like, bool check_statics)
@@ -373,18 +404,17 @@ class Comparer {
       case NodeKind::kList:
       case NodeKind::kTuple:
         if (f.arity == t.arity) return children(fi, ti);
-        return add(t.path, str_cat("length ", f.arity),
-                   std::to_string(t.arity));
+        add(t.path, str_cat("length ", f.arity), std::to_string(t.arity));
+        return renamed_children(fi, ti);
       case NodeKind::kDict:
         return dict(fi, ti);
       case NodeKind::kArray:
         file_arrays_[ti] = fi;
         if (f.dtype != t.dtype) {
-          add(t.path, str_cat("dtype ", name(f.dtype)),
-              std::string(name(t.dtype)));
+          add(t, str_cat("dtype ", name(f.dtype)), std::string(name(t.dtype)));
         }
         if (f.shape != t.shape) {
-          add(t.path, "shape " + to_string(f.shape), to_string(t.shape));
+          add(t, "shape " + to_string(f.shape), to_string(t.shape));
         }
         return;
       case NodeKind::kStatic:
@@ -414,8 +444,44 @@ class Comparer {
  private:
   void add(const std::string& path, const std::string& in_file,
            const std::string& in_template) {
-    out_.push_back(str_cat(tree::display_path(path), ": ", in_file,
-                           " in file, ", in_template, " in template"));
+    add_named(tree::display_path(path), in_file, in_template);
+  }
+  void add(const ManifestNode& n, const std::string& in_file, const std::string& in_template) {
+    add_named(node_name(n), in_file, in_template);
+  }
+  void add_named(const std::string& name, const std::string& in_file,
+                 const std::string& in_template) {
+    out_.push_back(str_cat(name, ": ", in_file, " in file, ", in_template, " in template"));
+  }
+
+  // Lists of different lengths whose arrays are named by parameter (an
+  // optimizer state saved for another model): pairs them by that name, so the
+  // error says which parameters are missing, extra, or of another shape.
+  void renamed_children(std::size_t fi, std::size_t ti) {
+    std::unordered_map<std::string, std::size_t> in_file;
+    for (std::size_t c : child_indices(f_, fi)) {
+      if (renamed(f_[c])) in_file.emplace(f_[c].member, c);
+    }
+    auto aval = [](const ManifestNode& n) {
+      return str_cat(name(n.dtype), " ", to_string(n.shape));
+    };
+    for (std::size_t c : child_indices(t_, ti)) {
+      if (!renamed(t_[c])) continue;
+      auto it = in_file.find(t_[c].member);
+      if (it == in_file.end()) {
+        add_named(member_path(t_[c].member), "not", aval(t_[c]));
+        continue;
+      }
+      if (f_[it->second].dtype != t_[c].dtype || f_[it->second].shape != t_[c].shape) {
+        add_named(member_path(t_[c].member), aval(f_[it->second]), aval(t_[c]));
+      }
+      in_file.erase(it);
+    }
+    for (std::size_t c : child_indices(f_, fi)) {
+      if (renamed(f_[c]) && in_file.contains(f_[c].member)) {
+        add_named(member_path(f_[c].member), aval(f_[c]), "not");
+      }
+    }
   }
 
   std::vector<std::size_t> child_indices(const std::vector<ManifestNode>& v,

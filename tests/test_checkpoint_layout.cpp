@@ -172,3 +172,38 @@ TEST_CASE(
       CheckpointError);
   CHECK(dir.names() == std::vector<std::string>{"p.npz"});
 }
+
+TEST_CASE("an optimizer state saved for another model: the error names each parameter") {
+  TempDir dir;
+  auto adam_for = [](const nn::MLP& m) {
+    return optim::adam(1e-3).init(optim::gradient_template(m));
+  };
+  // Saved for an MLP 3 -> 4 -> 2 (layers[0]: 4 x 3, layers[1]: 2 x 4).
+  save_checkpoint(dir / "opt.npz", adam_for(nn::MLP(3, 2, 4, 1, random::key(0))));
+  auto error = [&](const optim::State& like) {
+    try {
+      (void)load_checkpoint(dir / "opt.npz", like);
+    } catch (const TreeError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  // Same structure, other widths: each buffer by its parameter's path, then its slot.
+  const std::string wider = error(adam_for(nn::MLP(3, 2, 5, 1, random::key(0))));
+  CHECK(wider.find("opt_state") == std::string::npos);  // the state is the root here
+  CHECK(wider.find("\n  stages[0].mu.layers[0].weight (stages[0].leaves[\"mu\"][0]): shape "
+                   "(4, 3) in file, (5, 3) in template\n") != std::string::npos);
+  CHECK(wider.find("\n  stages[0].nu.layers[1].bias") == std::string::npos);  // (2,): equal
+  CHECK(wider.find("\n  stages[0].nu.layers[1].weight (stages[0].leaves[\"nu\"][2]): shape "
+                   "(2, 4) in file, (2, 5) in template") != std::string::npos);
+  // Another depth: the lists differ in length, and the parameters are paired by name.
+  const std::string deeper = error(adam_for(nn::MLP(3, 2, 4, 2, random::key(0))));
+  CHECK(deeper.find("\n  stages[0].leaves[\"mu\"]: length 4 in file, 6 in template\n  "
+                    "stages[0].mu.layers[1].weight: f32 (2, 4) in file, f32 (4, 4) in "
+                    "template\n  stages[0].mu.layers[1].bias: f32 (2,) in file, f32 (4,) in "
+                    "template\n  stages[0].mu.layers[2].weight: not in file, f32 (2, 4) in "
+                    "template\n  stages[0].mu.layers[2].bias: not in file, f32 (2,) in "
+                    "template\n") != std::string::npos);
+  INFO(deeper);
+  CHECK(deeper.find("gradient_structure: static value") != std::string::npos);
+}

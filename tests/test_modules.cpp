@@ -356,9 +356,11 @@ TEST_CASE("wrong input shapes are errors naming the module and both shapes") {
         "[nn.Conv2d] expected input (N, 3, H, W) or (3, H, W), got (2, 4, 8, 8)");
   CHECK(error_of([&] { conv(ones({8, 8})); }) ==
         "[nn.Conv2d] expected input (N, 3, H, W) or (3, H, W), got (8, 8)");
-  CHECK(error_of([&] { conv(ones({1, 3, 2, 2})); })
-            .find("[conv2d] the (padded) input extent 2 is smaller than the dilated kernel "
-                  "extent 3") == 0);
+  CHECK(error_of([&] {
+          conv(ones({1, 3, 2, 2}));
+        }) ==
+        "[nn.Conv2d] input (1, 3, 2, 2): [conv2d] the (padded) input extent 2 is smaller than "
+        "the dilated kernel extent 3");
   nn::Linear lin(3, 4, key(0));
   CHECK(error_of([&] { lin(ones({2, 4})); }) ==
         "[nn.Linear] expected input (..., 3), got (2, 4)");
@@ -384,4 +386,46 @@ TEST_CASE("pad surrounds an array with a constant") {
   CHECK(to_string(p.shape()) == "(3, 4)");
   CHECK(p.to_vector<float>() ==
         std::vector<float>{9, 9, 9, 9, 1, 2, 9, 9, 3, 4, 9, 9});
+}
+
+TEST_CASE("Embedding initialises normal(std), uniform(scale), zeros, or from a given weight") {
+  // The default stays Equinox's standard normal, drawn from the key as before.
+  const nn::Embedding standard(1000, 8, key(0));
+  CHECK(standard.weight.to_vector<float>() == random::normal(key(0), {1000, 8}).to_vector<float>());
+  check_close(nn::Embedding(1000, 8, key(0), nn::EmbeddingInit::normal(0.02)).weight,
+              standard.weight * 0.02, "normal(0.02)");
+  const Array u = nn::Embedding(1000, 8, key(1), nn::EmbeddingInit::uniform(0.1)).weight;
+  CHECK(max(abs(u)).item<float>() <= 0.1f);
+  CHECK(max(abs(u)).item<float>() > 0.099f);
+  CHECK(std::abs(mean(u).item<float>()) < 0.005f);
+  const nn::Embedding zero(4, 3, Array(), nn::EmbeddingInit::zeros());
+  CHECK(zero.weight.to_vector<float>() == std::vector<float>(12, 0.0f));
+  // padding_idx zeroes that row and leaves the others as drawn.
+  const Array padded =
+      nn::Embedding(4, 3, key(2), nn::EmbeddingInit::normal().with_padding_idx(1)).weight;
+  const Array drawn = random::normal(key(2), {4, 3});
+  CHECK(slice_axis(padded, 0, 1, 2).to_vector<float>() == std::vector<float>(3, 0.0f));
+  CHECK(slice_axis(padded, 0, 2, 4).to_vector<float>() ==
+        slice_axis(drawn, 0, 2, 4).to_vector<float>());
+  const Array w = array<float>({0, 1, 2, 3, 4, 5}, {3, 2});
+  const nn::Embedding given = nn::Embedding::from_weight(w, 3, 2);
+  CHECK(given(array<std::int32_t>({2, 0}, {2})).to_vector<float>() ==
+        std::vector<float>{4, 5, 0, 1});
+  CHECK(error_of([&] { nn::Embedding::from_weight(w, 3, 3); }) ==
+        "[nn.Embedding] expected weight (3, 3), got (3, 2)");
+  CHECK(error_of([] { nn::Embedding::from_weight(ones({6})); }) ==
+        "[nn.Embedding] expected weight (num_embeddings, embedding_size), got (6,)");
+  CHECK(error_of([] {
+          nn::Embedding::from_weight(ones({3, 2}, i32));
+        }) == "[nn.Embedding] weight must be floating, got i32 of shape (3, 2)");
+  CHECK(error_of([] {
+          nn::Embedding(4, 3, key(0), nn::EmbeddingInit::zeros().with_padding_idx(4));
+        }) == "[nn.Embedding] padding_idx must be in [0, 4), got 4");
+  CHECK(error_of([] { nn::Embedding(4, 3, key(0), nn::EmbeddingInit::uniform(0)); }) ==
+        "[nn.Embedding] uniform init scale must be > 0, got 0");
+  CHECK(error_of([] { nn::Embedding(0, 3, key(0)); }) ==
+        "[nn.Embedding] num_embeddings and embedding_size must be >= 1, got 0 and 3");
+  CHECK(error_of([] {
+          nn::Embedding(4, 3, Array());
+        }).find("[nn.Embedding] a PRNG key is required") == 0);
 }

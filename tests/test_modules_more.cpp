@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "check_close.hpp"
+#include "error_text.hpp"
 #include "finite_diff.hpp"
 
 using namespace kiln;
@@ -489,4 +490,77 @@ TEST_CASE("recurrent and convolution layer errors name the layer and the argumen
                        doctest::Contains("[nn.AdaptiveAvgPool2d] target shape must be >= 1, got "
                                          "(0, 2)"),
                        ValueError);
+}
+
+TEST_CASE("every layer's input errors name the layer, the argument, expected and given") {
+  auto text = [](auto&& f) { return testing::error_text(f); };
+  const Array x64 = ones({2, 3}, f64);
+  const nn::Linear lin(3, 4, random::key(0));
+  CHECK(text([&] { lin(x64); }) ==
+        "[nn.Linear] input is f64 but weight is f32 (cast one to the other, e.g. the model "
+        "with tree::map)");
+  const nn::MLP mlp(3, 2, 4, 1, random::key(0));
+  CHECK(text([&] { mlp(ones({2, 5})); }) == "[nn.MLP] expected input (..., 3), got (2, 5)");
+  CHECK(text([&] { mlp(x64); }).find("[nn.MLP] input is f64 but weight is f32") == 0);
+  CHECK(text([&] {
+          nn::LayerNorm({3})(x64);
+        }).find("[nn.LayerNorm] input is f64 but weight is f32") == 0);
+  CHECK(text([&] {
+          nn::RMSNorm({4})(ones({2, 3}));
+        }) == "[nn.RMSNorm] expected input (..., 4), got (2, 3)");
+  CHECK(text([&] {
+          nn::GroupNorm(2, 4)(ones({2, 3, 5}));
+        }) == "[nn.GroupNorm] input (2, 3, 5) has 3 channels, expected 4");
+  nn::State state;
+  const nn::BatchNorm bn(4, state);
+  CHECK(text([&] { bn(ones({4}), state); }) ==
+        "[nn.BatchNorm] expected input (N, 4, ...), got (4,)");
+  const nn::Conv2d conv(3, 4, 3, random::key(0));
+  CHECK(text([&] {
+          conv(ones({1, 3, 2, 2}));
+        }) ==
+        "[nn.Conv2d] input (1, 3, 2, 2): [conv2d] the (padded) input extent 2 is smaller than "
+        "the dilated kernel extent 3");
+  CHECK(text([&] {
+          conv(ones({1, 3, 5, 5}, f64));
+        }).find("[nn.Conv2d] input is f64 but weight is f32") == 0);
+  CHECK(text([&] {
+          nn::Conv1d(3, 4, 3, random::key(0))(ones({2, 3, 4, 4}));
+        }) == "[nn.Conv1d] expected input (N, 3, L) or (3, L), got (2, 3, 4, 4)");
+  CHECK(text([&] {
+          nn::Conv3d(2, 4, 3, random::key(0))(ones({2, 3, 4, 4, 4}));
+        }) == "[nn.Conv3d] expected input (N, 2, D, H, W) or (2, D, H, W), got (2, 3, 4, 4, 4)");
+  CHECK(text([&] {
+          nn::MaxPool2d(3)(ones({1, 2, 2, 2}));
+        }).find("[nn.MaxPool2d] input (1, 2, 2, 2): ") == 0);
+  CHECK(text([&] {
+          nn::AvgPool2d(2)(ones({2, 2}, i32));
+        }) == "[nn.AvgPool2d] input must be floating, got i32 of shape (2, 2)");
+  CHECK(text([&] {
+          nn::AdaptiveAvgPool2d({2, 2})(ones({4}));
+        }) == "[nn.AdaptiveAvgPool2d] expected input (N, C, H, W) or (C, H, W), got (4,)");
+  const nn::GRUCell gru(3, 4, random::key(0));
+  CHECK(text([&] {
+          gru(ones({2, 3}), ones({2, 4}, f64));
+        }) ==
+        "[nn.GRUCell] hidden is f64 but input is f32 (cast one to the other, e.g. the model "
+        "with tree::map)");
+  CHECK(text([&] {
+          gru(x64, ones({2, 4}, f64));
+        }).find("[nn.GRUCell] input is f64 but weight_ih is f32") == 0);
+  const nn::Embedding emb(5, 2, random::key(0));
+  CHECK(text([&] { emb(ones({3})); }) ==
+        "[nn.Embedding] indices must be i32 or u32, got f32 of shape (3,)");
+  CHECK(text([&] { nn::Dropout(0.5)(ones({2}, i32), random::key(0)); }) ==
+        "[nn.Dropout] input must be floating, got i32 of shape (2,)");
+  const nn::MultiheadAttention mha(2, 4, random::key(0));
+  const Array q = ones({3, 4});
+  CHECK(text([&] {
+          mha(q, astype(q, f64), q);
+        }).find("[nn.MultiheadAttention] key is f64 but its projection's weight is f32") == 0);
+  CHECK(text([&] {
+          mha(q, q, q, ones({2, 3, 4}) > 0.0);
+        }) ==
+        "[nn.MultiheadAttention] mask (2, 3, 4) does not broadcast to (2, 3, 3) = (..., heads, "
+        "Sq, Sk)");
 }

@@ -1,5 +1,5 @@
-// Trains a small character-level GPT (model.hpp: RoPE, a causal mask from tril,
-// pre-norm blocks) on a text file with a filter_jit'd Adam step, then samples
+// Trains a small character-level GPT (model.hpp: pre-norm nn::TransformerBlocks
+// with RoPE) on a text file with a filter_jit'd Adam step, then samples
 // from it character by character with random::categorical. Both the training
 // step and the sampler trace exactly once (debug::assert_max_traces(..., 1)):
 // batches are drawn inside the step (random::randint + take), and the sampler

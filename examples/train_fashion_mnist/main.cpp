@@ -12,9 +12,9 @@
 // of every global batch; the gradients are averaged with dist::Group between a
 // jitted gradient step and a jitted update, so every rank holds the same model.
 // Rank 0 prints, writes the checkpoint, the plot and the JSON.
-#include <cctype>
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -24,6 +24,8 @@
 #include <kiln/dist/launch.hpp>
 #include <kiln/kiln.hpp>
 #include <limits>
+#include <map>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -55,21 +57,32 @@ struct Config {
   std::int64_t test_limit = 0;
   int stop_after = 0;
   int processes = 1;
+  std::string precision = "f32";
 };
+
+// --precision: the dtype of the forward and backward pass. The weights and the
+// optimizer state stay f32 (master weights); below f32 the loss is scaled
+// dynamically (optim::DynamicLossScale) and a step whose gradients overflow is
+// skipped (optim::apply_if_finite). Another dtype is one more entry here.
+const std::map<std::string, DType>& precisions() {
+  static const std::map<std::string, DType> table{{"f32", f32}, {"f16", f16}};
+  return table;
+}
 
 // The settings a run's results depend on: a static leaf of the checkpoint, so
 // resuming with other settings is refused, naming them.
 struct RunSettings {
   std::int64_t epochs = 0, batch_size = 0, train_examples = 0;
   std::uint32_t seed = 0;
+  std::string precision;
   friend bool operator==(const RunSettings&, const RunSettings&) = default;
   template <class H>
   friend H AbslHashValue(H h, const RunSettings& r) {
-    return H::combine(std::move(h), r.epochs, r.batch_size, r.train_examples, r.seed);
+    return H::combine(std::move(h), r.epochs, r.batch_size, r.train_examples, r.seed, r.precision);
   }
   friend std::ostream& operator<<(std::ostream& os, const RunSettings& r) {
-    return os << "--epochs " << r.epochs << " --batch-size " << r.batch_size << " --seed "
-              << r.seed << " --train-limit " << r.train_examples;
+    return os << "--epochs " << r.epochs << " --batch-size " << r.batch_size << " --seed " << r.seed
+              << " --train-limit " << r.train_examples << " --precision " << r.precision;
   }
 };
 
@@ -90,7 +103,8 @@ struct TrainState {
   Array epochs_done;  // i32 ()
   Array history;      // f32 (epochs, 2): training loss, test accuracy (NaN: not yet)
   RunSettings run;
-  KILN_MODULE(TrainState, model, opt_state, epochs_done, history, run);
+  std::optional<optim::DynamicLossScale> loss_scale;  // below f32 only
+  KILN_MODULE(TrainState, model, opt_state, epochs_done, history, run, loss_scale);
 };
 
 struct EpochResult {
@@ -104,6 +118,16 @@ Array loss_fn(const M& model, const Array& x, const Array& y) {
   return mean(nn::softmax_cross_entropy_with_integer_labels(model(x), y));
 }
 
+// f32 logits of the model run in `dtype`: a cast copy of the f32 weights, so
+// the gradient flows back to them through the casts.
+template <class M>
+Array logits_in(DType dtype, const M& model, const Array& x) {
+  if (dtype == f32) return model(x);
+  const M low = tree::map(
+      [dtype](const Array& a) { return is_inexact(a.dtype()) ? astype(a, dtype) : a; }, model);
+  return astype(low(astype(x, dtype)), f32);
+}
+
 // The key for everything random in a run, split once: initialisation, shuffling.
 std::pair<Array, Array> run_keys(std::uint32_t seed) {
   const Array keys = random::split(random::key(seed), 2);
@@ -113,9 +137,9 @@ std::pair<Array, Array> run_keys(std::uint32_t seed) {
 void write_json(const std::string& path, const Config& cfg, const std::string& device,
                 const std::vector<EpochResult>& epochs, int trace_count) {
   std::ofstream f(path);
-  f << std::setprecision(9) << "{\"model\":\"" << cfg.model << "\",\"device\":\"" << device
-    << "\",\"batch_size\":" << cfg.batch_size << ",\"trace_count\":" << trace_count
-    << ",\"epochs\":[";
+  f << std::setprecision(9) << "{\"model\":\"" << cfg.model << "\",\"precision\":\""
+    << cfg.precision << "\",\"device\":\"" << device << "\",\"batch_size\":" << cfg.batch_size
+    << ",\"trace_count\":" << trace_count << ",\"epochs\":[";
   for (std::size_t i = 0; i < epochs.size(); ++i) {
     const auto& e = epochs[i];
     f << (i ? "," : "") << "{\"epoch\":" << e.epoch << ",\"train_seconds\":" << e.train_seconds
@@ -143,7 +167,14 @@ int train(const Config& cfg, fmnist::Dataset& data, const dist::Group& group) {
   }
   const std::int64_t local_batch = cfg.batch_size / world;
   const std::int64_t total_steps = steps_per_epoch * cfg.epochs;
-  const auto opt = optim::adam(optim::cosine_decay_schedule(cfg.learning_rate, total_steps));
+  const DType dtype = precisions().at(cfg.precision);
+  const bool mixed = dtype != f32;
+  if (mixed && world > 1) {
+    throw ValueError("[train] --precision " + cfg.precision + " runs in one process only");
+  }
+  const auto adam = optim::adam(optim::cosine_decay_schedule(cfg.learning_rate, total_steps));
+  // Up to 100 overflowing steps in a row are skipped while the loss scale adapts.
+  const auto opt = mixed ? optim::apply_if_finite(adam, 100) : adam;
   std::ostringstream device_name;
   device_name << default_device();
   const std::string device = device_name.str();
@@ -158,6 +189,10 @@ int train(const Config& cfg, fmnist::Dataset& data, const dist::Group& group) {
             << cfg.epochs << " epochs of " << steps_per_epoch << " steps, batch "
             << cfg.batch_size << ", Adam with cosine decay from " << cfg.learning_rate
             << ", seed " << cfg.seed << "\n";
+  if (mixed) {
+    out << "  mixed precision: " << cfg.precision
+        << " forward and backward, f32 master weights, dynamic loss scale from 2^15\n";
+  }
   if (world > 1) {
     out << "  data parallel: " << world << " processes, " << local_batch
         << " images each per step, gradients averaged with kiln::dist (Gloo)\n";
@@ -169,7 +204,8 @@ int train(const Config& cfg, fmnist::Dataset& data, const dist::Group& group) {
   st.opt_state = opt.init(optim::gradient_template(st.model));
   st.epochs_done = array<std::int32_t>({0}, {});
   st.history = full({cfg.epochs, 2}, std::numeric_limits<double>::quiet_NaN());
-  st.run = {cfg.epochs, cfg.batch_size, n_train, cfg.seed};
+  st.run = {cfg.epochs, cfg.batch_size, n_train, cfg.seed, cfg.precision};
+  if (mixed) st.loss_scale = optim::DynamicLossScale(32768.0);
   if (cfg.resume) {
     if (ckpt.empty()) throw ValueError("[resume] --resume needs a checkpoint (not --no-checkpoint)");
     if (!std::filesystem::exists(ckpt)) {
@@ -197,9 +233,26 @@ int train(const Config& cfg, fmnist::Dataset& data, const dist::Group& group) {
         return std::tuple{optim::apply_updates(m, updates), next, loss};
       },
       {.name = "train_step", .arg_names = {"model", "opt_state", "x", "y"}});
+  // The mixed-precision step (tests/test_mixed_precision.cpp's recipe).
+  auto mixed_step = filter_jit(
+      [opt, dtype](const M& m, const optim::State& s, const optim::DynamicLossScale& ls,
+                   const Array& x, const Array& y) {
+        auto scaled_loss = [dtype](const M& mm, const Array& xx, const Array& yy,
+                                   const optim::DynamicLossScale& scale) {
+          return scale.scale(
+              mean(nn::softmax_cross_entropy_with_integer_labels(logits_in(dtype, mm, xx), yy)));
+        };
+        auto [scaled, g] = value_and_grad(scaled_loss)(m, x, y, ls);
+        g = ls.unscale(g);
+        const Array finite = optim::all_finite(g);
+        auto [updates, next] = opt.update(g, s, m);
+        return std::tuple{optim::apply_updates(m, updates), next, ls.adjust(finite),
+                          ls.unscale(scaled)};
+      },
+      {.name = "train_step", .arg_names = {"model", "opt_state", "loss_scale", "x", "y"}});
   auto correct = filter_jit(
-      [](const M& m, const Array& x, const Array& y) {
-        return sum(astype(argmax(m(x), 1) == y, i32));
+      [dtype](const M& m, const Array& x, const Array& y) {
+        return sum(astype(argmax(logits_in(dtype, m, x), 1) == y, i32));
       },
       {.name = "evaluate", .arg_names = {"model", "x", "y"}});
   // Data parallel, the step in two: the gradient of this rank's share, the mean
@@ -217,6 +270,11 @@ int train(const Config& cfg, fmnist::Dataset& data, const dist::Group& group) {
       {.name = "update_step", .arg_names = {"model", "opt_state", "grads"}});
   auto train_on = [&](const Array& x, const Array& y) {
     Array loss;
+    if (mixed) {
+      std::tie(st.model, st.opt_state, *st.loss_scale, loss) =
+          mixed_step(std::move(st.model), std::move(st.opt_state), *st.loss_scale, x, y);
+      return loss;
+    }
     if (world == 1) {
       std::tie(st.model, st.opt_state, loss) =
           step(std::move(st.model), std::move(st.opt_state), x, y);
@@ -279,7 +337,13 @@ int train(const Config& cfg, fmnist::Dataset& data, const dist::Group& group) {
     if (!ckpt.empty() && rank == 0) save_checkpoint(ckpt, st);
   }
 
-  const int traces = world == 1 ? step.trace_count() : grad_step.trace_count();
+  const int traces = mixed        ? mixed_step.trace_count()
+                     : world == 1 ? step.trace_count()
+                                  : grad_step.trace_count();
+  if (mixed) {
+    out << "final loss scale " << std::setprecision(6)
+        << st.loss_scale->loss_scale.template item<float>() << "\n";
+  }
   if (world == 1) {
     out << "traces: train_step " << traces;
   } else {
@@ -340,6 +404,13 @@ int main(int argc, char** argv) {
   app.add_option("--processes", cfg.processes,
                  "Train data parallel in this many processes on this machine (kiln::dist)")
       ->check(CLI::PositiveNumber);
+  std::vector<std::string> precision_names;
+  for (const auto& entry : precisions()) precision_names.push_back(entry.first);
+  app.add_option("--precision", cfg.precision,
+                 "Compute dtype: f32, or below with f32 master weights and dynamic loss "
+                 "scaling")
+      ->check(CLI::IsMember(precision_names))
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   if (cfg.epochs == 0) cfg.epochs = cfg.model == "cnn" ? 3 : 10;
 
