@@ -347,8 +347,9 @@ class Generator : public Xbyak::CodeGenerator {
       return vmovd(d, eax);
     }
     if (wide_) {
-      if (m == Mode::kMasked) {
-        vpmovzxbd(d | k2 | T_z, ptr[p + rcx]);
+      if (m == Mode::kMasked) {  // a plain masked load: no fault past n
+        vmovdqu8(Xbyak::Xmm(a.dst) | k2 | T_z, ptr[p + rcx]);
+        vpmovzxbd(d, Xbyak::Xmm(a.dst));
       } else {
         vpmovzxbd(d, ptr[p + rcx]);
       }
@@ -375,8 +376,9 @@ class Generator : public Xbyak::CodeGenerator {
     }
     if (wide_) {
       vpsrld(zmm31, v, 31);
-      if (m == Mode::kMasked) return vpmovdb(ptr[p + rcx] | k2, zmm31);
-      return vpmovdb(ptr[p + rcx], zmm31);
+      if (m == Mode::kFull) return vpmovdb(ptr[p + rcx], zmm31);
+      vpmovdb(xmm31, zmm31);  // then a plain masked store: nothing past n
+      return vmovdqu8(ptr[p + rcx] | k2, xmm31);
     }
     vpsrld(ymm15, v, 31);
     vextracti128(xmm14, ymm15, 1);
