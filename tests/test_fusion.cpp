@@ -940,6 +940,40 @@ TEST_CASE("CPU generated code writes outputs over its inputs in place") {
   }
 }
 
+TEST_CASE("CPU bodies the code generator refuses run on the flat kernels") {
+  if (dev().kind != Device::Kind::kCpu) return;
+  const Shape s{2, 37};
+  // exp has no exactly rounded code; 12 outputs and 2 runs exceed the 10 pointer
+  // registers; 40 broadcast operands held for the call exceed the vector ones.
+  const Program with_exp =
+      trace([](const std::vector<Array>& x) { return std::vector<Array>{exp(x[0]) * x[1] + 1.0f}; },
+            {{f32, s}, {f32, s}});
+  const Program many_outputs = trace(
+      [](const std::vector<Array>& x) {
+        std::vector<Array> outs{x[0] * x[1]};  // a chain: one kernel
+        for (int i = 1; i < 12; ++i) outs.push_back(outs.back() * 0.5f + x[1]);
+        return outs;
+      },
+      {{f32, s}, {f32, s}});
+  std::vector<Aval> avals(41, Aval{f32, Shape{}});
+  avals[0].shape = s;
+  const Program many_scalars = trace(
+      [](const std::vector<Array>& x) {
+        Array acc = x[0];
+        for (std::size_t i = 1; i < x.size(); ++i) acc = acc * x[i] + x[0];
+        return std::vector<Array>{acc};
+      },
+      avals);
+  std::vector<Array> scalars{random_array(s, f32)};
+  for (int i = 0; i < 40; ++i) scalars.push_back(random_array({}, f32, 0.5, 1.5));
+  const std::size_t before = cpu::jit_bodies_compiled();
+  const std::vector<Array> two{random_array(s, f32), random_array(s, f32)};
+  CHECK(fused_steps(check_fused(with_exp, two)) == 1);
+  CHECK(fused_steps(check_fused(many_outputs, two)) == 1);
+  CHECK(fused_steps(check_fused(many_scalars, scalars)) == 1);
+  CHECK(cpu::jit_bodies_compiled() == before);
+}
+
 TEST_CASE("KILN_CPU_JIT=0: the same bodies run on the flat kernels") {
   if (dev().kind != Device::Kind::kCpu) return;
   ::setenv("KILN_CPU_JIT", "0", 1);
