@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "kiln/backends/cpu/jit.hpp"
+#include "kiln/backends/cpu/simd.hpp"
 #include "kiln/backends/vulkan/context.hpp"
 #include "kiln/backends/vulkan/pipeline.hpp"
 
@@ -937,6 +938,27 @@ TEST_CASE("CPU generated code writes outputs over its inputs in place") {
     if (cpu::jit_available() && n > 1) CHECK(cpu::jit_bodies_compiled() > before);
     check_equal(Array(f32, {n}, bufs[0]), want[0]);
     check_equal(Array(f32, {n}, bufs[1]), want[1]);
+  }
+}
+
+TEST_CASE("CPU generated code holding 24 broadcast operands (zmm16 and up on AVX-512)") {
+  if (dev().kind != Device::Kind::kCpu) return;
+  std::vector<Aval> avals(25, Aval{f32, Shape{}});
+  avals[0].shape = {3, 45};
+  const Program p = trace(
+      [](const std::vector<Array>& x) {
+        Array acc = x[0];
+        for (std::size_t i = 1; i < x.size(); ++i) acc = maximum(acc * x[i], x[0] - x[i]);
+        return std::vector<Array>{acc};
+      },
+      avals);
+  std::vector<Array> in{on_device(host_special({3, 45}, 0))};
+  for (std::size_t i = 1; i < avals.size(); ++i) in.push_back(on_device(host_special({}, i)));
+  const std::size_t before = cpu::jit_bodies_compiled();
+  CHECK(fused_steps(check_fused(p, in)) == 1);
+  // AVX2 has 14 vector registers for values: the body is refused there.
+  if (cpu::jit_available() && cpu::active_isa() == cpu::Isa::kX86V4) {
+    CHECK(cpu::jit_bodies_compiled() > before);
   }
 }
 
