@@ -8,6 +8,8 @@ packages=(
   meson ninja-build pkg-config g++ cmake python3
   # CPU backend
   libxtensor-dev xtl-dev libxsimd-dev libxtensor-blas-dev libopenblas-dev
+  # fused CPU bodies compiled at run time (header-only x86-64 assembler)
+  libxbyak-dev
   # runtime (checkpoints: .npz through minizip on zlib)
   libabsl-dev libminizip-dev zlib1g-dev
   # kiln::dist: collectives across processes (Gloo, TCP transport)

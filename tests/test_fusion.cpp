@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <kiln/dsl/backend.hpp>
 #include <kiln/dsl/executable.hpp>
@@ -21,6 +22,8 @@
 #include <string>
 #include <vector>
 
+#include "kiln/backends/cpu/jit.hpp"
+#include "kiln/backends/cpu/simd.hpp"
 #include "kiln/backends/vulkan/context.hpp"
 #include "kiln/backends/vulkan/pipeline.hpp"
 
@@ -824,4 +827,185 @@ TEST_CASE("long broadcast rows: bias rows and per-row scalars, in place too") {
     check_equal(Array(f32, s, bufs[0]), want[0]);
     check_equal(Array(bool_, s, bufs[1]), want[1]);
   }
+}
+
+namespace {
+
+// f32 values with IEEE edge cases every few elements (NaN, signed zeros,
+// infinities, a subnormal), so tails and full vectors both meet them.
+HostData host_special(const Shape& shape, std::size_t phase) {
+  HostData h = host_random(shape, f32);
+  const float specials[] = {std::numeric_limits<float>::quiet_NaN(),
+                            -0.0f,
+                            0.0f,
+                            std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(),
+                            1e-40f,
+                            -std::numeric_limits<float>::quiet_NaN(),
+                            1.0f};
+  const std::size_t n = h.bytes.size() / 4;
+  for (std::size_t i = phase % 5; i < n; i += 5) {
+    std::memcpy(&h.bytes[i * 4], &specials[(i / 5 + phase) % std::size(specials)], 4);
+  }
+  return h;
+}
+
+// Bodies of every op the CPU code generator covers (backends/cpu/jit.hpp),
+// each fused kernel with at most 10 runs of operands and outputs.
+std::vector<Array> jit_arith(const std::vector<Array>& x) {
+  // x0, x1: runs; x2: a scalar; x3: broadcast (a bias row or a per-row scalar)
+  return {x[0] + x[1], x[0] - x[2], x[0] * x[3], x[1] / x[0],
+          -sqrt(abs(x[0] * x[1])) + rsqrt(x[1])};
+}
+std::vector<Array> jit_minmax(const std::vector<Array>& x) {
+  return {maximum(x[0], x[1]), minimum(x[1], x[0]), relu(x[0]) + maximum(x[2], x[1]),
+          minimum(x[3], -x[0])};
+}
+std::vector<Array> jit_logic(const std::vector<Array>& x) {
+  Array lt = x[0] < x[1], ge = x[0] >= x[3];
+  Array eq = x[0] == x[1], ne = x[1] != x[2];
+  Array both = logical_and(lt, logical_not(eq));
+  Array any = logical_or(x[0] > x[2], x[0] <= x[1]);
+  return {where(both, x[0], x[1] * x[2]), where(ne, x[3], x[0]), any,
+          where(ge, logical_not(any), both), logical_or(ne, stop_gradient(eq))};
+}
+
+}  // namespace
+
+TEST_CASE("CPU generated code: each op bit for bit at every tail length, with edge values") {
+  if (dev().kind != Device::Kind::kCpu) return;
+  const bool jit = cpu::jit_available();
+  using Body = std::vector<Array> (*)(const std::vector<Array>&);
+  const Body bodies[] = {jit_arith, jit_minmax, jit_logic};
+  std::vector<std::int64_t> lengths;
+  for (std::int64_t n = 1; n <= 70; ++n) lengths.push_back(n);
+  lengths.push_back(4099);
+  for (std::size_t k = 0; k < std::size(bodies); ++k) {
+    for (std::int64_t n : lengths) {
+      // [n] with a [1] x3, [3, n] with a per-row x3 (gathered when rows are short)
+      for (const bool rows : {false, true}) {
+        CAPTURE(k);
+        CAPTURE(n);
+        CAPTURE(rows);
+        const Shape s = rows ? Shape{3, n} : Shape{n};
+        const Shape s3 = rows ? Shape{3, 1} : Shape{1};
+        const Program p = trace(bodies[k], {{f32, s}, {f32, s}, {f32, {}}, {f32, s3}});
+        const std::size_t before = cpu::jit_bodies_compiled();
+        const auto steps =
+            check_fused(p, {on_device(host_special(s, 0)), on_device(host_special(s, 2)),
+                            on_device(host_special({}, 3)), on_device(host_special(s3, 1))});
+        CHECK(fused_steps(steps) >= 1);
+        // (one element in all: every equation runs on scalars, no block code)
+        if (jit && numel(s) > 1) CHECK(cpu::jit_bodies_compiled() > before);
+      }
+    }
+  }
+  if (jit) {
+    MESSAGE("code generation: " << cpu::jit_generate_ms_total() / double(cpu::jit_bodies_compiled())
+                                << " ms per body");
+  }
+}
+
+TEST_CASE("CPU generated code writes outputs over its inputs in place") {
+  if (dev().kind != Device::Kind::kCpu) return;
+  for (std::int64_t n : {std::int64_t{1}, std::int64_t{15}, std::int64_t{17}, std::int64_t{70},
+                         std::int64_t{4099}}) {
+    CAPTURE(n);
+    const Program p = trace(
+        [](const std::vector<Array>& x) {
+          Array a = maximum(x[1] * 2.0f, x[0]) + x[2];
+          Array b = where(x[0] > a, x[1] - x[0], a / x[0]);
+          return std::vector<Array>{a, b};
+        },
+        {{f32, {n}}, {f32, {n}}, {f32, {}}});
+    const std::vector<Step> steps = fuse(p);
+    REQUIRE(steps.size() == 1);
+    const HostData h0 = host_special({n}, 0), h1 = host_special({n}, 3);
+    const Array s0 = random_array({}, f32);
+    const std::vector<Array> want = eval(p, std::vector<Array>{on_device(h0), on_device(h1), s0});
+    const Array x0 = on_device(h0), x1 = on_device(h1);
+    std::vector<Array> env(p.num_values());
+    env[p.inputs[0]] = x0;
+    env[p.inputs[1]] = x1;
+    env[p.inputs[2]] = s0;
+    for (std::size_t i = 0; i < p.constants.size(); ++i) env[p.constants[i]] = p.constant_values[i];
+    std::vector<Array> args;
+    for (ValueId v : steps[0].inputs) args.push_back(env[v]);
+    // a over x1 (read again by b), b over x0.
+    const std::vector<std::shared_ptr<Buffer>> into = {x1.buffer(), x0.buffer()};
+    const std::size_t before = cpu::jit_bodies_compiled();
+    const auto bufs = backend_for(dev()).eval_fused(*steps[0].kernel, args, into);
+    if (cpu::jit_available() && n > 1) CHECK(cpu::jit_bodies_compiled() > before);
+    check_equal(Array(f32, {n}, bufs[0]), want[0]);
+    check_equal(Array(f32, {n}, bufs[1]), want[1]);
+  }
+}
+
+TEST_CASE("CPU generated code holding 24 broadcast operands (zmm16 and up on AVX-512)") {
+  if (dev().kind != Device::Kind::kCpu) return;
+  std::vector<Aval> avals(25, Aval{f32, Shape{}});
+  avals[0].shape = {3, 45};
+  const Program p = trace(
+      [](const std::vector<Array>& x) {
+        Array acc = x[0];
+        for (std::size_t i = 1; i < x.size(); ++i) acc = maximum(acc * x[i], x[0] - x[i]);
+        return std::vector<Array>{acc};
+      },
+      avals);
+  std::vector<Array> in{on_device(host_special({3, 45}, 0))};
+  for (std::size_t i = 1; i < avals.size(); ++i) in.push_back(on_device(host_special({}, i)));
+  const std::size_t before = cpu::jit_bodies_compiled();
+  CHECK(fused_steps(check_fused(p, in)) == 1);
+  // AVX2 has 14 vector registers for values: the body is refused there.
+  if (cpu::jit_available() && cpu::active_isa() == cpu::Isa::kX86V4) {
+    CHECK(cpu::jit_bodies_compiled() > before);
+  }
+}
+
+TEST_CASE("CPU bodies the code generator refuses run on the flat kernels") {
+  if (dev().kind != Device::Kind::kCpu) return;
+  const Shape s{2, 37};
+  // exp has no exactly rounded code; 12 outputs and 2 runs exceed the 10 pointer
+  // registers; 40 broadcast operands held for the call exceed the vector ones.
+  const Program with_exp =
+      trace([](const std::vector<Array>& x) { return std::vector<Array>{exp(x[0]) * x[1] + 1.0f}; },
+            {{f32, s}, {f32, s}});
+  const Program many_outputs = trace(
+      [](const std::vector<Array>& x) {
+        std::vector<Array> outs{x[0] * x[1]};  // a chain: one kernel
+        for (int i = 1; i < 12; ++i) outs.push_back(outs.back() * 0.5f + x[1]);
+        return outs;
+      },
+      {{f32, s}, {f32, s}});
+  std::vector<Aval> avals(41, Aval{f32, Shape{}});
+  avals[0].shape = s;
+  const Program many_scalars = trace(
+      [](const std::vector<Array>& x) {
+        Array acc = x[0];
+        for (std::size_t i = 1; i < x.size(); ++i) acc = acc * x[i] + x[0];
+        return std::vector<Array>{acc};
+      },
+      avals);
+  std::vector<Array> scalars{random_array(s, f32)};
+  for (int i = 0; i < 40; ++i) scalars.push_back(random_array({}, f32, 0.5, 1.5));
+  const std::size_t before = cpu::jit_bodies_compiled();
+  const std::vector<Array> two{random_array(s, f32), random_array(s, f32)};
+  CHECK(fused_steps(check_fused(with_exp, two)) == 1);
+  CHECK(fused_steps(check_fused(many_outputs, two)) == 1);
+  CHECK(fused_steps(check_fused(many_scalars, scalars)) == 1);
+  CHECK(cpu::jit_bodies_compiled() == before);
+}
+
+TEST_CASE("KILN_CPU_JIT=0: the same bodies run on the flat kernels") {
+  if (dev().kind != Device::Kind::kCpu) return;
+  ::setenv("KILN_CPU_JIT", "0", 1);
+  CHECK_FALSE(cpu::jit_available());
+  const std::size_t before = cpu::jit_bodies_compiled();
+  for (std::int64_t n : {std::int64_t{37}, std::int64_t{4099}}) {
+    const Program p = trace(jit_logic, {{f32, {n}}, {f32, {n}}, {f32, {}}, {f32, {1}}});
+    check_fused(p, {on_device(host_special({n}, 0)), on_device(host_special({n}, 2)),
+                    on_device(host_special({}, 3)), on_device(host_special({1}, 1))});
+  }
+  CHECK(cpu::jit_bodies_compiled() == before);
+  ::unsetenv("KILN_CPU_JIT");
 }

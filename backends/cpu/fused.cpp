@@ -23,6 +23,9 @@
 //   storage (copied only when it is a body output);
 // - temporaries are recycled after their value's last reader (liveness over the
 //   body), so a long chain such as threefry needs only a few.
+// A body whose per-block equations are all exactly rounded f32 ops (jit.hpp) is
+// instead compiled into one loop with its values in registers: the block is one
+// call of that code (the one-element equations and the gathers run as above).
 #include <algorithm>
 #include <cstring>
 
@@ -30,6 +33,7 @@
 #include "kiln/backends/cpu/cpu_backend.hpp"
 #include "kiln/backends/cpu/half.hpp"
 #include "kiln/backends/cpu/elementwise.hpp"
+#include "kiln/backends/cpu/jit.hpp"
 #include "kiln/runtime/error.hpp"
 #include "kiln/runtime/thread_pool.hpp"
 #include "kiln/runtime/strings.hpp"
@@ -151,7 +155,34 @@ struct Plan {
   std::vector<Gather> gathers;
   int slots = 0;
   int cells = 0;
+  // The per-block equations as one generated loop (jit.hpp), when it has them:
+  // it reads the leaves' places and writes every output (output o: pointer o).
+  std::shared_ptr<const JitBody> jit;
 };
+
+// Hands the per-block equations to the code generator when every body output is
+// computed by one of them (an output that is an input or a scalar cell is
+// copied after the block, which the generated code's stores would race with).
+void plan_jit(const Program& b, Plan& plan) {
+  std::vector<bool> per_block(b.num_values(), false);
+  for (std::size_t e : plan.per_block) per_block[b.equations[e].output] = true;
+  for (ValueId v : b.outputs) {
+    if (!per_block[v]) return;
+  }
+  std::vector<JitLeaf> leaf(b.num_values(), JitLeaf::kNone);
+  for (std::size_t v = 0; v < leaf.size(); ++v) {
+    switch (plan.place[v].loc) {
+      case Loc::kInput:
+      case Loc::kSlot:  // (a leaf in a slot is a gathered input)
+        leaf[v] = JitLeaf::kRun;
+        break;
+      case Loc::kInputScalar:
+      case Loc::kScalar: leaf[v] = JitLeaf::kBroadcast; break;
+      case Loc::kOut: break;
+    }
+  }
+  plan.jit = jit_compile(b, plan.per_block, b.outputs, leaf);
+}
 
 bool is_alias(Prim p) { return has_trait(p, PrimTrait::kAlias); }
 
@@ -283,6 +314,7 @@ Plan make_plan(const FusedKernel& k, std::span<const Array> inputs,
       }
     }
   }
+  plan_jit(b, plan);
   return plan;
 }
 
@@ -392,7 +424,9 @@ class Blocks {
         inputs_(inputs),
         cells_(static_cast<std::size_t>(plan.cells)),
         slots_(scratch(static_cast<std::size_t>(plan.slots))),
-        block_in_(inputs.size()) {}
+        block_in_(inputs.size()),
+        jit_in_(plan.jit ? plan.jit->operands.size() : 0),
+        jit_out_(plan.jit ? out_data.size() : 0) {}
 
   // Units [first, last).
   void run(std::size_t first, std::size_t last) {
@@ -482,6 +516,14 @@ class Blocks {
   // The block: output elements [start_, start_ + len).
   void run_block(std::size_t len) {
     for (std::size_t e : plan_.scalar_eqs) equation(e, 1);
+    if (plan_.jit) {  // one call computes and stores every output
+      for (std::size_t k = 0; k < jit_in_.size(); ++k) jit_in_[k] = data(plan_.jit->operands[k]);
+      for (std::size_t o = 0; o < jit_out_.size(); ++o) {
+        jit_out_[o] = out_data_[o] + start_ * esize(b_.outputs[o]);
+      }
+      plan_.jit->fn(jit_in_.data(), jit_out_.data(), len);
+      return;
+    }
     for (std::size_t e : plan_.per_block) equation(e, len);
     // Every input of the block has been read: outputs not written in place yet.
     for (std::size_t o = 0; o < out_data_.size(); ++o) {
@@ -506,6 +548,8 @@ class Blocks {
   std::byte* slots_;
   std::size_t start_ = 0;
   std::vector<std::byte*> block_in_;  // input i's run (or one element) in the block
+  std::vector<const void*> jit_in_;   // the generated code's operands and outputs
+  std::vector<void*> jit_out_;
 };
 
 }  // namespace
