@@ -195,6 +195,17 @@ bool has_f16() {
   }
 }
 
+// The arguments of `step` (a step of fuse(p)) when the program's inputs are
+// `inputs`; constants come from the program.
+std::vector<Array> step_args(const Program& p, const Step& step, const std::vector<Array>& inputs) {
+  std::vector<Array> env(p.num_values());
+  for (std::size_t i = 0; i < inputs.size(); ++i) env[p.inputs[i]] = inputs[i];
+  for (std::size_t i = 0; i < p.constants.size(); ++i) env[p.constants[i]] = p.constant_values[i];
+  std::vector<Array> args;
+  for (ValueId v : step.inputs) args.push_back(env[v]);
+  return args;
+}
+
 bool on_vulkan() { return dev().kind == Device::Kind::kVulkan; }
 
 }  // namespace
@@ -436,13 +447,7 @@ TEST_CASE("fused outputs go into a given input buffer when asked") {
     const std::vector<Array> want = eval(p, std::vector<Array>{on_device(h0), on_device(h1), s0});
     // Step inputs are program inputs in order of first use: map them by value.
     const Array x0 = on_device(h0), x1 = on_device(h1);
-    std::vector<Array> env(p.num_values());
-    env[p.inputs[0]] = x0;
-    env[p.inputs[1]] = x1;
-    env[p.inputs[2]] = s0;
-    for (std::size_t i = 0; i < p.constants.size(); ++i) env[p.constants[i]] = p.constant_values[i];
-    std::vector<Array> args;
-    for (ValueId v : s.inputs) args.push_back(env[v]);
+    std::vector<Array> args = step_args(p, s, {x0, x1, s0});
     // out0 (a) into x0's buffer, out1 (b) into x1's buffer.
     const std::vector<std::shared_ptr<Buffer>> into = {x0.buffer(), x1.buffer()};
     const auto bufs = backend_for(dev()).eval_fused(*s.kernel, args, into);
@@ -924,13 +929,7 @@ TEST_CASE("CPU generated code writes outputs over its inputs in place") {
     const Array s0 = random_array({}, f32);
     const std::vector<Array> want = eval(p, std::vector<Array>{on_device(h0), on_device(h1), s0});
     const Array x0 = on_device(h0), x1 = on_device(h1);
-    std::vector<Array> env(p.num_values());
-    env[p.inputs[0]] = x0;
-    env[p.inputs[1]] = x1;
-    env[p.inputs[2]] = s0;
-    for (std::size_t i = 0; i < p.constants.size(); ++i) env[p.constants[i]] = p.constant_values[i];
-    std::vector<Array> args;
-    for (ValueId v : steps[0].inputs) args.push_back(env[v]);
+    std::vector<Array> args = step_args(p, steps[0], {x0, x1, s0});
     // a over x1 (read again by b), b over x0.
     const std::vector<std::shared_ptr<Buffer>> into = {x1.buffer(), x0.buffer()};
     const std::size_t before = cpu::jit_bodies_compiled();

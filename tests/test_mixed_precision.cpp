@@ -81,6 +81,22 @@ auto make_mixed_step() {
       1));
 }
 
+// Both runs learn the task and end close to each other (the mixed run computed
+// in 16 bits and may have skipped steps).
+void check_learns_like_f32(const nn::MLP& model, const nn::MLP& reference, const Array& x,
+                           const Array& y, const char* what) {
+  const double mixed_acc = accuracy(model, x, y);
+  const double f32_acc = accuracy(reference, x, y);
+  const double mixed_loss = f32_loss(model, x, y).item<float>();
+  const double ref_loss = f32_loss(reference, x, y).item<float>();
+  MESSAGE(what, ": accuracy mixed ", mixed_acc, " f32 ", f32_acc, "; loss mixed ", mixed_loss,
+          " f32 ", ref_loss);
+  CHECK(f32_acc >= 0.9);
+  CHECK(std::abs(mixed_acc - f32_acc) <= 0.05);
+  CHECK(std::abs(mixed_loss - ref_loss) <= 0.025);
+  CHECK(mixed_loss < 0.5 * f32_loss(initial_model(), x, y).item<float>());
+}
+
 }  // namespace
 
 TEST_CASE(
@@ -141,16 +157,7 @@ TEST_CASE(
 
   // Both runs learn the task, and end close: the mixed run took `skipped`
   // fewer steps and computed in f16.
-  const double mixed_acc = accuracy(model, x, y);
-  const double f32_acc = accuracy(reference, x, y);
-  const double mixed_loss = f32_loss(model, x, y).item<float>();
-  const double ref_loss = f32_loss(reference, x, y).item<float>();
-  MESSAGE("accuracy mixed ", mixed_acc, " f32 ", f32_acc, "; loss mixed ",
-          mixed_loss, " f32 ", ref_loss);
-  CHECK(f32_acc >= 0.9);
-  CHECK(std::abs(mixed_acc - f32_acc) <= 0.05);
-  CHECK(std::abs(mixed_loss - ref_loss) <= 0.025);
-  CHECK(mixed_loss < 0.5 * f32_loss(initial_model(), x, y).item<float>());
+  check_learns_like_f32(model, reference, x, y, "f16");
 }
 
 TEST_CASE(
@@ -200,16 +207,7 @@ TEST_CASE(
   CHECK(loss_scale.loss_scale.item<float>() ==
         std::ldexp(1.0f, 14 + kBf16Steps / 50));
 
-  const double mixed_acc = accuracy(model, x, y);
-  const double f32_acc = accuracy(reference, x, y);
-  const double mixed_loss = f32_loss(model, x, y).item<float>();
-  const double ref_loss = f32_loss(reference, x, y).item<float>();
-  MESSAGE("bf16: accuracy mixed ", mixed_acc, " f32 ", f32_acc, "; loss mixed ",
-          mixed_loss, " f32 ", ref_loss);
-  CHECK(f32_acc >= 0.9);
-  CHECK(std::abs(mixed_acc - f32_acc) <= 0.05);
-  CHECK(std::abs(mixed_loss - ref_loss) <= 0.025);
-  CHECK(mixed_loss < 0.5 * f32_loss(initial_model(), x, y).item<float>());
+  check_learns_like_f32(model, reference, x, y, "bf16");
 }
 
 TEST_CASE("all_finite, DynamicLossScale and apply_if_finite take bf16 gradients") {
