@@ -47,6 +47,8 @@ struct Manifest {
 // The zip member for an array at `path`: the path with bytes outside
 // printable ASCII and / \ % escaped as %XX, plus ".npy" ("root.npy" for "").
 std::string member_name(std::string_view path);
+// A record kind's token in the manifest text ("array", "struct", ...).
+std::string_view kind_token(NodeKind k);
 
 // `leaves` are the tree's arrays (leaf order) and give dtypes and shapes.
 Manifest make_manifest(const TreeDef& def, std::span<const Array> leaves);
