@@ -33,27 +33,20 @@ struct Shape {
 
 // Printed by kiln's gemm for one step of BM_kiln_mlp_step (C = op(A) op(B)).
 const Shape kStep[] = {
-    {"fwd x@W1^T", 128, 256, 64, false, true},
-    {"fwd h1@W2^T", 128, 256, 256, false, true},
-    {"fwd h2@W3^T", 128, 10, 256, false, true},
-    {"bwd dy@W3", 128, 256, 10, false, false},
-    {"bwd dy^T@h2", 10, 256, 128, true, false},
-    {"bwd dh2@W2", 128, 256, 256, false, false},
-    {"bwd dh2^T@h1", 256, 256, 128, true, false},
-    {"bwd dh1^T@x", 256, 64, 128, true, false},
+    {"fwd x@W1^T", 128, 256, 64, false, true},    {"fwd h1@W2^T", 128, 256, 256, false, true},
+    {"fwd h2@W3^T", 128, 10, 256, false, true},   {"bwd dy@W3", 128, 256, 10, false, false},
+    {"bwd dy^T@h2", 10, 256, 128, true, false},   {"bwd dh2@W2", 128, 256, 256, false, false},
+    {"bwd dh2^T@h1", 256, 256, 128, true, false}, {"bwd dh1^T@x", 256, 64, 128, true, false},
 };
 
 double thread_cpu_s() {
   timespec ts{};
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) +
-         1e-9 * static_cast<double>(ts.tv_nsec);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
 double wall_s() {
-  return std::chrono::duration<double>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 struct Operands {
@@ -77,16 +70,15 @@ Operands make(const Shape& s) {
 }
 
 void run_openblas(const Shape& s, Operands& o) {
-  cblas_sgemm(CblasRowMajor, s.ta ? CblasTrans : CblasNoTrans,
-              s.tb ? CblasTrans : CblasNoTrans, static_cast<int>(s.m),
-              static_cast<int>(s.n), static_cast<int>(s.k), 1.0f, o.a.data(),
-              static_cast<int>(o.lda), o.b.data(), static_cast<int>(o.ldb),
-              0.0f, o.c.data(), static_cast<int>(o.ldc));
+  cblas_sgemm(CblasRowMajor, s.ta ? CblasTrans : CblasNoTrans, s.tb ? CblasTrans : CblasNoTrans,
+              static_cast<int>(s.m), static_cast<int>(s.n), static_cast<int>(s.k), 1.0f, o.a.data(),
+              static_cast<int>(o.lda), o.b.data(), static_cast<int>(o.ldb), 0.0f, o.c.data(),
+              static_cast<int>(o.ldc));
 }
 
 void run_dnnl_sgemm(const Shape& s, Operands& o) {
-  dnnl_sgemm(s.ta ? 'T' : 'N', s.tb ? 'T' : 'N', s.m, s.n, s.k, 1.0f,
-             o.a.data(), o.lda, o.b.data(), o.ldb, 0.0f, o.c.data(), o.ldc);
+  dnnl_sgemm(s.ta ? 'T' : 'N', s.tb ? 'T' : 'N', s.m, s.n, s.k, 1.0f, o.a.data(), o.lda, o.b.data(),
+             o.ldb, 0.0f, o.c.data(), o.ldc);
 }
 
 // The matmul primitive as kiln would use it: created on first use, cached per
@@ -109,8 +101,7 @@ std::unique_ptr<Primitive> make_primitive(const Shape& s, Operands& o) {
   const dnnl::memory::desc bd({s.k, s.n}, dt::f32, s.tb ? tag::ba : tag::ab);
   const dnnl::memory::desc cd({s.m, s.n}, dt::f32, tag::ab);
   auto p = std::make_unique<Primitive>();
-  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(ad, bd, cd),
-                                        engine());
+  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(ad, bd, cd), engine());
   p->prim = dnnl::matmul(pd);
   p->a = dnnl::memory(ad, engine(), o.a.data());
   p->b = dnnl::memory(bd, engine(), o.b.data());
@@ -120,9 +111,7 @@ std::unique_ptr<Primitive> make_primitive(const Shape& s, Operands& o) {
 
 void run_primitive(Primitive& p) {
   static dnnl::stream stream(engine());
-  p.prim.execute(
-      stream,
-      {{DNNL_ARG_SRC, p.a}, {DNNL_ARG_WEIGHTS, p.b}, {DNNL_ARG_DST, p.c}});
+  p.prim.execute(stream, {{DNNL_ARG_SRC, p.a}, {DNNL_ARG_WEIGHTS, p.b}, {DNNL_ARG_DST, p.c}});
   stream.wait();
 }
 
@@ -196,37 +185,32 @@ int main(int argc, char** argv) {
   omp_set_num_threads(1);
   const char* names[] = {"openblas", "dnnl_sgemm", "dnnl_matmul"};
 
-  std::printf("one thread, %d interleaved rounds, median per call (us)\n",
-              rounds);
-  std::printf("%-14s %4s %4s %4s %2s%2s | %9s %9s %9s | %9s %9s %9s\n", "shape",
-              "m", "n", "k", "tA", "tB", "blas cpu", "sgemm cpu", "mm cpu",
-              "blas wall", "sgemm wall", "mm wall");
+  std::printf("one thread, %d interleaved rounds, median per call (us)\n", rounds);
+  std::printf("%-14s %4s %4s %4s %2s%2s | %9s %9s %9s | %9s %9s %9s\n", "shape", "m", "n", "k",
+              "tA", "tB", "blas cpu", "sgemm cpu", "mm cpu", "blas wall", "sgemm wall", "mm wall");
   double sum[3] = {0, 0, 0};
   for (const Shape& s : kStep) {
     Operands o = make(s);
     auto prim = make_primitive(s, o);
-    const std::function<void()> fs[3] = {[&] { run_openblas(s, o); },
-                                         [&] { run_dnnl_sgemm(s, o); },
+    const std::function<void()> fs[3] = {[&] { run_openblas(s, o); }, [&] { run_dnnl_sgemm(s, o); },
                                          [&] { run_primitive(*prim); }};
     Sample samples[3];
     const double flops = 2.0 * static_cast<double>(s.m * s.n * s.k);
     const int reps = std::max(20, static_cast<int>(2e8 / flops));
     for (int r = 0; r < rounds; ++r)
-      for (int v = 0; v < 3; ++v)
-        time_calls(fs[(v + r) % 3], reps, samples[(v + r) % 3]);
+      for (int v = 0; v < 3; ++v) time_calls(fs[(v + r) % 3], reps, samples[(v + r) % 3]);
     double cpu[3], wall[3];
     for (int v = 0; v < 3; ++v) {
       cpu[v] = median(samples[v].cpu) * 1e6;
       wall[v] = median(samples[v].wall) * 1e6;
       sum[v] += cpu[v];
     }
-    std::printf(
-        "%-14s %4ld %4ld %4ld %2s%2s | %9.2f %9.2f %9.2f | %9.2f %9.2f %9.2f\n",
-        s.what, s.m, s.n, s.k, s.ta ? "T" : "N", s.tb ? "T" : "N", cpu[0],
-        cpu[1], cpu[2], wall[0], wall[1], wall[2]);
+    std::printf("%-14s %4ld %4ld %4ld %2s%2s | %9.2f %9.2f %9.2f | %9.2f %9.2f %9.2f\n", s.what,
+                s.m, s.n, s.k, s.ta ? "T" : "N", s.tb ? "T" : "N", cpu[0], cpu[1], cpu[2], wall[0],
+                wall[1], wall[2]);
   }
-  std::printf("%-14s %25s | %9.2f %9.2f %9.2f  (sum of medians, cpu)\n",
-              "step (8 GEMMs)", "", sum[0], sum[1], sum[2]);
+  std::printf("%-14s %25s | %9.2f %9.2f %9.2f  (sum of medians, cpu)\n", "step (8 GEMMs)", "",
+              sum[0], sum[1], sum[2]);
 
   // 1024^3 against the measured FMA peak of one core.
   const Shape big{"1024^3", 1024, 1024, 1024, false, false};
@@ -237,8 +221,7 @@ int main(int argc, char** argv) {
                                        [&] { run_primitive(*prim); }};
   Sample samples[3];
   for (int r = 0; r < std::max(3, rounds / 3); ++r)
-    for (int v = 0; v < 3; ++v)
-      time_calls(fs[(v + r) % 3], 3, samples[(v + r) % 3]);
+    for (int v = 0; v < 3; ++v) time_calls(fs[(v + r) % 3], 3, samples[(v + r) % 3]);
   const double p2 = peak_avx2(20000000);
   const double p5 = peak_avx512(20000000);
   std::printf(
@@ -252,8 +235,7 @@ int main(int argc, char** argv) {
     std::printf(
         "1024^3 %-12s %7.2f ms cpu %7.2f ms wall  %6.1f GFLOP/s  %4.0f%% of "
         "peak\n",
-        names[v], t * 1e3, median(samples[v].wall) * 1e3, g,
-        100 * g / (peak * 1e-9));
+        names[v], t * 1e3, median(samples[v].wall) * 1e3, g, 100 * g / (peak * 1e-9));
   }
   return 0;
 }
