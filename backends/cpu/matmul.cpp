@@ -1,23 +1,53 @@
 // CPU kernel for batched matmul: one BLAS gemm per batch element, called
 // directly on the arrays' buffers (cblas from OpenBLAS, the library
 // xtensor-blas wraps), so no operand is copied. Broadcast batch dims are walked
-// with stride 0 rather than materialised.
+// with stride 0 rather than materialised. f32 goes to oneDNN instead when kiln
+// is built with it and KILN_GEMM=onednn (gemm.hpp).
 #include <cblas.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <string_view>
 
 #include "kiln/backends/cpu/cpu_backend.hpp"
+#include "kiln/backends/cpu/gemm.hpp"
 #include "kiln/runtime/error.hpp"
 #include "kiln/runtime/strings.hpp"
 
 namespace kiln::cpu {
+
+#ifdef KILN_HAVE_ONEDNN
+constexpr bool kHaveOneDnn = true;
+#else
+constexpr bool kHaveOneDnn = false;
+// Never called: gemm_lib() does not pick oneDNN in a build without it.
+void onednn_sgemm(std::int64_t, std::int64_t, std::int64_t, const float*, const float*, float*,
+                  bool, bool) {}
+#endif
+
+GemmLib gemm_lib() {
+  static const GemmLib lib = [] {
+    const char* env = std::getenv("KILN_GEMM");
+    const std::string_view want = env != nullptr ? env : "";
+    if (want.empty() || want == "openblas") return GemmLib::kOpenBlas;
+    if (want == "onednn") {
+      if (!kHaveOneDnn) {
+        throw Error("KILN_GEMM=onednn: kiln was built without oneDNN (libdnnl-dev)");
+      }
+      return GemmLib::kOneDnn;
+    }
+    throw Error(detail::str_cat("KILN_GEMM=", want, ": expected openblas or onednn"));
+  }();
+  return lib;
+}
+
 namespace {
 
 // C (m x n) = op(A) (m x k) * op(B) (k x n), row-major and contiguous; op
 // transposes an operand stored transposed (A as k x m, B as n x k).
 template <class T>
-void gemm(std::int64_t m, std::int64_t n, std::int64_t k, const T* a,
-          const T* b, T* c, bool ta, bool tb) {
+void gemm(std::int64_t m, std::int64_t n, std::int64_t k, const T* a, const T* b, T* c, bool ta,
+          bool tb) {
   // BLAS rejects leading dimensions below 1 even when the matrix is empty.
   const auto lda = static_cast<blasint>(std::max<std::int64_t>(ta ? m : k, 1));
   const auto ldb = static_cast<blasint>(std::max<std::int64_t>(tb ? k : n, 1));
@@ -28,6 +58,10 @@ void gemm(std::int64_t m, std::int64_t n, std::int64_t k, const T* a,
   const auto opa = ta ? CblasTrans : CblasNoTrans;
   const auto opb = tb ? CblasTrans : CblasNoTrans;
   if constexpr (std::is_same_v<T, float>) {
+    if (gemm_lib() == GemmLib::kOneDnn) {
+      onednn_sgemm(m, n, k, a, b, c, ta, tb);
+      return;
+    }
     cblas_sgemm(CblasRowMajor, opa, opb, bm, bn, bk, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
   } else {
     cblas_dgemm(CblasRowMajor, opa, opb, bm, bn, bk, 1.0, a, lda, b, ldb, 0.0, c, ldc);
@@ -50,8 +84,7 @@ Shape batch_strides(const Shape& shape, const Shape& out_batch) {
 }
 
 template <class T>
-void batched_matmul(const Array& a, const Array& b, const Aval& out, T* c, bool ta,
-                    bool tb) {
+void batched_matmul(const Array& a, const Array& b, const Aval& out, T* c, bool ta, bool tb) {
   const Shape& as = a.shape();
   const Shape& bs = b.shape();
   const std::int64_t m = out.shape[out.shape.size() - 2];
@@ -68,8 +101,7 @@ void batched_matmul(const Array& a, const Array& b, const Aval& out, T* c, bool 
   // A single shared right operand and an unbroadcast left one: the batch folds
   // into the rows of one large gemm, which BLAS runs far better than many
   // small.
-  if (!ta && numel(Shape(bs.begin(), bs.end() - 2)) == 1 &&
-      a.size() == batch * m * k) {
+  if (!ta && numel(Shape(bs.begin(), bs.end() - 2)) == 1 && a.size() == batch * m * k) {
     gemm<T>(batch * m, n, k, pa, pb, c, false, tb);
     return;
   }
@@ -94,8 +126,7 @@ void batched_matmul(const Array& a, const Array& b, const Aval& out, T* c, bool 
 
 }  // namespace
 
-std::shared_ptr<Buffer> eval_matmul(Prim, const Params& params,
-                                    std::span<const Array> inputs,
+std::shared_ptr<Buffer> eval_matmul(Prim, const Params& params, std::span<const Array> inputs,
                                     const Aval& out) {
   const auto& q = params.as<MatmulParams>();
   auto buf = allocate(out);
@@ -110,8 +141,8 @@ std::shared_ptr<Buffer> eval_matmul(Prim, const Params& params,
                      q.transpose_a, q.transpose_b);
       break;
     default:
-      throw DTypeError(detail::str_cat(
-          "[matmul] the CPU backend has no kernel for ", name(out.dtype)));
+      throw DTypeError(
+          detail::str_cat("[matmul] the CPU backend has no kernel for ", name(out.dtype)));
   }
   return buf;
 }
