@@ -65,7 +65,7 @@ struct Config {
 // dynamically (optim::DynamicLossScale) and a step whose gradients overflow is
 // skipped (optim::apply_if_finite). Another dtype is one more entry here.
 const std::map<std::string, DType>& precisions() {
-  static const std::map<std::string, DType> table{{"f32", f32}, {"f16", f16}};
+  static const std::map<std::string, DType> table{{"f32", f32}, {"f16", f16}, {"bf16", bf16}};
   return table;
 }
 
