@@ -316,7 +316,9 @@ FlatKernel kernel(Prim p, DType in, DType out) {
         default: return nullptr;
       }
     } else {
-      return int_kernel<T>(p);
+      // i32 on u32 lanes: the same bits, and no signed overflow (xsimd's generic
+      // multiply is a scalar loop on the lane type).
+      return int_kernel<std::make_unsigned_t<T>>(p);
     }
   });
 }
