@@ -101,19 +101,30 @@ TEST_CASE("child: cpu simd level") {
   if (std::getenv("KILN_TEST_CHILD") == nullptr) return;
   try {
     const Array y = exp(zeros({4}, f32, Device::cpu()));
+    const Array z = matmul(ones({2, 3}, f32, Device::cpu()), ones({3, 2}, f32, Device::cpu()));
     std::printf("value=%g\n", static_cast<double>(y.to_vector<float>()[3]));
+    std::printf("product=%g threads=%d\n", static_cast<double>(z.to_vector<float>()[0]),
+                num_threads());
   } catch (const Error& e) {
     std::printf("error=%s\n", e.what());
   }
 }
 
-TEST_CASE("KILN_CPU_ISA picks the CPU kernels' SIMD level; a bad name is an error naming it") {
+TEST_CASE("KILN_CPU_ISA, KILN_GEMM and KILN_NUM_THREADS pick the CPU code; a bad value is an error naming it") {
   const auto child = [](const std::string& isa) {
     return run_child("KILN_CPU_ISA=" + isa, "child: cpu simd level");
   };
   CHECK(child("generic").find("value=1\n") != std::string::npos);
   CHECK(child("avx9").find("error=KILN_CPU_ISA=avx9: expected generic, x86-64-v2, x86-64-v3 or "
                            "x86-64-v4") != std::string::npos);
+  // The other CPU switches read once per process, and their errors.
+  CHECK(run_child("KILN_GEMM=openblas KILN_NUM_THREADS=3", "child: cpu simd level")
+            .find("product=3 threads=3\n") != std::string::npos);
+  CHECK(run_child("KILN_GEMM=blis", "child: cpu simd level")
+            .find("error=KILN_GEMM=blis: expected openblas or onednn") != std::string::npos);
+  CHECK(run_child("KILN_NUM_THREADS=zero", "child: cpu simd level")
+            .find("error=KILN_NUM_THREADS=\"zero\": expected a positive integer") !=
+        std::string::npos);
   // The level in use is reported with the CPU device.
   CHECK(devices().front().driver.find("kiln SIMD ") == 0);
 }

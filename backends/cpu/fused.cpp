@@ -185,11 +185,12 @@ void plan_jit(const Program& b, Plan& plan) {
 
 bool is_alias(Prim p) { return has_trait(p, PrimTrait::kAlias); }
 
-// `out_of[v]`: the body output number of value v, or -1. `in_place[o]`: output o
-// is written into an input's buffer.
+// `in_place[o]`: output o is written into an input's buffer.
 Plan make_plan(const FusedKernel& k, std::span<const Array> inputs,
-               const std::vector<int>& out_of, const std::vector<bool>& in_place) {
+               const std::vector<bool>& in_place) {
   const Program& b = k.body;
+  std::vector<int> out_of(b.num_values(), -1);  // value -> its output number
+  for (std::size_t o = 0; o < b.outputs.size(); ++o) out_of[b.outputs[o]] = static_cast<int>(o);
   const std::int64_t n = numel(k.shape);
   Plan plan;
   plan.merged = merge_dims(k.shape, inputs);
@@ -528,10 +529,8 @@ std::vector<std::shared_ptr<Buffer>> CpuBackend::eval_fused(
       break;
   }
   std::vector<std::shared_ptr<Buffer>> outs(b.outputs.size());
-  std::vector<int> out_of(b.num_values(), -1);
   std::vector<bool> in_place(b.outputs.size(), false);
   for (std::size_t o = 0; o < b.outputs.size(); ++o) {
-    out_of[b.outputs[o]] = static_cast<int>(o);
     if (o < into.size() && into[o] != nullptr) {
       outs[o] = into[o];
       in_place[o] = true;
@@ -549,7 +548,7 @@ std::vector<std::shared_ptr<Buffer>> CpuBackend::eval_fused(
     if (in_place[o]) key |= std::uint64_t{1} << o;
   }
   const auto make = [&] {
-    return std::make_shared<const Plan>(make_plan(k, inputs, out_of, in_place));
+    return std::make_shared<const Plan>(make_plan(k, inputs, in_place));
   };
   const std::shared_ptr<const Plan> planned =
       in_place.size() <= 62 ? k.cache.get<Plan>(key, make) : make();
