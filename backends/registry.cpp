@@ -4,6 +4,7 @@
 #include <vulkan/vulkan.h>
 
 #include "kiln/backends/cpu/cpu_backend.hpp"
+#include "kiln/backends/cpu/gemm.hpp"
 #include "kiln/backends/cpu/simd.hpp"
 #include "kiln/backends/vulkan/context.hpp"
 #include "kiln/backends/vulkan/stream.hpp"
@@ -52,10 +53,18 @@ std::vector<DeviceInfo> devices() {
   cpu.name = "cpu";
   cpu.type = "cpu";
   cpu.f16 = cpu.bf16 = cpu.f64 = cpu.bool_storage = true;
-  // Which code runs: the SIMD level of the elementwise kernels and OpenBLAS's
-  // build and the kernels it picked for this CPU (bench tables print this).
-  cpu.driver = detail::str_cat("kiln SIMD ", cpu::isa_name(cpu::active_isa()), "; ",
-                               openblas_get_config(), " (", openblas_get_corename(), " kernels)");
+  // Which code runs: the SIMD level of the elementwise kernels, what runs f32
+  // GEMMs, and OpenBLAS's build and the kernels it picked for this CPU (f64
+  // GEMMs); bench tables print this.
+  std::string gemm;
+  try {
+    gemm = cpu::gemm_name();
+  } catch (const Error& e) {
+    gemm = e.what();  // a bad KILN_GEMM: the first matmul raises it
+  }
+  cpu.driver = detail::str_cat("kiln SIMD ", cpu::isa_name(cpu::active_isa()), "; f32 GEMM ",
+                               gemm, "; ", openblas_get_config(), " (", openblas_get_corename(),
+                               " kernels)");
   out.push_back(cpu);
   std::vector<VkPhysicalDevice> phys;
   try {

@@ -1,12 +1,18 @@
-// GEMM libraries on the MLP training step's shapes (issue 20, item 4): OpenBLAS
-// cblas_sgemm vs oneDNN dnnl_sgemm vs a cached oneDNN matmul primitive, all on
-// one thread. The shapes are the 8 products one kiln MLP step (64-256-256-10,
-// batch 128) hands to backends/cpu/matmul.cpp, with kiln's transpose flags.
+// GEMM on the MLP training step's shapes (issue 20, item 4): kiln's own f32
+// kernels (backends/cpu/gemm_kernels.cpp, at the process's SIMD level) vs
+// OpenBLAS cblas_sgemm, and, in builds with oneDNN, dnnl_sgemm and a cached
+// oneDNN matmul primitive. The shapes are the 8 products one kiln MLP step
+// (64-256-256-10, batch 128) hands to backends/cpu/matmul.cpp, with kiln's
+// transpose flags; then 1024^3 against the measured FMA peak.
+//   gemm_bench [rounds] [threads]   (threads: kiln's pool and OpenBLAS's; oneDNN
+//                                    always one)
 // The machine is shared, so variants are interleaved round by round and the
-// median of thread CPU time (and wall time) per call is reported.
+// median per call is reported: process CPU time (all threads) and wall time.
 #include <cblas.h>
 #include <immintrin.h>
+#ifdef KILN_HAVE_ONEDNN
 #include <omp.h>
+#endif
 #include <time.h>
 
 #include <algorithm>
@@ -16,10 +22,15 @@
 #include <functional>
 #include <map>
 #include <memory>
+#ifdef KILN_HAVE_ONEDNN
 #include <oneapi/dnnl/dnnl.hpp>
+#endif
 #include <random>
 #include <string>
 #include <vector>
+
+#include "kiln/backends/cpu/gemm.hpp"
+#include "kiln/runtime/thread_pool.hpp"
 
 extern "C" void openblas_set_num_threads(int);
 
@@ -42,6 +53,12 @@ const Shape kStep[] = {
 double thread_cpu_s() {
   timespec ts{};
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+double process_cpu_s() {  // all threads: the pools' work counts
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
   return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
@@ -76,6 +93,11 @@ void run_openblas(const Shape& s, Operands& o) {
               static_cast<int>(o.ldc));
 }
 
+void run_kiln(const Shape& s, Operands& o) {
+  kiln::cpu::kiln_sgemm()(s.m, s.n, s.k, o.a.data(), o.b.data(), o.c.data(), s.ta, s.tb);
+}
+
+#ifdef KILN_HAVE_ONEDNN
 void run_dnnl_sgemm(const Shape& s, Operands& o) {
   dnnl_sgemm(s.ta ? 'T' : 'N', s.tb ? 'T' : 'N', s.m, s.n, s.k, 1.0f, o.a.data(), o.lda, o.b.data(),
              o.ldb, 0.0f, o.c.data(), o.ldc);
@@ -115,6 +137,8 @@ void run_primitive(Primitive& p) {
   stream.wait();
 }
 
+#endif
+
 struct Sample {
   std::vector<double> cpu, wall;
   void add(double c, double w) {
@@ -131,10 +155,10 @@ double median(std::vector<double> v) {
 // Per-call seconds of `reps` calls, thread CPU and wall.
 void time_calls(const std::function<void()>& f, int reps, Sample& out) {
   f();  // warm caches / JIT
-  const double c0 = thread_cpu_s();
+  const double c0 = process_cpu_s();
   const double w0 = wall_s();
   for (int i = 0; i < reps; ++i) f();
-  out.add((thread_cpu_s() - c0) / reps, (wall_s() - w0) / reps);
+  out.add((process_cpu_s() - c0) / reps, (wall_s() - w0) / reps);
 }
 
 // FMA throughput with 12 independent accumulators (latency 4 x 2 pipes < 12):
@@ -175,67 +199,102 @@ __attribute__((target("avx512f"))) double peak_avx512(long iters) {
   return 2.0 * 16 * 12 * static_cast<double>(iters) / t;
 }
 
+struct Variant {
+  const char* name;
+  std::function<std::function<void()>(const Shape&, Operands&)> make;
+};
+
+std::vector<Variant> variants() {
+  std::vector<Variant> v;
+  if (kiln::cpu::kiln_sgemm() != nullptr) {
+    v.push_back({"kiln", [](const Shape& s, Operands& o) {
+                   return std::function<void()>([&s, &o] { run_kiln(s, o); });
+                 }});
+  }
+  v.push_back({"openblas", [](const Shape& s, Operands& o) {
+                 return std::function<void()>([&s, &o] { run_openblas(s, o); });
+               }});
+#ifdef KILN_HAVE_ONEDNN
+  v.push_back({"dnnl_sgemm", [](const Shape& s, Operands& o) {
+                 return std::function<void()>([&s, &o] { run_dnnl_sgemm(s, o); });
+               }});
+  v.push_back({"dnnl_matmul", [](const Shape& s, Operands& o) {
+                 std::shared_ptr<Primitive> p = make_primitive(s, o);
+                 return std::function<void()>([p] { run_primitive(*p); });
+               }});
+#endif
+  return v;
+}
+
+// Median CPU and wall us per call of each variant on `s`, interleaved rounds.
+std::vector<std::pair<double, double>> measure(const Shape& s, const std::vector<Variant>& vs,
+                                               int rounds, int reps) {
+  Operands o = make(s);
+  std::vector<std::function<void()>> fs;
+  for (const Variant& v : vs) fs.push_back(v.make(s, o));
+  std::vector<Sample> samples(vs.size());
+  const std::size_t nv = vs.size();
+  for (int r = 0; r < rounds; ++r) {
+    for (std::size_t v = 0; v < nv; ++v) {
+      const std::size_t i = (v + static_cast<std::size_t>(r)) % nv;
+      time_calls(fs[i], reps, samples[i]);
+    }
+  }
+  std::vector<std::pair<double, double>> out;
+  for (const Sample& x : samples) out.emplace_back(median(x.cpu) * 1e6, median(x.wall) * 1e6);
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const int rounds = argc > 1 ? std::atoi(argv[1]) : 15;
-  // One thread everywhere: OpenBLAS's pool and oneDNN's OpenMP team (Debian's
-  // oneDNN is an OMP build: no dnnl_set_max_threads, no threadpool interop).
-  openblas_set_num_threads(1);
-  omp_set_num_threads(1);
-  const char* names[] = {"openblas", "dnnl_sgemm", "dnnl_matmul"};
-
-  std::printf("one thread, %d interleaved rounds, median per call (us)\n", rounds);
-  std::printf("%-14s %4s %4s %4s %2s%2s | %9s %9s %9s | %9s %9s %9s\n", "shape", "m", "n", "k",
-              "tA", "tB", "blas cpu", "sgemm cpu", "mm cpu", "blas wall", "sgemm wall", "mm wall");
-  double sum[3] = {0, 0, 0};
+  const int threads = argc > 2 ? std::atoi(argv[2]) : 1;
+  openblas_set_num_threads(threads);
+  kiln::set_num_threads(threads);
+#ifdef KILN_HAVE_ONEDNN
+  omp_set_num_threads(1);  // Debian's oneDNN is an OMP build: its team would spin
+#endif
+  const std::vector<Variant> vs = variants();
+  std::printf("%d thread(s), %d interleaved rounds, median per call (us; cpu = all threads)\n",
+              threads, rounds);
+  std::printf("f32 GEMM at this SIMD level: %s\n", kiln::cpu::gemm_name().c_str());
+  std::printf("%-14s %4s %4s %4s %2s%2s |", "shape", "m", "n", "k", "tA", "tB");
+  for (const Variant& v : vs) std::printf(" %11s cpu", v.name);
+  for (const Variant& v : vs) std::printf(" %11s wall", v.name);
+  std::printf("\n");
+  std::vector<double> sum_cpu(vs.size()), sum_wall(vs.size());
   for (const Shape& s : kStep) {
-    Operands o = make(s);
-    auto prim = make_primitive(s, o);
-    const std::function<void()> fs[3] = {[&] { run_openblas(s, o); }, [&] { run_dnnl_sgemm(s, o); },
-                                         [&] { run_primitive(*prim); }};
-    Sample samples[3];
     const double flops = 2.0 * static_cast<double>(s.m * s.n * s.k);
-    const int reps = std::max(20, static_cast<int>(2e8 / flops));
-    for (int r = 0; r < rounds; ++r)
-      for (int v = 0; v < 3; ++v) time_calls(fs[(v + r) % 3], reps, samples[(v + r) % 3]);
-    double cpu[3], wall[3];
-    for (int v = 0; v < 3; ++v) {
-      cpu[v] = median(samples[v].cpu) * 1e6;
-      wall[v] = median(samples[v].wall) * 1e6;
-      sum[v] += cpu[v];
+    const auto t = measure(s, vs, rounds, std::max(20, static_cast<int>(2e8 / flops)));
+    std::printf("%-14s %4ld %4ld %4ld %2s%2s |", s.what, s.m, s.n, s.k, s.ta ? "T" : "N",
+                s.tb ? "T" : "N");
+    for (std::size_t v = 0; v < vs.size(); ++v) {
+      std::printf(" %15.2f", t[v].first);
+      sum_cpu[v] += t[v].first;
+      sum_wall[v] += t[v].second;
     }
-    std::printf("%-14s %4ld %4ld %4ld %2s%2s | %9.2f %9.2f %9.2f | %9.2f %9.2f %9.2f\n", s.what,
-                s.m, s.n, s.k, s.ta ? "T" : "N", s.tb ? "T" : "N", cpu[0], cpu[1], cpu[2], wall[0],
-                wall[1], wall[2]);
+    for (std::size_t v = 0; v < vs.size(); ++v) std::printf(" %16.2f", t[v].second);
+    std::printf("\n");
   }
-  std::printf("%-14s %25s | %9.2f %9.2f %9.2f  (sum of medians, cpu)\n", "step (8 GEMMs)", "",
-              sum[0], sum[1], sum[2]);
+  std::printf("%-14s %25s |", "step (8 GEMMs)", "");
+  for (double x : sum_cpu) std::printf(" %15.2f", x);
+  for (double x : sum_wall) std::printf(" %16.2f", x);
+  std::printf("  (sums of medians)\n");
 
-  // 1024^3 against the measured FMA peak of one core.
+  // 1024^3 against the measured FMA peak of one core times the threads.
   const Shape big{"1024^3", 1024, 1024, 1024, false, false};
-  Operands o = make(big);
-  auto prim = make_primitive(big, o);
-  const std::function<void()> fs[3] = {[&] { run_openblas(big, o); },
-                                       [&] { run_dnnl_sgemm(big, o); },
-                                       [&] { run_primitive(*prim); }};
-  Sample samples[3];
-  for (int r = 0; r < std::max(3, rounds / 3); ++r)
-    for (int v = 0; v < 3; ++v) time_calls(fs[(v + r) % 3], 3, samples[(v + r) % 3]);
+  const auto t = measure(big, vs, std::max(3, rounds / 3), 3);
   const double p2 = peak_avx2(20000000);
   const double p5 = peak_avx512(20000000);
-  std::printf(
-      "\nFMA peak, one core (thread cpu): AVX2 %.1f GFLOP/s, AVX-512 %.1f "
-      "GFLOP/s\n",
-      p2 * 1e-9, p5 * 1e-9);
-  const double peak = std::max(p2, p5);
-  for (int v = 0; v < 3; ++v) {
-    const double t = median(samples[v].cpu);
-    const double g = 2.0 * 1024 * 1024 * 1024 / t * 1e-9;
-    std::printf(
-        "1024^3 %-12s %7.2f ms cpu %7.2f ms wall  %6.1f GFLOP/s  %4.0f%% of "
-        "peak\n",
-        names[v], t * 1e3, median(samples[v].wall) * 1e3, g, 100 * g / (peak * 1e-9));
+  std::printf("\nFMA peak, one core (thread cpu): AVX2 %.1f GFLOP/s, AVX-512 %.1f GFLOP/s\n",
+              p2 * 1e-9, p5 * 1e-9);
+  const double peak = std::max(p2, p5) * threads;
+  for (std::size_t v = 0; v < vs.size(); ++v) {
+    const double g = 2.0 * 1024 * 1024 * 1024 / (t[v].second * 1e-6) * 1e-9;
+    std::printf("1024^3 %-12s %7.2f ms cpu %7.2f ms wall  %6.1f GFLOP/s (wall)  %4.0f%% of the %d-core peak\n",
+                vs[v].name, t[v].first * 1e-3, t[v].second * 1e-3, g, 100 * g / (peak * 1e-9),
+                threads);
   }
   return 0;
 }

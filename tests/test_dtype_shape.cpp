@@ -121,7 +121,12 @@ TEST_CASE("KILN_CPU_ISA, KILN_GEMM and KILN_NUM_THREADS pick the CPU code; a bad
   CHECK(run_child("KILN_GEMM=openblas KILN_NUM_THREADS=3", "child: cpu simd level")
             .find("product=3 threads=3\n") != std::string::npos);
   CHECK(run_child("KILN_GEMM=blis", "child: cpu simd level")
-            .find("error=KILN_GEMM=blis: expected openblas or onednn") != std::string::npos);
+            .find("error=KILN_GEMM=blis: expected kiln, openblas or onednn") != std::string::npos);
+  CHECK(run_child("KILN_GEMM=kiln KILN_CPU_ISA=x86-64-v2", "child: cpu simd level")
+            .find("error=KILN_GEMM=kiln: kiln's GEMM kernels need x86-64-v3 (AVX2 and FMA) or "
+                  "x86-64-v4; the SIMD level in use is x86-64-v2") != std::string::npos);
+  CHECK(run_child("KILN_GEMM=kiln KILN_NUM_THREADS=2", "child: cpu simd level")
+            .find("product=3 threads=2\n") != std::string::npos);
   CHECK(run_child("KILN_NUM_THREADS=zero", "child: cpu simd level")
             .find("error=KILN_NUM_THREADS=\"zero\": expected a positive integer") !=
         std::string::npos);

@@ -1,18 +1,21 @@
 // CPU kernel for batched matmul: one BLAS gemm per batch element, called
 // directly on the arrays' buffers (cblas from OpenBLAS, the library
 // xtensor-blas wraps), so no operand is copied. Broadcast batch dims are walked
-// with stride 0 rather than materialised. f32 goes to oneDNN instead when kiln
-// is built with it and KILN_GEMM=onednn (gemm.hpp).
+// with stride 0 rather than materialised. f32 goes to kiln's own kernels by
+// default (gemm_kernels.cpp), or to the library KILN_GEMM names (gemm.hpp).
 #include <cblas.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <string_view>
+#include <utility>
 
 #include "kiln/backends/cpu/cpu_backend.hpp"
 #include "kiln/backends/cpu/gemm.hpp"
+#include "kiln/backends/cpu/simd.hpp"
 #include "kiln/runtime/error.hpp"
 #include "kiln/runtime/strings.hpp"
+#include "kiln/runtime/thread_pool.hpp"
 
 namespace kiln::cpu {
 
@@ -25,20 +28,53 @@ void onednn_sgemm(std::int64_t, std::int64_t, std::int64_t, const float*, const 
                   bool, bool) {}
 #endif
 
+Sgemm kiln_sgemm() {
+#if defined(__x86_64__)
+  switch (active_isa()) {
+    case Isa::kX86V4: return &isa_x86_v4::sgemm;
+    case Isa::kX86V3: return &isa_x86_v3::sgemm;
+    default: break;
+  }
+#endif
+  return nullptr;
+}
+
 GemmLib gemm_lib() {
   static const GemmLib lib = [] {
     const char* env = std::getenv("KILN_GEMM");
     const std::string_view want = env != nullptr ? env : "";
-    if (want.empty() || want == "openblas") return GemmLib::kOpenBlas;
+    if (want.empty()) return kiln_sgemm() != nullptr ? GemmLib::kKiln : GemmLib::kOpenBlas;
+    if (want == "kiln") {
+      if (kiln_sgemm() == nullptr) {
+        throw Error(detail::str_cat("KILN_GEMM=kiln: kiln's GEMM kernels need x86-64-v3 (AVX2 "
+                                    "and FMA) or x86-64-v4; the SIMD level in use is ",
+                                    isa_name(active_isa())));
+      }
+      return GemmLib::kKiln;
+    }
+    if (want == "openblas") return GemmLib::kOpenBlas;
     if (want == "onednn") {
       if (!kHaveOneDnn) {
         throw Error("KILN_GEMM=onednn: kiln was built without oneDNN (libdnnl-dev)");
       }
       return GemmLib::kOneDnn;
     }
-    throw Error(detail::str_cat("KILN_GEMM=", want, ": expected openblas or onednn"));
+    throw Error(detail::str_cat("KILN_GEMM=", want, ": expected kiln, openblas or onednn"));
   }();
   return lib;
+}
+
+std::string gemm_name() {
+  switch (gemm_lib()) {
+#if defined(__x86_64__)
+    case GemmLib::kKiln:
+      return active_isa() == Isa::kX86V4 ? isa_x86_v4::sgemm_name() : isa_x86_v3::sgemm_name();
+#endif
+    case GemmLib::kOneDnn: return "oneDNN";
+    default: break;
+  }
+  return detail::str_cat("OpenBLAS ", openblas_get_config(), " (", openblas_get_corename(),
+                         " kernels)");
 }
 
 namespace {
@@ -58,9 +94,10 @@ void gemm(std::int64_t m, std::int64_t n, std::int64_t k, const T* a, const T* b
   const auto opa = ta ? CblasTrans : CblasNoTrans;
   const auto opb = tb ? CblasTrans : CblasNoTrans;
   if constexpr (std::is_same_v<T, float>) {
-    if (gemm_lib() == GemmLib::kOneDnn) {
-      onednn_sgemm(m, n, k, a, b, c, ta, tb);
-      return;
+    switch (gemm_lib()) {
+      case GemmLib::kKiln: kiln_sgemm()(m, n, k, a, b, c, ta, tb); return;
+      case GemmLib::kOneDnn: onednn_sgemm(m, n, k, a, b, c, ta, tb); return;
+      case GemmLib::kOpenBlas: break;
     }
     cblas_sgemm(CblasRowMajor, opa, opb, bm, bn, bk, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
   } else {
@@ -108,20 +145,30 @@ void batched_matmul(const Array& a, const Array& b, const Aval& out, T* c, bool 
   const Shape sa = batch_strides(as, out_batch);
   const Shape sb = batch_strides(bs, out_batch);
   const std::size_t rank = out_batch.size();
-  Shape pos(rank, 0);
-  std::int64_t off_a = 0;
-  std::int64_t off_b = 0;
-  for (std::int64_t i = 0; i < batch; ++i) {
-    gemm<T>(m, n, k, pa + off_a * m * k, pb + off_b * k * n, c + i * m * n, ta, tb);
-    for (std::size_t d = rank; d-- > 0;) {  // odometer over the batch index
-      off_a += sa[d];
-      off_b += sb[d];
-      if (++pos[d] < out_batch[d]) break;
-      off_a -= sa[d] * pos[d];
-      off_b -= sb[d] * pos[d];
-      pos[d] = 0;
+  // Matrix i of the batch: its operands' offsets (in matrices).
+  const auto product = [&](std::int64_t i) {
+    std::int64_t off_a = 0, off_b = 0;
+    for (std::size_t d = rank; d-- > 0;) {
+      const std::int64_t pos = i % out_batch[d];
+      i /= out_batch[d];
+      off_a += pos * sa[d];
+      off_b += pos * sb[d];
     }
+    return std::pair{off_a, off_b};
+  };
+  const auto one = [&](std::int64_t i) {
+    const auto [off_a, off_b] = product(i);
+    gemm<T>(m, n, k, pa + off_a * m * k, pb + off_b * k * n, c + i * m * n, ta, tb);
+  };
+  // kiln's kernels run on kiln's pool: a batch of small products is split by
+  // matrix (each one's bits are those of a one-thread run, see gemm.hpp).
+  if (std::is_same_v<T, float> && gemm_lib() == GemmLib::kKiln && batch > 1 &&
+      batch * m * n * k >= (std::int64_t{1} << 18)) {
+    detail::parallel_for(static_cast<std::size_t>(batch),
+                         [&](std::size_t i) { one(static_cast<std::int64_t>(i)); });
+    return;
   }
+  for (std::int64_t i = 0; i < batch; ++i) one(i);
 }
 
 }  // namespace
