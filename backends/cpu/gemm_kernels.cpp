@@ -70,13 +70,14 @@ struct Operand {  // element (i, j) at p[i * rs + j * cs]
   std::int64_t rs, cs;
 };
 
-// C[0:R, 0:cols) (+)= A[0:R, 0:kc) * Bpanel (kc x kNr, packed), where A's rows
+// C[0:R, 0:cols) (+)= A[0:R, 0:kc) * Bpanel (kc x kNr, rows ldb apart: packed
+// or B itself), where A's rows
 // start at `a` with strides (rs, cs) and C's element (i, j) is c[i * ldc + j],
 // or c[j * ldc + i] when `ct` (C^T computed, see sgemm). A partial or transposed
 // tile goes through a padded copy; the values are the same either way.
 template <int R>
 void micro(std::int64_t kc, const float* a, std::int64_t rs, std::int64_t cs, const float* bp,
-           float* c, std::int64_t ldc, int cols, bool ct, bool accumulate) {
+           std::int64_t ldb, float* c, std::int64_t ldc, int cols, bool ct, bool accumulate) {
   V acc[R][kNv];
 #pragma GCC unroll 6
   for (int i = 0; i < R; ++i) {
@@ -96,7 +97,7 @@ void micro(std::int64_t kc, const float* a, std::int64_t rs, std::int64_t cs, co
 #pragma GCC unroll 2
       for (int v = 0; v < kNv; ++v) acc[i][v] = vfma(x, b[v], acc[i][v]);
     }
-    bp += kNr;
+    bp += ldb;
   }
   if (cols == kNr && !ct) {
 #pragma GCC unroll 6
@@ -125,7 +126,7 @@ void micro(std::int64_t kc, const float* a, std::int64_t rs, std::int64_t cs, co
 }
 
 using Micro = void (*)(std::int64_t, const float*, std::int64_t, std::int64_t, const float*,
-                       float*, std::int64_t, int, bool, bool);
+                       std::int64_t, float*, std::int64_t, int, bool, bool);
 constexpr Micro kMicro[kMr + 1] = {nullptr,   &micro<1>, &micro<2>, &micro<3>,
                                    &micro<4>, &micro<5>, &micro<6>};
 
@@ -196,22 +197,31 @@ struct Scratch {  // one packed B block per thread
   }
 };
 
+// Strips of A a packed B panel must serve to pay for its copy: below this, a
+// B with contiguous rows is read in place (its last partial panel is still
+// packed, so no read passes a row's end).
+constexpr std::int64_t kPackReuse = 12;
+
 // C[i0:i1, j0:j1) of the product, all of k.
 void tile(std::int64_t k, const Operand& a, const Operand& b, float* c, std::int64_t ldc, bool ct,
           std::int64_t i0, std::int64_t i1, std::int64_t j0, std::int64_t j1) {
   thread_local Scratch scratch;
   const std::int64_t cols = j1 - j0;
-  const std::int64_t padded = (cols + kNr - 1) / kNr * kNr;
-  float* packed = scratch.get(std::min(k, kKc) * padded);
+  const bool in_place = b.cs == 1 && (i1 - i0 + kMr - 1) / kMr < kPackReuse;
+  const std::int64_t full = in_place ? cols / kNr * kNr : 0;  // panels read in place
+  const std::int64_t padded = (cols - full + kNr - 1) / kNr * kNr;
+  float* packed = scratch.get(std::max<std::int64_t>(std::min(k, kKc) * padded, 1));
   for (std::int64_t p0 = 0; p0 < k; p0 += kKc) {
     const std::int64_t kc = std::min(kKc, k - p0);
-    pack_b(b, p0, kc, j0, cols, packed);
+    if (padded > 0) pack_b(b, p0, kc, j0 + full, cols - full, packed);
     for (std::int64_t i = i0; i < i1; i += kMr) {
       const int r = static_cast<int>(std::min<std::int64_t>(kMr, i1 - i));
       const float* ai = a.p + i * a.rs + p0 * a.cs;
       for (std::int64_t jp = 0; jp < cols; jp += kNr) {
         float* cij = ct ? c + (j0 + jp) * ldc + i : c + i * ldc + j0 + jp;
-        kMicro[r](kc, ai, a.rs, a.cs, packed + jp * kc, cij, ldc,
+        const bool direct = jp < full;
+        const float* bp = direct ? b.p + p0 * b.rs + j0 + jp : packed + (jp - full) * kc;
+        kMicro[r](kc, ai, a.rs, a.cs, bp, direct ? b.rs : kNr, cij, ldc,
                   static_cast<int>(std::min<std::int64_t>(kNr, cols - jp)), ct, p0 > 0);
       }
     }
