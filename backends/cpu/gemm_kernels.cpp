@@ -110,18 +110,20 @@ void micro(std::int64_t kc, const float* a, std::int64_t rs, std::int64_t cs, co
     }
     return;
   }
+  // Every index into acc is a constant (unrolled loops), so GCC keeps the
+  // accumulators in registers through the k loop instead of on the stack.
   alignas(64) float tile[R][kNr];
+#pragma GCC unroll 6
+  for (int i = 0; i < R; ++i) {
+#pragma GCC unroll 2
+    for (int v = 0; v < kNv; ++v) vstore(tile[i] + v * kW, acc[i][v]);
+  }
   const std::int64_t si = ct ? 1 : ldc, sj = ct ? ldc : 1;
   for (int i = 0; i < R; ++i) {
-    if (accumulate) {
-      for (int j = 0; j < cols; ++j) tile[i][j] = c[i * si + j * sj];
+    for (int j = 0; j < cols; ++j) {
+      float& dst = c[i * si + j * sj];
+      dst = accumulate ? dst + tile[i][j] : tile[i][j];
     }
-#pragma GCC unroll 2
-    for (int v = 0; v < kNv; ++v) {
-      float* dst = tile[i] + v * kW;
-      vstore(dst, accumulate ? vadd(vload(dst), acc[i][v]) : acc[i][v]);
-    }
-    for (int j = 0; j < cols; ++j) c[i * si + j * sj] = tile[i][j];
   }
 }
 
