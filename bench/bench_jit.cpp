@@ -14,6 +14,8 @@
 // thread count (openblas_threads) and LibTorch's intra-op one (torch_threads).
 #include <benchmark/benchmark.h>
 
+#include <cmath>
+
 #include <kiln/kiln.hpp>
 #include <tuple>
 #include <vector>
@@ -102,6 +104,56 @@ void BM_kiln_mlp_step(benchmark::State& state) { kiln_mlp_step(state, true); }
 void BM_kiln_mlp_step_unfused(benchmark::State& state) { kiln_mlp_step(state, false); }
 BENCHMARK(BM_kiln_mlp_step)->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_kiln_mlp_step_unfused)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+// The Adam update alone of the MLP's parameters (85k f32): a jitted
+// update + apply with the model and state donated, against one hand-written
+// loop over the same arrays (the bound; issue 20's target is <= 0.1 ms).
+void BM_kiln_adam_update(benchmark::State& state) {
+  const auto opt = optim::adam(1e-3);
+  nn::MLP model(kIn, kOut, kWidth, 2, random::key(0));
+  optim::State opt_state = opt.init(optim::gradient_template(model));
+  const nn::MLP grads = tree::map([](const Array& a) { return full_like(a, 0.01); }, model);
+  auto update = filter_jit(
+      [opt](const nn::MLP& m, const optim::State& s, const nn::MLP& g) {
+        auto [updates, s2] = opt.update(g, s, m);
+        return std::tuple{optim::apply_updates(m, updates), s2};
+      },
+      {.name = "adam_update"});
+  for (int i = 0; i < 3; ++i) {
+    std::tie(model, opt_state) = update(std::move(model), std::move(opt_state), grads);
+  }
+  synchronize(grads.layers[0].weight.device());
+  for (auto _ : state) {
+    std::tie(model, opt_state) = update(std::move(model), std::move(opt_state), grads);
+    synchronize(grads.layers[0].weight.device());
+  }
+  state.counters["launches"] = static_cast<double>(update.last_run().launches);
+  double params = 0;
+  for (const Array& a : tree::leaves(model)) params += static_cast<double>(a.size());
+  state.counters["params"] = params;
+  if (update.trace_count() != 1) state.SkipWithError("retraced");
+}
+BENCHMARK(BM_kiln_adam_update)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+// bench/adam_loop.cpp: one pass over the four arrays, the bound.
+void adam_loop(float* p, const float* g, float* m, float* v, std::size_t n, float s1, float s2);
+namespace {
+
+void BM_adam_loop(benchmark::State& state) {
+  const std::size_t n = 64 * 256 + 256 + 256 * 256 + 256 + 256 * 10 + 10;
+  std::vector<float> p(n, 0.5f), g(n, 0.01f), m(n, 0.0f), v(n, 0.0f);
+  float c1 = 1.0f, c2 = 1.0f;
+  for (auto _ : state) {
+    c1 *= 0.9f;
+    c2 *= 0.999f;
+    adam_loop(p.data(), g.data(), m.data(), v.data(), n, 1.0f / (1.0f - c1), 1.0f / (1.0f - c2));
+    benchmark::DoNotOptimize(p.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["params"] = static_cast<double>(n);
+}
+BENCHMARK(BM_adam_loop)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
 void BM_kiln_mlp_cold_compile(benchmark::State& state) {
   // Trace + optimize + fuse + first run (kernels/pipelines included on Vulkan;
