@@ -523,6 +523,8 @@ FlatKernel generic_kernel(Prim p, DType in, DType out) {
 
 }  // namespace
 
+FlatKernel reference_kernel(Prim p, DType in, DType out) { return generic_kernel(p, in, out); }
+
 void check_host_dtype(Prim p, DType d) {
   if (is_16bit_float(d)) {
     throw DTypeError(detail::str_cat(

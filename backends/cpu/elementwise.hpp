@@ -29,6 +29,11 @@ using FlatKernel = void (*)(const FlatOperand* in, void* out, std::size_t n);
 // resolve it once per equation. Throws DTypeError for f16.
 FlatKernel flat_kernel(Prim p, DType in, DType out);
 
+// The portable (xtensor, element by element) kernel of `p`, whatever the SIMD
+// level: the reference tests/test_simd_levels.cpp holds every level's kernels
+// to. Throws for where (SIMD at every level) and dtypes it has no kernel for.
+FlatKernel reference_kernel(Prim p, DType in, DType out);
+
 // Unary primitives (neg, abs, exp, ..., bitwise_not) on `dtype` elements.
 void unary_flat(Prim p, DType dtype, const void* x, void* out, std::size_t n);
 // Binary primitives; `in` is the operands' dtype (comparisons write bool bytes).
