@@ -178,7 +178,7 @@ TEST_CASE("every SIMD level's elementwise kernels match the reference kernels on
               run(ref, want, -1, TI{});
               run(k, got, -1, TI{});
               const std::string diff = compare(want, got, ulps, where);
-              CHECK_MESSAGE(diff.empty(), std::string(l.name) + " " + diff);
+              CHECK_MESSAGE(diff.empty(), (std::string(l.name) + " " + diff));
               ++compared;
               if (!binary) continue;
               for (int side : {0, 1}) {
@@ -191,7 +191,7 @@ TEST_CASE("every SIMD level's elementwise kernels match the reference kernels on
                             text(side == 1 ? x : b[i]) + ")";
                   }
                   const std::string d2 = compare(want, got, ulps, w2);
-                  CHECK_MESSAGE(d2.empty(), std::string(l.name) + " scalar operand " + std::to_string(side) + ": " + d2);
+                  CHECK_MESSAGE(d2.empty(), (std::string(l.name) + " scalar operand " + std::to_string(side) + ": " + d2));
                 }
               }
             }
