@@ -6,8 +6,8 @@
 //   build/bench/dist_bench [worlds (default 1,2,4)] [steps (default 30)]
 // The binary launches itself once per world size (dist::launch_local); rank 0
 // of each world prints "train ..." and "allreduce ..." lines, this process the
-// table. Every rank runs with OPENBLAS_NUM_THREADS=1, so a world of N uses N
-// cores' worth of BLAS threads.
+
+
 #include <gloo/allreduce.h>
 #include <gloo/math.h>
 #include <gloo/rendezvous/context.h>
@@ -183,7 +183,7 @@ int main(int argc, char** argv) {
   }
   const std::string steps = argc > 2 ? argv[2] : "30";
   std::printf(
-      "dist_bench: %u hardware threads, KILN_DEVICE=cpu, OPENBLAS_NUM_THREADS=1 per rank, "
+      "dist_bench: %u hardware threads, KILN_DEVICE=cpu, OPENBLAS_NUM_THREADS=1 and KILN_NUM_THREADS=1 per rank, "
       "per-rank batch %lld, MLP %lld-%lldx%lld-%lld, adam\n",
       std::thread::hardware_concurrency(), static_cast<long long>(kBatch),
       static_cast<long long>(kIn), static_cast<long long>(kWidth), static_cast<long long>(kDepth),
@@ -191,7 +191,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> train, reduce, barrier;
   for (int world : worlds) {
     dist::LaunchOptions options;
-    options.env = {"KILN_DEVICE=cpu", "OPENBLAS_NUM_THREADS=1"};
+    options.env = {"KILN_DEVICE=cpu", "OPENBLAS_NUM_THREADS=1", "KILN_NUM_THREADS=1"};
     options.timeout = std::chrono::seconds(120);
     const auto result = dist::launch_local(world, {argv[0], "rank", steps}, options);
     if (!result.ok()) {

@@ -421,10 +421,12 @@ int main(int argc, char** argv) {
       args[0] = std::filesystem::read_symlink("/proc/self/exe").string();
       dist::LaunchOptions launch;
       launch.capture_output = false;  // the ranks print straight to this terminal
-      if (std::getenv("OPENBLAS_NUM_THREADS") == nullptr) {  // share the cores, not N x all
-        const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-        launch.env.push_back("OPENBLAS_NUM_THREADS=" +
-                             std::to_string(std::max(1u, cores / unsigned(cfg.processes))));
+      // Share the cores, not N x all: kiln's pool (its kernels and f32 GEMMs)
+      // and OpenBLAS's (f64) each get the rank's share.
+      const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+      const std::string share = std::to_string(std::max(1u, cores / unsigned(cfg.processes)));
+      for (const char* var : {"OPENBLAS_NUM_THREADS", "KILN_NUM_THREADS"}) {
+        if (std::getenv(var) == nullptr) launch.env.push_back(std::string(var) + "=" + share);
       }
       const dist::LaunchResult r = dist::launch_local(cfg.processes, args, launch);
       if (!r.ok()) std::cerr << r.summary();
