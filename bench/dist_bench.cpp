@@ -6,8 +6,8 @@
 //   build/bench/dist_bench [worlds (default 1,2,4)] [steps (default 30)]
 // The binary launches itself once per world size (dist::launch_local); rank 0
 // of each world prints "train ..." and "allreduce ..." lines, this process the
-
-
+// table. Every rank runs with OPENBLAS_NUM_THREADS=1 and KILN_NUM_THREADS=1, so a
+// world of N uses N cores' worth of kernel and GEMM threads.
 #include <gloo/allreduce.h>
 #include <gloo/math.h>
 #include <gloo/rendezvous/context.h>
