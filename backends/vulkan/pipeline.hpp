@@ -1,7 +1,9 @@
 // Compiled kernels. A kernel is identified by its SPIR-V assembly text (the
 // canonical form: equal kernels share one pipeline, whatever op sequence made
 // them); lookups go through a cheap key the lowering computes first, so a hit
-// costs one hash-map probe and no text is built. On disk (disk_cache.hpp) each
+// costs one hash-map probe and no text is built; a compiled program's fused
+// kernels keep their launches (KeptLaunch, kernels.hpp) and skip even that while
+// the pipeline stays cached (touch). On disk (disk_cache.hpp) each
 // kernel's validated SPIR-V is stored under a stable hash of its text (the text is
 // stored too and compared, so a hash collision is a miss, never a wrong kernel),
 // and the driver's VkPipelineCache data under "pipeline".
