@@ -7,6 +7,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -15,6 +16,7 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <cstdint>
 #include <kiln/kiln.hpp>
@@ -956,6 +958,49 @@ TEST_CASE("the pipeline cache evicts a kept launch's pipeline like any other, an
   // ...and keeps them again.
   check_fused_kinds(f(gx, gw, gb), x, w, b);
   CHECK(cache.stats().lookups == after.lookups);
+}
+
+// Kept launches are touched on every hit (LRU), so the churn evicts the other
+// kernels first; whichever goes, the runners' values must not change.
+TEST_CASE("the pipeline cache evicts under kept launches that other threads are running") {
+  auto& cache = vk::Context::get(0).pipelines();
+  if (cache.limit() > 64) {
+    MESSAGE("the limit is ", cache.limit(), ": suite vulkan-pipeline-limit runs this with 64");
+    return;
+  }
+  const Array x = host_random({8, 16}, f32), w = host_random({12, 16}, f32),
+              b = host_random({12}, f32);
+  const Array gx = to_device(x, kGpu), gw = to_device(w, kGpu), gb = to_device(b, kGpu);
+  auto f = filter_jit(fused_kinds);
+  const auto expected = f(gx, gw, gb);  // the device's bits, checked against the CPU
+  check_fused_kinds(expected, x, w, b);
+  const auto same = [&](const std::tuple<Array, Array, Array>& r) {
+    return as_doubles(std::get<0>(r)) == as_doubles(std::get<0>(expected)) &&
+           as_doubles(std::get<1>(r)) == as_doubles(std::get<1>(expected)) &&
+           as_doubles(std::get<2>(r)) == as_doubles(std::get<2>(expected));
+  };
+  const vk::PipelineStats before = cache.stats();
+  std::atomic<bool> stop{false};
+  std::atomic<int> wrong{0}, calls{0};
+  std::vector<std::thread> runners;
+  for (int t = 0; t < 2; ++t) {
+    runners.emplace_back([&] {
+      while (!stop.load()) {
+        if (!same(f(gx, gw, gb))) ++wrong;
+        ++calls;
+      }
+    });
+  }
+  // Meanwhile, this thread compiles more kernels than the cache holds.
+  for (std::int64_t n = 1; cache.stats().pipelines - before.pipelines < 2 * cache.limit(); ++n) {
+    CHECK(sum(ones({n, 5}, f32, kGpu)).item<float>() == static_cast<float>(5 * n));
+  }
+  stop = true;
+  for (auto& t : runners) t.join();
+  CHECK(wrong.load() == 0);
+  CHECK(calls.load() > 0);
+  CHECK(cache.stats().cached <= cache.limit());
+  check_fused_kinds(f(gx, gw, gb), x, w, b);
 }
 
 // Run by the test below in a child process: what a missing driver looks like.
