@@ -7,6 +7,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -15,6 +16,8 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <thread>
+#include <tuple>
 #include <cstdint>
 #include <kiln/kiln.hpp>
 #include <random>
@@ -888,6 +891,116 @@ TEST_CASE("the pipeline cache evicts the least recently used past its limit") {
   CHECK(total(1) == 7.0f);
   CHECK(total(2) == 14.0f);
   CHECK(cache.stats().cached <= cache.limit());
+}
+
+namespace {
+// Fused kernels of each kind: a matmul epilogue whose matmul reads a transposed
+// operand (the transpose is folded into the matmul), a reduction prologue and
+// an elementwise group.
+std::tuple<Array, Array, Array> fused_kinds(const Array& x, const Array& w, const Array& b) {
+  return {relu(matmul(x, transpose(w)) + b), sum(exp(x) * 2.0f, {1}), tanh(x) * 3.0f + x};
+}
+void check_fused_kinds(const std::tuple<Array, Array, Array>& gpu, const Array& x,
+                       const Array& w, const Array& b) {
+  const auto cpu = fused_kinds(x, w, b);
+  check_close_to(std::get<0>(gpu), std::get<0>(cpu));
+  check_close_to(std::get<1>(gpu), std::get<1>(cpu));
+  check_close_to(std::get<2>(gpu), std::get<2>(cpu));
+}
+}  // namespace
+
+TEST_CASE("a compiled program's cache hit builds no kernel key and looks no pipeline up") {
+  auto& cache = vk::Context::get(0).pipelines();
+  const Array x = host_random({8, 16}, f32), w = host_random({12, 16}, f32),
+              b = host_random({12}, f32);
+  const Array gx = to_device(x, kGpu), gw = to_device(w, kGpu), gb = to_device(b, kGpu);
+  auto f = filter_jit(fused_kinds);
+  check_fused_kinds(f(gx, gw, gb), x, w, b);  // compiles, plans, keeps
+  const vk::PipelineStats before = cache.stats();
+  for (int i = 0; i < 5; ++i) check_fused_kinds(f(gx, gw, gb), x, w, b);
+  const vk::PipelineStats after = cache.stats();
+  // Every step of the program is a fused kernel (or the epilogue's transpose):
+  // their launches are kept, so no call after the first looks anything up.
+  CHECK(after.lookups == before.lookups);
+  CHECK(after.keys == before.keys);
+  CHECK(after.pipelines == before.pipelines);
+  CHECK(after.kept_hits - before.kept_hits >= 5 * f.last_run().launches);
+}
+
+TEST_CASE("the pipeline cache evicts a kept launch's pipeline like any other, and the next call "
+          "compiles it again") {
+  auto& cache = vk::Context::get(0).pipelines();
+  if (cache.limit() > 64) {
+    MESSAGE("the limit is ", cache.limit(), ": suite vulkan-pipeline-limit runs this with 64");
+    return;
+  }
+  const Array x = host_random({8, 16}, f32), w = host_random({12, 16}, f32),
+              b = host_random({12}, f32);
+  const Array gx = to_device(x, kGpu), gw = to_device(w, kGpu), gb = to_device(b, kGpu);
+  auto f = filter_jit(fused_kinds);
+  check_fused_kinds(f(gx, gw, gb), x, w, b);
+  check_fused_kinds(f(gx, gw, gb), x, w, b);
+  // Other kernels, more than the cache holds: each (n, 3) reduction is a new
+  // pipeline, so the kept ones become the least recently used and go.
+  const vk::PipelineStats kept = cache.stats();
+  for (std::int64_t n = 1; cache.stats().pipelines - kept.pipelines < cache.limit() + 8; ++n) {
+    CHECK(sum(ones({n, 3}, f32, kGpu)).item<float>() == static_cast<float>(3 * n));
+  }
+  CHECK(cache.stats().cached <= cache.limit());
+  // Nothing kept refers to a destroyed pipeline: the call looks each kernel up
+  // again (compiling it again), with the same values.
+  const vk::PipelineStats before = cache.stats();
+  check_fused_kinds(f(gx, gw, gb), x, w, b);
+  const vk::PipelineStats after = cache.stats();
+  CHECK(after.lookups - before.lookups >= f.last_run().launches);
+  CHECK(after.pipelines > before.pipelines);
+  CHECK(after.cached <= cache.limit());
+  // ...and keeps them again.
+  check_fused_kinds(f(gx, gw, gb), x, w, b);
+  CHECK(cache.stats().lookups == after.lookups);
+}
+
+// Kept launches are touched on every hit (LRU), so the churn evicts the other
+// kernels first; whichever goes, the runners' values must not change.
+TEST_CASE("the pipeline cache evicts under kept launches that other threads are running") {
+  auto& cache = vk::Context::get(0).pipelines();
+  if (cache.limit() > 64) {
+    MESSAGE("the limit is ", cache.limit(), ": suite vulkan-pipeline-limit runs this with 64");
+    return;
+  }
+  const Array x = host_random({8, 16}, f32), w = host_random({12, 16}, f32),
+              b = host_random({12}, f32);
+  const Array gx = to_device(x, kGpu), gw = to_device(w, kGpu), gb = to_device(b, kGpu);
+  auto f = filter_jit(fused_kinds);
+  const auto expected = f(gx, gw, gb);  // the device's bits, checked against the CPU
+  check_fused_kinds(expected, x, w, b);
+  const auto same = [&](const std::tuple<Array, Array, Array>& r) {
+    return as_doubles(std::get<0>(r)) == as_doubles(std::get<0>(expected)) &&
+           as_doubles(std::get<1>(r)) == as_doubles(std::get<1>(expected)) &&
+           as_doubles(std::get<2>(r)) == as_doubles(std::get<2>(expected));
+  };
+  const vk::PipelineStats before = cache.stats();
+  std::atomic<bool> stop{false};
+  std::atomic<int> wrong{0}, calls{0};
+  std::vector<std::thread> runners;
+  for (int t = 0; t < 2; ++t) {
+    runners.emplace_back([&] {
+      while (!stop.load()) {
+        if (!same(f(gx, gw, gb))) ++wrong;
+        ++calls;
+      }
+    });
+  }
+  // Meanwhile, this thread compiles more kernels than the cache holds.
+  for (std::int64_t n = 1; cache.stats().pipelines - before.pipelines < 2 * cache.limit(); ++n) {
+    CHECK(sum(ones({n, 5}, f32, kGpu)).item<float>() == static_cast<float>(5 * n));
+  }
+  stop = true;
+  for (auto& t : runners) t.join();
+  CHECK(wrong.load() == 0);
+  CHECK(calls.load() > 0);
+  CHECK(cache.stats().cached <= cache.limit());
+  check_fused_kinds(f(gx, gw, gb), x, w, b);
 }
 
 // Run by the test below in a child process: what a missing driver looks like.

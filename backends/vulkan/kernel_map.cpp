@@ -42,6 +42,27 @@ View broadcast_view(const Shape& shape, const Shape& domain) {
   return v;
 }
 
+KeptLaunch::Held KeptLaunch::find(Context& ctx) const {
+  Held h;
+  {
+    std::lock_guard lock(mu_);
+    h.launch = launch_;
+    h.pipeline = pipeline_.lock();
+  }
+  if (!h.launch || !h.pipeline || !ctx.pipelines().touch(*h.pipeline)) return {};
+  return h;
+}
+
+KeptLaunch::Held KeptLaunch::keep(Launch l) const {
+  Held h;
+  h.pipeline = l.pipeline->shared_from_this();
+  h.launch = std::make_shared<const Launch>(std::move(l));
+  std::lock_guard lock(mu_);
+  launch_ = h.launch;
+  pipeline_ = h.pipeline;
+  return h;
+}
+
 std::uint32_t local_size(const Context& ctx) {
   return std::min<std::uint32_t>(256, ctx.caps().max_invocations);
 }

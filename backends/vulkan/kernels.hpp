@@ -9,6 +9,8 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -53,6 +55,37 @@ struct Launch {
   std::array<std::uint32_t, 3> groups{1, 1, 1};
   std::vector<std::uint32_t> push;
 };
+// A Launch resolved once and kept across calls (a compiled kernel's KernelCache
+// entry, vulkan_backend.cpp), so a later call dispatches it without building
+// its spec or key and without a pipeline-cache lookup. The pipeline is held
+// weakly and used only while the pipeline cache still holds it
+// (PipelineCache::touch, which also counts the use for the LRU order): kept
+// launches never keep an evicted pipeline in use, so KILN_VK_MAX_PIPELINES
+// bounds them too. An evicted one is resolved again (the normal lookup, which
+// compiles it again) and the result replaces the kept one. Shared by every
+// thread running the kernel (a short lock; the lookup itself runs unlocked).
+class KeptLaunch {
+ public:
+  struct Held {
+    std::shared_ptr<const Launch> launch;      // launch->pipeline == pipeline.get()
+    std::shared_ptr<const Pipeline> pipeline;  // holds it until it is dispatched
+    const Launch& operator*() const { return *launch; }
+  };
+  // The kept launch, or `resolve()` (returning a Launch) kept in its place.
+  template <class Resolve>
+  Held get(Context& ctx, Resolve&& resolve) const {
+    if (Held h = find(ctx); h.launch) return h;
+    return keep(resolve());
+  }
+
+ private:
+  Held find(Context& ctx) const;  // empty when none is kept or it was evicted
+  Held keep(Launch l) const;
+  mutable std::mutex mu_;
+  mutable std::shared_ptr<const Launch> launch_;
+  mutable std::weak_ptr<const Pipeline> pipeline_;
+};
+
 std::array<std::uint32_t, 3> grid_for(const Context& ctx, std::uint64_t groups,
                                       const char* what);
 std::uint32_t local_size(const Context& ctx);

@@ -105,6 +105,7 @@ PipelineCache::~PipelineCache() {
   }
   const VkDevice dev = ctx_.handle();
   by_key_.clear();
+  for (const auto& [text, p] : by_text_) p->cached.store(false, std::memory_order_release);
   by_text_.clear();  // the stream released its batches' pipelines before
   for (const auto& [bindings, layout] : set_layouts_) {
     vkDestroyDescriptorSetLayout(dev, layout, nullptr);
@@ -246,10 +247,14 @@ void PipelineCache::evict_one(const Pipeline* keep) {
   auto victim = by_text_.end();
   for (auto it = by_text_.begin(); it != by_text_.end(); ++it) {
     if (it->second.get() == keep) continue;
-    if (victim == by_text_.end() || it->second->last_used < victim->second->last_used) victim = it;
+    if (victim == by_text_.end() || it->second->last_used.load(std::memory_order_relaxed) <
+                                        victim->second->last_used.load(std::memory_order_relaxed)) {
+      victim = it;
+    }
   }
   if (victim == by_text_.end()) return;
   for (const std::string& k : victim->second->keys) by_key_.erase(k);
+  victim->second->cached.store(false, std::memory_order_release);
   by_text_.erase(victim);  // destroyed now, or when the last batch using it retires
   ++stats_.evicted;
 }
@@ -301,14 +306,16 @@ const Pipeline& PipelineCache::get(const std::string& key,
                                     first_difference(p.text, again.text), ")"));
       }
     }
-    it->second->last_used = ++clock_;
+    ++stats_.lookups;
+    it->second->last_used.store(++clock_, std::memory_order_relaxed);
     return *it->second;
   }
+  ++stats_.lookups;
   Pipeline& p = compile(key, build());
   ++stats_.keys;
   by_key_.emplace(key, &p);
   p.keys.push_back(key);
-  p.last_used = ++clock_;
+  p.last_used.store(++clock_, std::memory_order_relaxed);
   while (by_text_.size() > limit_) evict_one(&p);
   return p;
 }
@@ -319,10 +326,18 @@ const Pipeline* PipelineCache::find(const std::string& key) const {
   return it == by_key_.end() ? nullptr : it->second;
 }
 
+bool PipelineCache::touch(const Pipeline& p) const {
+  if (!p.cached.load(std::memory_order_acquire)) return false;
+  p.last_used.store(++clock_, std::memory_order_relaxed);
+  kept_hits_.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
 PipelineStats PipelineCache::stats() const {
   std::lock_guard lock(mu_);
   PipelineStats s = stats_;
   s.cached = by_text_.size();
+  s.kept_hits = kept_hits_.load(std::memory_order_relaxed);
   return s;
 }
 

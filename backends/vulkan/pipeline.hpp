@@ -1,7 +1,9 @@
 // Compiled kernels. A kernel is identified by its SPIR-V assembly text (the
 // canonical form: equal kernels share one pipeline, whatever op sequence made
 // them); lookups go through a cheap key the lowering computes first, so a hit
-// costs one hash-map probe and no text is built. On disk (disk_cache.hpp) each
+// costs one hash-map probe and no text is built; a compiled program's fused
+// kernels keep their launches (KeptLaunch, kernels.hpp) and skip even that while
+// the pipeline stays cached (touch). On disk (disk_cache.hpp) each
 // kernel's validated SPIR-V is stored under a stable hash of its text (the text is
 // stored too and compared, so a hash collision is a miss, never a wrong kernel),
 // and the driver's VkPipelineCache data under "pipeline".
@@ -9,6 +11,7 @@
 
 #include <vulkan/vulkan.h>
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -54,10 +57,13 @@ struct Pipeline : std::enable_shared_from_this<Pipeline> {
   VkFormat texel_format = VK_FORMAT_UNDEFINED;
   std::uint32_t addressed = 0;  // KernelSource::addressed
   std::string text;
-  // Cache bookkeeping (under PipelineCache's lock): the lowering keys that map
-  // to it, and when a lookup last returned it.
+  // Cache bookkeeping: the lowering keys that map to it (under PipelineCache's
+  // lock), when a lookup last returned it, and whether the cache still holds
+  // it (cleared when it is evicted; a kept reference, PipelineCache::touch,
+  // then looks the kernel up again).
   std::vector<std::string> keys;
-  std::uint64_t last_used = 0;
+  mutable std::atomic<std::uint64_t> last_used{0};
+  std::atomic<bool> cached{true};
 };
 
 struct PipelineStats {
@@ -69,6 +75,8 @@ struct PipelineStats {
   double compile_seconds = 0.0;  // assemble + validate + vkCreateComputePipelines
   std::size_t cached = 0;        // pipelines held now (at most the limit)
   std::size_t evicted = 0;       // dropped as least recently used past the limit
+  std::size_t lookups = 0;       // get() calls: a key built and looked up (hit or miss)
+  std::size_t kept_hits = 0;     // touch() calls that found a kept pipeline still cached
 };
 
 // Bounded: past `limit()` pipelines (KILN_VK_MAX_PIPELINES, default 512, at
@@ -85,6 +93,12 @@ class PipelineCache {
                       const std::function<KernelSource()>& build);
   // The pipeline built for `key`, or nullptr (builds nothing).
   const Pipeline* find(const std::string& key) const;
+  // For a caller that keeps a pipeline it got from get() (KeptLaunch,
+  // kernels.hpp) and holds it (a shared_ptr from a weak reference): true, and
+  // counted as a use for the LRU order, while the cache still holds it; false
+  // once it was evicted (the caller then goes through get() again, so kept
+  // references never keep more than `limit()` pipelines in use). No lock.
+  bool touch(const Pipeline& p) const;
   PipelineStats stats() const;
   std::size_t limit() const { return limit_; }
   // Writes the VkPipelineCache data to the disk cache (also done at exit).
@@ -103,7 +117,8 @@ class PipelineCache {
   std::unique_ptr<DiskCache> disk_;  // null when disabled (KILN_DISK_CACHE=0)
   bool dirty_ = false;               // pipelines compiled since the last save
   const std::size_t limit_;
-  std::uint64_t clock_ = 0;  // lookups so far (last_used)
+  mutable std::atomic<std::uint64_t> clock_{0};  // lookups so far (last_used)
+  mutable std::atomic<std::size_t> kept_hits_{0};
   absl::flat_hash_map<std::string, Pipeline*> by_key_;
   absl::flat_hash_map<std::string, std::shared_ptr<Pipeline>> by_text_;
   absl::flat_hash_map<std::uint64_t, VkDescriptorSetLayout> set_layouts_;

@@ -142,6 +142,38 @@ void launch(Context& ctx, const Launch& l, std::span<const Array> inputs,
   launch(ctx, l, inputs, outs);
 }
 
+// Where a compiled kernel keeps what its launches resolve to: its KernelCache
+// (dsl/fusion.hpp), under keys of this backend: bit 61 (the CPU backend's keys
+// use bits 63 and 62), the device's index (bits 40-55: a number is never
+// reused for another device), what is kept (bits 32-39, kSlot*) and, for a
+// launch, the addressed mask (bits 0-31: the kernel's code depends on it; the
+// rest of a launch depends only on the kernel and the device's capabilities,
+// which are fixed when the device is opened).
+struct Keep {
+  const KernelCache* cache = nullptr;  // null: nothing kept (eager calls)
+  std::uint64_t key = 0;               // the device and slot bits
+};
+constexpr std::uint64_t kSlotPlan = 0, kSlotKernel = 1, kSlotTranspose = 2;  // + operand
+Keep keep_in(const KernelCache& cache, const Context& ctx, std::uint64_t slot) {
+  const auto device = static_cast<std::uint64_t>(ctx.device().index) & 0xffff;
+  return {&cache, std::uint64_t{1} << 61 | device << 40 | slot << 32};
+}
+
+// Launches the kernel `resolve()` returns (a Launch for the addressed mask
+// `addr`) over inputs and outputs; with a Keep, the one resolved by an earlier
+// call for the same mask (KeptLaunch: no spec, key or pipeline lookup on a hit).
+template <class Resolve>
+void launch_kept(Context& ctx, Keep keep, std::uint32_t addr, Resolve&& resolve,
+                 std::span<const Array> inputs, std::span<const std::shared_ptr<Buffer>> outs) {
+  if (keep.cache == nullptr) {
+    launch(ctx, resolve(), inputs, outs);
+    return;
+  }
+  const auto kept = keep.cache->get<KeptLaunch>(
+      keep.key | addr, [] { return std::make_shared<const KeptLaunch>(); });
+  launch(ctx, *kept->get(ctx, resolve), inputs, outs);
+}
+
 // Elementwise families: one map kernel over the output shape.
 std::shared_ptr<Buffer> elementwise(Context& ctx, Prim p, const Params& params,
                                     std::span<const Array> inputs, const Aval& out) {
@@ -168,18 +200,31 @@ std::shared_ptr<Buffer> elementwise(Context& ctx, Prim p, const Params& params,
 
 // A copy through views: transpose, broadcast_to, slice, one concatenate piece.
 void copy_view(Context& ctx, const Array& src, const Shape& domain, View in_view,
-               View out_view, const std::shared_ptr<VulkanBuffer>& out, DType dtype) {
+               View out_view, const std::shared_ptr<VulkanBuffer>& out, DType dtype,
+               Keep keep = {}) {
   if (numel(domain) == 0) return;
-  MapSpec spec;
-  spec.domain = domain;
-  spec.inputs = {dtype};
-  spec.views = {std::move(in_view)};
-  spec.out = dtype;
-  spec.out_view = std::move(out_view);
-  spec.key = "copy";
-  spec.body = [](Builder&, MapIndex& mi) { return mi.load(0); };
   const Array ins[] = {src};
-  launch(ctx, map_kernel(ctx, std::move(spec), addressed(ctx, ins, out)), ins, out);
+  const std::shared_ptr<Buffer> outs[] = {out};
+  const std::uint32_t addr = addressed(ctx, ins, outs);
+  launch_kept(ctx, keep, addr, [&] {
+    MapSpec spec;
+    spec.domain = domain;
+    spec.inputs = {dtype};
+    spec.views = {std::move(in_view)};
+    spec.out = dtype;
+    spec.out_view = std::move(out_view);
+    spec.key = "copy";
+    spec.body = [](Builder&, MapIndex& mi) { return mi.load(0); };
+    return map_kernel(ctx, std::move(spec), addr);
+  }, ins, outs);
+}
+
+// The view of an array of `shape` that walks it transposed by `perm`.
+View transpose_view(const Shape& shape, std::span<const std::int64_t> perm) {
+  const Shape own = contiguous_strides(shape);
+  View v;
+  for (auto axis : perm) v.strides.push_back(own[static_cast<std::size_t>(axis)]);
+  return v;
 }
 
 std::shared_ptr<Buffer> layout(Context& ctx, Prim p, const Params& params,
@@ -192,10 +237,7 @@ std::shared_ptr<Buffer> layout(Context& ctx, Prim p, const Params& params,
     if constexpr (P == Prim::kReshape) {
       // handled above: no copy
     } else if constexpr (P == Prim::kTranspose) {
-      const Shape own = contiguous_strides(a.shape());
-      View v;
-      for (auto axis : q.perm) v.strides.push_back(own[static_cast<std::size_t>(axis)]);
-      copy_view(ctx, a, out.shape, v, {}, buf, out.dtype);
+      copy_view(ctx, a, out.shape, transpose_view(a.shape(), q.perm), {}, buf, out.dtype);
     } else if constexpr (P == Prim::kBroadcastTo) {
       copy_view(ctx, a, out.shape, broadcast_view(a.shape(), out.shape), {}, buf,
                 out.dtype);
@@ -503,15 +545,83 @@ Device VulkanBackend::device() const { return ctx_.device(); }
 namespace {
 
 // `a` with its last two axes swapped, materialised (matmul operands the
-// compiler marked transposed: the kernels read row-major operands).
-Array transposed_last_two(Context& ctx, const Array& a) {
-  TransposeParams t;
+// compiler marked transposed: the kernels read row-major operands), with the
+// copy's launch kept in `keep` when given.
+Array transposed_last_two(Context& ctx, const Array& a, Keep keep = {}) {
   Aval ta = a.aval();
   const std::size_t r = ta.shape.size();
-  for (std::size_t i = 0; i < r; ++i) t.perm.push_back(static_cast<std::int64_t>(i));
-  std::swap(t.perm[r - 2], t.perm[r - 1]);
+  std::vector<std::int64_t> perm;
+  for (std::size_t i = 0; i < r; ++i) perm.push_back(static_cast<std::int64_t>(i));
+  std::swap(perm[r - 2], perm[r - 1]);
   std::swap(ta.shape[r - 2], ta.shape[r - 1]);
-  return Array(ta.dtype, ta.shape, layout(ctx, Prim::kTranspose, Params(std::move(t)), {&a, 1}, ta));
+  auto buf = allocate(ctx, ta, Prim::kTranspose, {&a, 1});
+  copy_view(ctx, a, ta.shape, transpose_view(a.shape(), perm), {}, buf, ta.dtype, keep);
+  return Array(ta.dtype, ta.shape, std::move(buf));
+}
+
+// What eval_fused resolves for a kernel on a device on its first call, kept in
+// the kernel's KernelCache (slot kSlotPlan) so later calls skip it.
+struct FusedPlan {
+  // An epilogue whose matmul reads a transposed operand runs as `plain`: the
+  // same kernel over the materialised transposes of inputs[transposed[j]],
+  // appended to the inputs in that order (the epilogue may read the stored
+  // operand too). Kept here, so its own KernelCache lives as long as `k`'s.
+  std::shared_ptr<const FusedKernel> plain;
+  std::vector<std::size_t> transposed;
+  bool unfused = false;            // Backend::eval_fused (bindings, edge cases)
+  std::vector<std::size_t> order;  // fused_inputs(k)
+  std::vector<Prim> producers;     // of each output (allocation messages)
+};
+
+FusedPlan plan_fused(const Context& ctx, const FusedKernel& k) {
+  FusedPlan plan;
+  const Program& body = k.body;
+  if (k.kind == FusedKernel::Kind::kMatmulEpilogue) {
+    const Equation& mm = body.equations.front();
+    if (const auto& q = mm.params.as<MatmulParams>(); q.transpose_a || q.transpose_b) {
+      auto plain = std::make_shared<FusedKernel>(k);
+      Equation& e = plain->body.equations.front();
+      for (int side = 0; side < 2; ++side) {
+        auto& eq_params = e.params.as<MatmulParams>();
+        bool& flag = side == 0 ? eq_params.transpose_a : eq_params.transpose_b;
+        if (!flag) continue;
+        const ValueId operand = e.inputs[side];
+        plan.transposed.push_back(static_cast<std::size_t>(
+            std::find(body.inputs.begin(), body.inputs.end(), operand) - body.inputs.begin()));
+        Aval t = body.avals[operand];
+        std::swap(t.shape[t.shape.size() - 2], t.shape[t.shape.size() - 1]);
+        const ValueId v = plain->body.new_value(t);
+        plain->body.inputs.push_back(v);
+        e.inputs[side] = v;
+        flag = false;
+      }
+      plan.plain = std::move(plain);
+      return plan;
+    }
+  }
+  // The unfused path's capability errors: every value is an array there.
+  for (const Equation& eq : body.equations) {
+    const std::string what(name(eq.prim));
+    for (ValueId in : eq.inputs) ctx.require_dtype(body.avals[in].dtype, what.c_str());
+    ctx.require_dtype(body.avals[eq.output].dtype, what.c_str());
+  }
+  plan.order = fused_inputs(k);
+  // Unfused (one kernel per equation): more operands than a kernel binds, and
+  // the anchors' edge cases: empty shapes (a sum over an empty axis still has
+  // values), matmul over k == 0 (zeros).
+  plan.unfused =
+      plan.order.size() + body.outputs.size() > ctx.caps().max_bindings ||
+      (k.kind != FusedKernel::Kind::kElementwise && numel(k.shape) == 0) ||
+      (k.kind == FusedKernel::Kind::kMatmulEpilogue &&
+       body.avals[body.equations[0].inputs[0]].shape.back() == 0);
+  for (ValueId v : body.outputs) {
+    Prim p = Prim::kAdd;
+    for (const Equation& eq : body.equations) {
+      if (eq.output == v) p = eq.prim;
+    }
+    plan.producers.push_back(p);
+  }
+  return plan;
 }
 
 }  // namespace
@@ -574,48 +684,23 @@ std::shared_ptr<Buffer> VulkanBackend::eval(Prim p, const Params& params,
 std::vector<std::shared_ptr<Buffer>> VulkanBackend::eval_fused(
     const FusedKernel& k, std::span<const Array> inputs,
     std::span<const std::shared_ptr<Buffer>> into) {
-  if (k.kind == FusedKernel::Kind::kMatmulEpilogue) {
-    const Equation& mm = k.body.equations.front();
-    if (const auto& q = mm.params.as<MatmulParams>(); q.transpose_a || q.transpose_b) {
-      // As eval: materialise transposed operands, as new body inputs (the
-      // epilogue may read the stored operand too), then the plain kernel.
-      FusedKernel plain = k;
-      Equation& e = plain.body.equations.front();
-      std::vector<Array> args(inputs.begin(), inputs.end());
-      for (int side = 0; side < 2; ++side) {
-        auto& eq_params = e.params.as<MatmulParams>();
-        bool& flag = side == 0 ? eq_params.transpose_a : eq_params.transpose_b;
-        if (!flag) continue;
-        const auto pos = static_cast<std::size_t>(
-            std::find(k.body.inputs.begin(), k.body.inputs.end(), e.inputs[side]) -
-            k.body.inputs.begin());
-        args.push_back(transposed_last_two(ctx_, inputs[pos]));
-        const ValueId v = plain.body.new_value(args.back().aval());
-        plain.body.inputs.push_back(v);
-        e.inputs[side] = v;
-        flag = false;
-      }
-      return eval_fused(plain, args, into);
+  // Planned on the kernel's first call on this device; a hit plans nothing.
+  const std::shared_ptr<const FusedPlan> plan = k.cache.get<FusedPlan>(
+      keep_in(k.cache, ctx_, kSlotPlan).key,
+      [&] { return std::make_shared<const FusedPlan>(plan_fused(ctx_, k)); });
+  if (plan->plain) {
+    // As eval: materialise transposed operands (their copies' launches kept
+    // too), then the plain kernel.
+    std::vector<Array> args(inputs.begin(), inputs.end());
+    for (std::size_t j = 0; j < plan->transposed.size(); ++j) {
+      args.push_back(transposed_last_two(ctx_, inputs[plan->transposed[j]],
+                                         keep_in(k.cache, ctx_, kSlotTranspose + j)));
     }
+    return eval_fused(*plan->plain, args, into);
   }
+  if (plan->unfused) return Backend::eval_fused(k, inputs, into);
   const Program& body = k.body;
-  // The unfused path's capability errors: every value is an array there.
-  for (const Equation& eq : body.equations) {
-    const std::string what(name(eq.prim));
-    for (ValueId in : eq.inputs) ctx_.require_dtype(body.avals[in].dtype, what.c_str());
-    ctx_.require_dtype(body.avals[eq.output].dtype, what.c_str());
-  }
-  const std::vector<std::size_t> order = fused_inputs(k);
   const bool elementwise = k.kind == FusedKernel::Kind::kElementwise;
-  // Unfused (one kernel per equation): more operands than a kernel binds, and
-  // the anchors' edge cases: empty shapes (a sum over an empty axis still has
-  // values), matmul over k == 0 (zeros).
-  if (order.size() + body.outputs.size() > ctx_.caps().max_bindings ||
-      (!elementwise && numel(k.shape) == 0) ||
-      (k.kind == FusedKernel::Kind::kMatmulEpilogue &&
-       body.avals[body.equations[0].inputs[0]].shape.back() == 0)) {
-    return Backend::eval_fused(k, inputs, into);
-  }
   std::vector<std::shared_ptr<Buffer>> outs;
   for (std::size_t o = 0; o < body.outputs.size(); ++o) {
     // In place only for elementwise kernels: a matmul reads other elements of
@@ -624,16 +709,11 @@ std::vector<std::shared_ptr<Buffer>> VulkanBackend::eval_fused(
       outs.push_back(into[o]);
       continue;
     }
-    const ValueId v = body.outputs[o];
-    Prim p = Prim::kAdd;
-    for (const Equation& eq : body.equations) {
-      if (eq.output == v) p = eq.prim;
-    }
-    outs.push_back(allocate(ctx_, body.avals[v], p, inputs));
+    outs.push_back(allocate(ctx_, body.avals[body.outputs[o]], plan->producers[o], inputs));
   }
   if (numel(k.shape) == 0) return outs;
   std::vector<Array> args;
-  for (std::size_t i : order) args.push_back(inputs[i]);
+  for (std::size_t i : plan->order) args.push_back(inputs[i]);
   const std::uint32_t addr = addressed(ctx_, args, outs);
   // Each addressed operand takes 8 bytes of push constants (the generators' own
   // words take at most 8 more): past what the device holds, run unfused.
@@ -641,7 +721,8 @@ std::vector<std::shared_ptr<Buffer>> VulkanBackend::eval_fused(
   if (static_cast<std::uint32_t>(std::popcount(addr)) > room) {
     return Backend::eval_fused(k, inputs, into);
   }
-  launch(ctx_, fused_kernel(ctx_, k, addr), args, outs);
+  launch_kept(ctx_, keep_in(k.cache, ctx_, kSlotKernel), addr,
+              [&] { return fused_kernel(ctx_, k, addr); }, args, outs);
   return outs;
 }
 
