@@ -15,11 +15,19 @@
 // the input dtype: f32 accumulates in f32 (in 256 lanes, which also keeps the
 // rounding error lower than a running sum), i32 wraps modulo 2^32 (summed as
 // u32).
+//
+// Large reductions run on the thread pool (parallel.hpp) with the same bits at
+// every thread count: kept elements (rows, or blocks of columns) are split
+// between tasks, each computed exactly as on one thread, and a contiguous row
+// longer than kPiece is reduced in fixed pieces combined in order (the one
+// place where threads changed the summation order, for every thread count
+// alike, 1 included).
 #include <algorithm>
 #include <cstring>
 #include <limits>
 #include <numeric>
 #include <type_traits>
+#include <utility>
 #include <vector>
 #include <xtensor/xadapt.hpp>
 #include <xtensor/xfixed.hpp>
@@ -28,6 +36,7 @@
 #include "kiln/backends/cpu/broadcast.hpp"
 #include "kiln/backends/cpu/cpu_backend.hpp"
 #include "kiln/backends/cpu/nan_minmax.hpp"
+#include "kiln/backends/cpu/parallel.hpp"
 #include "kiln/runtime/error.hpp"
 #include "kiln/runtime/strings.hpp"
 
@@ -147,31 +156,66 @@ auto flat(S* p, std::size_t n) {
 // rather than by one vectorized assignment per row.
 constexpr std::size_t kMinRow = 16;
 
-// out[o, i] = Op over k of in[o, k, i], for an (outer, n, inner) array.
+// A contiguous reduction longer than this is reduced as pieces of this many
+// elements (the last shorter), each in SIMD lanes, whose results are then
+// combined left to right. The pieces depend on the length only, so the
+// rounding is the same whichever thread reduces which piece and however many
+// threads there are; the pieces are what lets one long row (a full reduction)
+// use several threads. Shorter rows are one piece, as before there were
+// threads.
+constexpr std::size_t kPiece = std::size_t{1} << 14;
+
+// out[o] = Op over k of in[o, k], for an (outer, n) array.
+template <class Op, class S>
+void reduce_rows(const S* in, S* out, std::size_t outer, std::size_t n) {
+  if (n <= kPiece) {
+    parallel_ranges(outer, n, [&](std::size_t lo, std::size_t hi) {
+      for (std::size_t o = lo; o < hi; ++o) out[o] = reduce_contiguous<Op>(in + o * n, n);
+    });
+    return;
+  }
+  const std::size_t pieces = (n + kPiece - 1) / kPiece;
+  std::vector<S> part(outer * pieces);
+  parallel_ranges(part.size(), kPiece, [&](std::size_t lo, std::size_t hi) {
+    for (std::size_t u = lo; u < hi; ++u) {
+      const std::size_t begin = u % pieces * kPiece;
+      part[u] = reduce_contiguous<Op>(in + u / pieces * n + begin, std::min(kPiece, n - begin));
+    }
+  });
+  for (std::size_t o = 0; o < outer; ++o) {
+    const S* p = part.data() + o * pieces;
+    out[o] = std::accumulate(p + 1, p + pieces, p[0], Op{});
+  }
+}
+
+// out[o, i] = Op over k of in[o, k, i], for an (outer, n, inner) array. Each
+// output element is a fold over k in order, so the columns can be split over
+// threads (in blocks) without changing a bit.
 template <class Op, class S>
 void reduce_middle(const S* in, S* out, std::size_t outer, std::size_t n,
                    std::size_t inner) {
-  if (inner == 1) {
-    for (std::size_t o = 0; o < outer; ++o)
-      out[o] = reduce_contiguous<Op>(in + o * n, n);
-    return;
-  }
-  for (std::size_t o = 0; o < outer; ++o) {
-    const S* base = in + o * n * inner;
-    S* dst = out + o * inner;
-    std::copy(base, base + inner, dst);
-    if (inner >= kMinRow) {
-      auto acc = flat(dst, inner);
-      for (std::size_t k = 1; k < n; ++k) {
-        xt::noalias(acc) =
-            xt::detail::make_xfunction<Op>(acc, flat(base + k * inner, inner));
-      }
-    } else {
-      for (std::size_t k = 1; k < n; ++k) {
-        std::transform(dst, dst + inner, base + k * inner, dst, Op{});
+  if (inner == 1) return reduce_rows<Op>(in, out, outer, n);
+  const ColumnBlocks cb = column_blocks(outer, n, inner);
+  parallel_ranges(outer * cb.blocks, n * cb.width, [&](std::size_t lo, std::size_t hi) {
+    for (std::size_t u = lo; u < hi; ++u) {
+      const std::size_t o = u / cb.blocks;
+      const std::size_t c0 = u % cb.blocks * cb.width;
+      const std::size_t w = std::min(cb.width, inner - c0);
+      const S* base = in + o * n * inner + c0;
+      S* dst = out + o * inner + c0;
+      std::copy(base, base + w, dst);
+      if (inner >= kMinRow) {
+        auto acc = flat(dst, w);
+        for (std::size_t k = 1; k < n; ++k) {
+          xt::noalias(acc) = xt::detail::make_xfunction<Op>(acc, flat(base + k * inner, w));
+        }
+      } else {
+        for (std::size_t k = 1; k < n; ++k) {
+          std::transform(dst, dst + w, base + k * inner, dst, Op{});
+        }
       }
     }
-  }
+  });
 }
 
 // Reduces the runs of c.axes one at a time, the last first (each pass shrinks
@@ -210,34 +254,84 @@ void reduce_kernel(const S* in, S* out, std::size_t out_size,
   }
 }
 
+// Whether x replaces best as the extreme so far: NaN first, then the first
+// occurrence of the largest (smallest) value.
+template <bool kMax, class S>
+bool better(S x, S best) {
+  const bool x_nan = x != x;  // NOLINT: NaN test (always false for integers)
+  const bool best_nan = best != best;
+  if (best_nan) return false;
+  return x_nan || (kMax ? x > best : x < best);
+}
+
+// The first extreme of p[0, n): its index and value.
+template <bool kMax, class S>
+std::pair<std::size_t, S> arg_extreme(const S* p, std::size_t n) {
+  std::pair<std::size_t, S> r{0, p[0]};
+  for (std::size_t k = 1; k < n; ++k) {
+    if (better<kMax>(p[k], r.second)) r = {k, p[k]};
+  }
+  return r;
+}
+
 // Index of the first extreme value along the middle dim of (outer, n, inner),
 // NaN first. xt::argmax is not used: it copies non-leading axes, ignores NaN,
-// and in xtensor 0.24 answers argmin for 1-D input.
+// and in xtensor 0.24 answers argmin for 1-D input. Long contiguous rows are
+// scanned in pieces (kPiece) on several threads; a later piece's extreme
+// replaces an earlier one's only if `better`, which gives the index a scan of
+// the whole row gives. Otherwise columns (in blocks) are split over threads.
 template <bool kMax, class S>
 void arg_reduce_kernel(const S* in, std::int32_t* out, std::size_t outer,
                        std::size_t n, std::size_t inner) {
-  const auto better = [](S x, S best) {
-    const bool x_nan = x != x;  // NOLINT: NaN test (always false for integers)
-    const bool best_nan = best != best;
-    if (best_nan) return false;
-    return x_nan || (kMax ? x > best : x < best);
-  };
-  std::vector<S> best(inner);
-  for (std::size_t o = 0; o < outer; ++o) {
-    const S* base = in + o * n * inner;
-    std::int32_t* idx = out + o * inner;
-    std::copy(base, base + inner, best.begin());
-    std::fill(idx, idx + inner, 0);
-    for (std::size_t k = 1; k < n; ++k) {
-      const S* row = base + k * inner;
-      for (std::size_t i = 0; i < inner; ++i) {
-        if (better(row[i], best[i])) {
-          best[i] = row[i];
-          idx[i] = static_cast<std::int32_t>(k);
+  if (inner == 1 && n > kPiece) {
+    const std::size_t pieces = (n + kPiece - 1) / kPiece;
+    std::vector<std::pair<std::size_t, S>> part(outer * pieces);
+    parallel_ranges(part.size(), kPiece, [&](std::size_t lo, std::size_t hi) {
+      for (std::size_t u = lo; u < hi; ++u) {
+        const std::size_t begin = u % pieces * kPiece;
+        part[u] = arg_extreme<kMax>(in + u / pieces * n + begin, std::min(kPiece, n - begin));
+        part[u].first += begin;
+      }
+    });
+    for (std::size_t o = 0; o < outer; ++o) {
+      std::pair<std::size_t, S> r = part[o * pieces];
+      for (std::size_t q = 1; q < pieces; ++q) {
+        if (better<kMax>(part[o * pieces + q].second, r.second)) r = part[o * pieces + q];
+      }
+      out[o] = static_cast<std::int32_t>(r.first);
+    }
+    return;
+  }
+  if (inner == 1) {
+    parallel_ranges(outer, n, [&](std::size_t lo, std::size_t hi) {
+      for (std::size_t o = lo; o < hi; ++o) {
+        out[o] = static_cast<std::int32_t>(arg_extreme<kMax>(in + o * n, n).first);
+      }
+    });
+    return;
+  }
+  const ColumnBlocks cb = column_blocks(outer, n, inner);
+  parallel_ranges(outer * cb.blocks, n * cb.width, [&](std::size_t lo, std::size_t hi) {
+    std::vector<S> best(cb.width);
+    for (std::size_t u = lo; u < hi; ++u) {
+      const std::size_t o = u / cb.blocks;
+      const std::size_t c0 = u % cb.blocks * cb.width;
+      const std::size_t w = std::min(cb.width, inner - c0);
+      const S* base = in + o * n * inner + c0;
+      std::int32_t* idx = out + o * inner + c0;
+      std::copy(base, base + w, best.begin());
+      std::fill(idx, idx + w, 0);
+      for (std::size_t k = 1; k < n; ++k) {
+        const S* row = base + k * inner;
+        for (std::size_t i = 0; i < w; ++i) {
+          if (better<kMax>(row[i], best[i])) {
+            best[i] = row[i];
+            idx[i] = static_cast<std::int32_t>(k);
+          }
         }
       }
     }
-  }
+  });
 }
 
 void check_host_dtype(Prim p, DType d) {
