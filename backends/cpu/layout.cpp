@@ -12,23 +12,29 @@
 // (allocation and first touch included) for the loops below.
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "kiln/backends/cpu/bits.hpp"
 #include "kiln/backends/cpu/cpu_backend.hpp"
+#include "kiln/backends/cpu/parallel.hpp"
 
 namespace kiln::cpu {
 namespace {
 
-// Calls f(offset, k) for k in [0, numel(shape[:dims])) in row-major order, with
-// offset = sum of index[d] * strides[d] over the first `dims` dims.
+// Calls f(offset, k) for k in [k0, k1) (indices into the first `dims` dims of
+// `shape`, row-major), with offset = sum of index[d] * strides[d] over those
+// dims.
 template <class F>
 void for_each_offset(const Shape& shape, const Shape& strides, std::size_t dims,
-                     F&& f) {
-  std::int64_t count = 1;
-  for (std::size_t d = 0; d < dims; ++d) count *= shape[d];
+                     std::int64_t k0, std::int64_t k1, F&& f) {
   Shape pos(dims, 0);
   std::int64_t offset = 0;
-  for (std::int64_t k = 0; k < count; ++k) {
+  for (std::size_t d = dims, rest = static_cast<std::size_t>(k0); d-- > 0;) {
+    pos[d] = static_cast<std::int64_t>(rest % static_cast<std::size_t>(shape[d]));
+    rest /= static_cast<std::size_t>(shape[d]);
+    offset += pos[d] * strides[d];
+  }
+  for (std::int64_t k = k0; k < k1; ++k) {
     f(offset, k);
     for (std::size_t d = dims; d-- > 0;) {  // odometer step
       offset += strides[d];
@@ -39,26 +45,29 @@ void for_each_offset(const Shape& shape, const Shape& strides, std::size_t dims,
   }
 }
 
-// out (m x n, contiguous) [i, j] = in[i + j * s]: the last two axes swapped. A
-// row-by-row walk would read a whole column per output row; 32x32 tiles keep
-// the columns being read in cache.
+// Rows of this many elements or more are split into pieces this long, so that
+// a few long rows still spread over threads.
+constexpr std::int64_t kRowPiece = std::int64_t{1} << 14;
+
+// out (m x n, contiguous) [i, j] = in[i + j * s] for rows i in [i0, i1): the
+// last two axes swapped. A row-by-row walk would read a whole column per
+// output row; 32x32 tiles keep the columns being read in cache.
+constexpr std::int64_t kTile = 32;
 template <class U>
-void copy_swapped(const U* in, std::int64_t m, std::int64_t n, std::int64_t s,
-                  U* out) {
-  constexpr std::int64_t kTile = 32;
-  for (std::int64_t i0 = 0; i0 < m; i0 += kTile) {
-    const std::int64_t i1 = std::min(m, i0 + kTile);
-    for (std::int64_t j0 = 0; j0 < n; j0 += kTile) {
-      const std::int64_t j1 = std::min(n, j0 + kTile);
-      for (std::int64_t i = i0; i < i1; ++i) {
-        for (std::int64_t j = j0; j < j1; ++j) out[i * n + j] = in[i + j * s];
-      }
+void copy_swapped(const U* in, std::int64_t i0, std::int64_t i1, std::int64_t n,
+                  std::int64_t s, U* out) {
+  for (std::int64_t j0 = 0; j0 < n; j0 += kTile) {
+    const std::int64_t j1 = std::min(n, j0 + kTile);
+    for (std::int64_t i = i0; i < i1; ++i) {
+      for (std::int64_t j = j0; j < j1; ++j) out[i * n + j] = in[i + j * s];
     }
   }
 }
 
 // dst (contiguous, `shape`) [i...] = src[sum i[d] * strides[d]]; a stride of 0
-// repeats (broadcasts) that dim.
+// repeats (broadcasts) that dim. Large copies are split over the thread pool
+// by strips of 32 output rows (swapped axes), whole rows, or pieces of long
+// rows: each element is copied, so the split cannot change a bit.
 template <class U>
 void copy_strided(const U* src, const Shape& shape, const Shape& strides,
                   U* dst) {
@@ -69,26 +78,54 @@ void copy_strided(const U* src, const Shape& shape, const Shape& strides,
   }
   const std::int64_t n = shape[rank - 1];
   const std::int64_t s = strides[rank - 1];
+  const auto u64 = [](std::int64_t v) { return static_cast<std::size_t>(v); };
   if (rank >= 2 && s != 1 && strides[rank - 2] == 1) {
     const std::int64_t m = shape[rank - 2];
-    for_each_offset(shape, strides, rank - 2,
-                    [&](std::int64_t off, std::int64_t k) {
-                      copy_swapped(src + off, m, n, s, dst + k * m * n);
-                    });
+    const std::int64_t strips = (m + kTile - 1) / kTile;
+    const std::int64_t blocks = numel(shape) / (m * n);
+    parallel_ranges(u64(blocks * strips), u64(kTile * n), [&](std::size_t lo, std::size_t hi) {
+      for (auto u = static_cast<std::int64_t>(lo); u < static_cast<std::int64_t>(hi); ++u) {
+        const std::int64_t i0 = u % strips * kTile;
+        for_each_offset(shape, strides, rank - 2, u / strips, u / strips + 1,
+                        [&](std::int64_t off, std::int64_t k) {
+                          copy_swapped(src + off, i0, std::min(m, i0 + kTile), n, s,
+                                       dst + k * m * n);
+                        });
+      }
+    });
     return;
   }
-  for_each_offset(shape, strides, rank - 1,
-                  [&](std::int64_t off, std::int64_t k) {
-                    const U* in = src + off;
-                    U* out = dst + k * n;
-                    if (s == 1) {
-                      std::copy_n(in, n, out);
-                    } else if (s == 0) {
-                      std::fill_n(out, n, *in);
-                    } else {
-                      for (std::int64_t j = 0; j < n; ++j) out[j] = in[j * s];
-                    }
-                  });
+  // out[j0, j1) of row k, which starts at src[off].
+  const auto copy_row = [&](std::int64_t off, std::int64_t k, std::int64_t j0, std::int64_t j1) {
+    const U* in = src + off;
+    U* out = dst + k * n;
+    if (s == 1) {
+      std::copy(in + j0, in + j1, out + j0);
+    } else if (s == 0) {
+      std::fill(out + j0, out + j1, *in);
+    } else {
+      for (std::int64_t j = j0; j < j1; ++j) out[j] = in[j * s];
+    }
+  };
+  const std::int64_t rows = numel(shape) / n;
+  if (n < 2 * kRowPiece) {
+    parallel_ranges(u64(rows), u64(n), [&](std::size_t lo, std::size_t hi) {
+      for_each_offset(shape, strides, rank - 1, static_cast<std::int64_t>(lo),
+                      static_cast<std::int64_t>(hi),
+                      [&](std::int64_t off, std::int64_t k) { copy_row(off, k, 0, n); });
+    });
+    return;
+  }
+  const std::int64_t pieces = (n + kRowPiece - 1) / kRowPiece;
+  parallel_ranges(u64(rows * pieces), u64(kRowPiece), [&](std::size_t lo, std::size_t hi) {
+    for (auto u = static_cast<std::int64_t>(lo); u < static_cast<std::int64_t>(hi); ++u) {
+      const std::int64_t j0 = u % pieces * kRowPiece;
+      for_each_offset(shape, strides, rank - 1, u / pieces, u / pieces + 1,
+                      [&](std::int64_t off, std::int64_t k) {
+                        copy_row(off, k, j0, std::min(n, j0 + kRowPiece));
+                      });
+    }
+  });
 }
 
 // Runs copy_strided from `in` (starting `offset` elements in) into a new
@@ -147,7 +184,8 @@ std::shared_ptr<Buffer> slice(const SliceParams& params, const Array& in,
 }
 
 // Every input, and the output, is viewed as (outer, axis extent * inner): each
-// input then fills a band of columns, one contiguous run per row.
+// input then fills a band of columns, one contiguous run per row. Large ones
+// are split over the thread pool by output rows or pieces of long rows.
 std::shared_ptr<Buffer> concatenate(const AxisParams& params,
                                     std::span<const Array> inputs,
                                     const Aval& out) {
@@ -156,18 +194,33 @@ std::shared_ptr<Buffer> concatenate(const AxisParams& params,
   std::int64_t outer = 1;
   for (std::int64_t d = 0; d < params.axis; ++d) outer *= out.shape[d];
   const std::int64_t row = numel(out.shape) / outer;
+  const std::int64_t pieces = (row + kRowPiece - 1) / kRowPiece;
+  const std::int64_t piece = (row + pieces - 1) / pieces;
   visit_element_size(out.dtype, [&](auto zero) {
     using U = decltype(zero);
     U* dst = static_cast<U*>(buf->host_data());
-    std::int64_t column = 0;
-    for (const Array& in : inputs) {
-      const std::int64_t width = in.size() / outer;
-      const U* src = host_elements<U>(in);
-      for (std::int64_t o = 0; o < outer; ++o) {
-        std::copy_n(src + o * width, width, dst + o * row + column);
+    std::vector<const U*> src;
+    for (const Array& in : inputs) src.push_back(host_elements<U>(in));
+    const auto units = static_cast<std::size_t>(outer * pieces);
+    parallel_ranges(units, static_cast<std::size_t>(piece), [&](std::size_t lo, std::size_t hi) {
+      for (auto u = static_cast<std::int64_t>(lo); u < static_cast<std::int64_t>(hi); ++u) {
+        // Columns [c0, c1) of row o, from each input's band that meets them.
+        const std::int64_t o = u / pieces;
+        const std::int64_t c0 = u % pieces * piece;
+        const std::int64_t c1 = std::min(row, c0 + piece);
+        std::int64_t column = 0;
+        for (std::size_t i = 0; i < inputs.size() && column < c1; ++i) {
+          const std::int64_t width = inputs[i].size() / outer;
+          const std::int64_t from = std::max(c0, column);
+          const std::int64_t to = std::min(c1, column + width);
+          if (from < to) {
+            std::copy(src[i] + o * width + (from - column), src[i] + o * width + (to - column),
+                      dst + o * row + from);
+          }
+          column += width;
+        }
       }
-      column += width;
-    }
+    });
   });
   return buf;
 }
