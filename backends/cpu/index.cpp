@@ -1,7 +1,10 @@
 // CPU kernels for indexing primitives: take, take_along_axis, one_hot and the
 // scatters. Gathers
 // are plain loops over contiguous runs (clearer and faster here than an xtensor
-// expression), written once over the element size (bits.hpp). Index values are
+// expression), written once over the element size (bits.hpp). Large gathers
+// and scatters are split over the thread pool (parallel.hpp) by output rows or
+// columns; a scatter keeps each column's updates in order on one thread, so
+// repeated indices sum the same way at every thread count. Index values are
 // only known now, so the range check that the shape rule cannot do happens
 // here, before anything is written: an IndexError leaves no partial result
 // behind.
@@ -12,6 +15,7 @@
 
 #include "kiln/backends/cpu/bits.hpp"
 #include "kiln/backends/cpu/cpu_backend.hpp"
+#include "kiln/backends/cpu/parallel.hpp"
 
 namespace kiln::cpu {
 namespace {
@@ -55,21 +59,29 @@ std::shared_ptr<Buffer> take(const AxisParams& params, const Array& a,
   for (std::size_t d = 0; d < axis; ++d) outer *= shape[d];
   std::size_t inner = 1;
   for (std::size_t d = axis + 1; d < shape.size(); ++d) inner *= shape[d];
+  // Output rows (o, j) of `inner` elements, split over the thread pool when
+  // there are many.
+  const std::size_t rows = outer * idx.size();
   visit_element_size(out.dtype, [&](auto zero) {
     using U = decltype(zero);
     const U* src = host_elements<U>(a);
-    U* dst = static_cast<U*>(buf->host_data());
-    for (std::size_t o = 0; o < outer; ++o) {
-      const U* block = src + o * static_cast<std::size_t>(n) * inner;
-      if (inner == 1) {  // a gather of single elements: skip copy_n's overhead
-        for (const std::int64_t i : idx) *dst++ = block[i];
-        continue;
+    U* out_rows = static_cast<U*>(buf->host_data());
+    parallel_ranges(rows, inner, [&](std::size_t lo, std::size_t hi) {
+      U* dst = out_rows + lo * inner;
+      for (std::size_t r = lo; r < hi;) {
+        const std::size_t o = r / idx.size();
+        const U* block = src + o * static_cast<std::size_t>(n) * inner;
+        const std::size_t j1 = std::min(idx.size(), hi - o * idx.size());
+        if (inner == 1) {  // a gather of single elements: skip copy_n's overhead
+          for (std::size_t j = r % idx.size(); j < j1; ++j) *dst++ = block[idx[j]];
+        } else {
+          for (std::size_t j = r % idx.size(); j < j1; ++j) {
+            dst = std::copy_n(block + static_cast<std::size_t>(idx[j]) * inner, inner, dst);
+          }
+        }
+        r = o * idx.size() + j1;
       }
-      for (const std::int64_t i : idx) {
-        dst = std::copy_n(block + static_cast<std::size_t>(i) * inner, inner,
-                          dst);
-      }
-    }
+    });
   });
   return buf;
 }
@@ -99,28 +111,38 @@ std::shared_ptr<Buffer> take_along_axis(const AxisParams& params, const Array& a
     const U* src = host_elements<U>(a);
     U* dst = static_cast<U*>(buf->host_data());
     // Odometer over all but the last output dim; the last dim is a tight loop.
+    // Large outputs are split over the thread pool by ranges of rows.
     const std::size_t outer_dims = rank - 1;
     const std::int64_t len = out.shape[rank - 1];
     const std::int64_t a_last = a_strides[rank - 1];
     const std::int64_t i_last = i_strides[rank - 1];
-    Shape pos(outer_dims, 0);
-    std::int64_t a_off = 0;
-    std::int64_t i_off = 0;
-    for (std::size_t k = 0; k < total; k += static_cast<std::size_t>(len)) {
-      for (std::int64_t j = 0; j < len; ++j) {
-        const auto at = static_cast<std::size_t>(i_off + j * i_last);
-        dst[k + static_cast<std::size_t>(j)] =
-            src[a_off + j * a_last + idx[at] * a_axis_stride];
+    const auto ulen = static_cast<std::size_t>(len);
+    parallel_ranges(total / ulen, ulen, [&](std::size_t lo, std::size_t hi) {
+      Shape pos(outer_dims, 0);
+      std::int64_t a_off = 0;
+      std::int64_t i_off = 0;
+      for (std::size_t d = outer_dims, rest = lo; d-- > 0;) {
+        pos[d] = static_cast<std::int64_t>(rest % static_cast<std::size_t>(out.shape[d]));
+        rest /= static_cast<std::size_t>(out.shape[d]);
+        a_off += pos[d] * a_strides[d];
+        i_off += pos[d] * i_strides[d];
       }
-      for (std::size_t d = outer_dims; d-- > 0;) {
-        a_off += a_strides[d];
-        i_off += i_strides[d];
-        if (++pos[d] < out.shape[d]) break;
-        a_off -= a_strides[d] * pos[d];
-        i_off -= i_strides[d] * pos[d];
-        pos[d] = 0;
+      for (std::size_t k = lo * ulen; k < hi * ulen; k += ulen) {
+        for (std::int64_t j = 0; j < len; ++j) {
+          const auto at = static_cast<std::size_t>(i_off + j * i_last);
+          dst[k + static_cast<std::size_t>(j)] =
+              src[a_off + j * a_last + idx[at] * a_axis_stride];
+        }
+        for (std::size_t d = outer_dims; d-- > 0;) {
+          a_off += a_strides[d];
+          i_off += i_strides[d];
+          if (++pos[d] < out.shape[d]) break;
+          a_off -= a_strides[d] * pos[d];
+          i_off -= i_strides[d] * pos[d];
+          pos[d] = 0;
+        }
       }
-    }
+    });
   });
   return buf;
 }
@@ -177,21 +199,29 @@ std::shared_ptr<Buffer> scatter(Prim p, const AxisParams& params, std::span<cons
     using T = decltype(zero);
     const T* u = upd.data<T>();
     T* dst = static_cast<T*>(buf->host_data());
-    for (std::size_t o = 0; o < outer; ++o) {
-      T* block = dst + o * static_cast<std::size_t>(n) * inner;
-      for (std::size_t k = 0; k < k_count; ++k) {
-        const T* src = u + (o * k_count + k) * inner;
-        const std::int64_t* ik = per_element ? &idx[(o * k_count + k) * inner] : &idx[k];
-        for (std::size_t q = 0; q < inner; ++q) {
-          T& slot = block[static_cast<std::size_t>(ik[per_element ? q : 0]) * inner + q];
-          if constexpr (std::is_same_v<T, bool>) {
-            slot = src[q];
-          } else {
-            slot = add ? static_cast<T>(slot + src[q]) : src[q];
+    // A slot of column (o, q) only receives that column's updates, so blocks of
+    // columns can go to different threads, each applying its updates in k order.
+    const ColumnBlocks cb = column_blocks(outer, k_count, inner);
+    parallel_ranges(outer * cb.blocks, k_count * cb.width, [&](std::size_t lo, std::size_t hi) {
+      for (std::size_t unit = lo; unit < hi; ++unit) {
+        const std::size_t o = unit / cb.blocks;
+        const std::size_t q0 = unit % cb.blocks * cb.width;
+        const std::size_t q1 = std::min(inner, q0 + cb.width);
+        T* block = dst + o * static_cast<std::size_t>(n) * inner;
+        for (std::size_t k = 0; k < k_count; ++k) {
+          const T* src = u + (o * k_count + k) * inner;
+          const std::int64_t* ik = per_element ? &idx[(o * k_count + k) * inner] : &idx[k];
+          for (std::size_t q = q0; q < q1; ++q) {
+            T& slot = block[static_cast<std::size_t>(ik[per_element ? q : 0]) * inner + q];
+            if constexpr (std::is_same_v<T, bool>) {
+              slot = src[q];
+            } else {
+              slot = add ? static_cast<T>(slot + src[q]) : src[q];
+            }
           }
         }
       }
-    }
+    });
   });
   return buf;
 }
