@@ -20,7 +20,8 @@ namespace {
 double cpu_seconds() {
   timespec ts{};
   clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+  return static_cast<double>(ts.tv_sec) +
+         1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
 double median(std::vector<double> v) {
@@ -30,7 +31,8 @@ double median(std::vector<double> v) {
 
 Array ramp(const Shape& shape) {
   std::vector<float> v(static_cast<std::size_t>(numel(shape)));
-  for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(i % 1013) * 1e-3f - 0.5f;
+  for (std::size_t i = 0; i < v.size(); ++i)
+    v[i] = static_cast<float>(i % 1013) * 1e-3f - 0.5f;
   return Array::from_data<float>(v, shape);
 }
 
@@ -45,8 +47,10 @@ int main(int argc, char** argv) {
   const Array flat = reshape(x, {2048 * 2048});
   const Array row = ramp({1, 2048});
   std::vector<std::int32_t> ids(1 << 20);
-  for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::int32_t>((i * 7919) % 2048);
-  const Array idx = Array::from_data<std::int32_t>(ids, {static_cast<std::int64_t>(ids.size())});
+  for (std::size_t i = 0; i < ids.size(); ++i)
+    ids[i] = static_cast<std::int32_t>((i * 7919) % 2048);
+  const Array idx = Array::from_data<std::int32_t>(
+      ids, {static_cast<std::int64_t>(ids.size())});
   const Array upd = ramp({512, 2048});
   const Array idx512 = slice_axis(idx, 0, 0, 512);
   const std::vector<std::pair<std::string, std::function<Array()>>> ops = {
@@ -58,11 +62,21 @@ int main(int argc, char** argv) {
       {"argmax axis 1 (2048x2048)", [&] { return argmax(x, 1); }},
       {"argmax all (4M)", [&] { return argmax(flat); }},
       {"transpose (2048x2048)", [&] { return transpose(x); }},
-      {"slice step 2 (2048x2048)", [&] { return slice(x, {0, 0}, {2048, 2048}, {1, 2}); }},
-      {"broadcast_to (1x2048 -> 2048x2048)", [&] { return broadcast_to(row, {2048, 2048}); }},
-      {"concatenate axis 1 (2x 2048x2048)", [&] { return concatenate({x, x}, 1); }},
+      {"slice step 2 (2048x2048)",
+       [&] {
+         return slice(x, {0, 0}, {2048, 2048}, {1, 2});
+       }},
+      {"broadcast_to (1x2048 -> 2048x2048)",
+       [&] {
+         return broadcast_to(row, {2048, 2048});
+       }},
+      {"concatenate axis 1 (2x 2048x2048)",
+       [&] {
+         return concatenate({x, x}, 1);
+       }},
       {"take rows (2048x2048 by 512)", [&] { return take(x, idx512, 0); }},
-      {"scatter_add rows (512 into 2048x2048)", [&] { return scatter_add(x, idx512, upd, 0); }},
+      {"scatter_add rows (512 into 2048x2048)",
+       [&] { return scatter_add(x, idx512, upd, 0); }},
   };
   for (const auto& [label, op] : ops) {
     for (int t : threads) {
@@ -73,13 +87,14 @@ int main(int argc, char** argv) {
         const double c0 = cpu_seconds();
         Array out = op();
         const double c1 = cpu_seconds();
-        const std::chrono::duration<double> dt = std::chrono::steady_clock::now() - t0;
+        const std::chrono::duration<double> dt =
+            std::chrono::steady_clock::now() - t0;
         if (r == 0) continue;  // warm-up
         wall.push_back(dt.count() * 1e3);
         cpu.push_back((c1 - c0) * 1e3);
       }
-      std::printf("%-40s threads %d  wall %8.3f ms  cpu %8.3f ms\n", label.c_str(), t,
-                  median(wall), median(cpu));
+      std::printf("%-40s threads %d  wall %8.3f ms  cpu %8.3f ms\n",
+                  label.c_str(), t, median(wall), median(cpu));
     }
   }
   return 0;

@@ -72,11 +72,14 @@ std::shared_ptr<Buffer> take(const AxisParams& params, const Array& a,
         const std::size_t o = r / idx.size();
         const U* block = src + o * static_cast<std::size_t>(n) * inner;
         const std::size_t j1 = std::min(idx.size(), hi - o * idx.size());
-        if (inner == 1) {  // a gather of single elements: skip copy_n's overhead
-          for (std::size_t j = r % idx.size(); j < j1; ++j) *dst++ = block[idx[j]];
+        if (inner ==
+            1) {  // a gather of single elements: skip copy_n's overhead
+          for (std::size_t j = r % idx.size(); j < j1; ++j)
+            *dst++ = block[idx[j]];
         } else {
           for (std::size_t j = r % idx.size(); j < j1; ++j) {
-            dst = std::copy_n(block + static_cast<std::size_t>(idx[j]) * inner, inner, dst);
+            dst = std::copy_n(block + static_cast<std::size_t>(idx[j]) * inner,
+                              inner, dst);
           }
         }
         r = o * idx.size() + j1;
@@ -122,7 +125,8 @@ std::shared_ptr<Buffer> take_along_axis(const AxisParams& params, const Array& a
       std::int64_t a_off = 0;
       std::int64_t i_off = 0;
       for (std::size_t d = outer_dims, rest = lo; d-- > 0;) {
-        pos[d] = static_cast<std::int64_t>(rest % static_cast<std::size_t>(out.shape[d]));
+        pos[d] = static_cast<std::int64_t>(
+            rest % static_cast<std::size_t>(out.shape[d]));
         rest /= static_cast<std::size_t>(out.shape[d]);
         a_off += pos[d] * a_strides[d];
         i_off += pos[d] * i_strides[d];
@@ -200,28 +204,35 @@ std::shared_ptr<Buffer> scatter(Prim p, const AxisParams& params, std::span<cons
     const T* u = upd.data<T>();
     T* dst = static_cast<T*>(buf->host_data());
     // A slot of column (o, q) only receives that column's updates, so blocks of
-    // columns can go to different threads, each applying its updates in k order.
+    // columns can go to different threads, each applying its updates in k
+    // order.
     const ColumnBlocks cb = column_blocks(outer, k_count, inner);
-    parallel_ranges(outer * cb.blocks, k_count * cb.width, [&](std::size_t lo, std::size_t hi) {
-      for (std::size_t unit = lo; unit < hi; ++unit) {
-        const std::size_t o = unit / cb.blocks;
-        const std::size_t q0 = unit % cb.blocks * cb.width;
-        const std::size_t q1 = std::min(inner, q0 + cb.width);
-        T* block = dst + o * static_cast<std::size_t>(n) * inner;
-        for (std::size_t k = 0; k < k_count; ++k) {
-          const T* src = u + (o * k_count + k) * inner;
-          const std::int64_t* ik = per_element ? &idx[(o * k_count + k) * inner] : &idx[k];
-          for (std::size_t q = q0; q < q1; ++q) {
-            T& slot = block[static_cast<std::size_t>(ik[per_element ? q : 0]) * inner + q];
-            if constexpr (std::is_same_v<T, bool>) {
-              slot = src[q];
-            } else {
-              slot = add ? static_cast<T>(slot + src[q]) : src[q];
+    parallel_ranges(
+        outer * cb.blocks, k_count * cb.width,
+        [&](std::size_t lo, std::size_t hi) {
+          for (std::size_t unit = lo; unit < hi; ++unit) {
+            const std::size_t o = unit / cb.blocks;
+            const std::size_t q0 = unit % cb.blocks * cb.width;
+            const std::size_t q1 = std::min(inner, q0 + cb.width);
+            T* block = dst + o * static_cast<std::size_t>(n) * inner;
+            for (std::size_t k = 0; k < k_count; ++k) {
+              const T* src = u + (o * k_count + k) * inner;
+              const std::int64_t* ik =
+                  per_element ? &idx[(o * k_count + k) * inner] : &idx[k];
+              for (std::size_t q = q0; q < q1; ++q) {
+                T& slot =
+                    block[static_cast<std::size_t>(ik[per_element ? q : 0]) *
+                              inner +
+                          q];
+                if constexpr (std::is_same_v<T, bool>) {
+                  slot = src[q];
+                } else {
+                  slot = add ? static_cast<T>(slot + src[q]) : src[q];
+                }
+              }
             }
           }
-        }
-      }
-    });
+        });
   });
   return buf;
 }

@@ -30,7 +30,8 @@ void for_each_offset(const Shape& shape, const Shape& strides, std::size_t dims,
   Shape pos(dims, 0);
   std::int64_t offset = 0;
   for (std::size_t d = dims, rest = static_cast<std::size_t>(k0); d-- > 0;) {
-    pos[d] = static_cast<std::int64_t>(rest % static_cast<std::size_t>(shape[d]));
+    pos[d] =
+        static_cast<std::int64_t>(rest % static_cast<std::size_t>(shape[d]));
     rest /= static_cast<std::size_t>(shape[d]);
     offset += pos[d] * strides[d];
   }
@@ -83,20 +84,25 @@ void copy_strided(const U* src, const Shape& shape, const Shape& strides,
     const std::int64_t m = shape[rank - 2];
     const std::int64_t strips = (m + kTile - 1) / kTile;
     const std::int64_t blocks = numel(shape) / (m * n);
-    parallel_ranges(u64(blocks * strips), u64(kTile * n), [&](std::size_t lo, std::size_t hi) {
-      for (auto u = static_cast<std::int64_t>(lo); u < static_cast<std::int64_t>(hi); ++u) {
-        const std::int64_t i0 = u % strips * kTile;
-        for_each_offset(shape, strides, rank - 2, u / strips, u / strips + 1,
-                        [&](std::int64_t off, std::int64_t k) {
-                          copy_swapped(src + off, i0, std::min(m, i0 + kTile), n, s,
-                                       dst + k * m * n);
-                        });
-      }
-    });
+    parallel_ranges(u64(blocks * strips), u64(kTile * n),
+                    [&](std::size_t lo, std::size_t hi) {
+                      for (auto u = static_cast<std::int64_t>(lo);
+                           u < static_cast<std::int64_t>(hi); ++u) {
+                        const std::int64_t i0 = u % strips * kTile;
+                        for_each_offset(shape, strides, rank - 2, u / strips,
+                                        u / strips + 1,
+                                        [&](std::int64_t off, std::int64_t k) {
+                                          copy_swapped(src + off, i0,
+                                                       std::min(m, i0 + kTile),
+                                                       n, s, dst + k * m * n);
+                                        });
+                      }
+                    });
     return;
   }
   // out[j0, j1) of row k, which starts at src[off].
-  const auto copy_row = [&](std::int64_t off, std::int64_t k, std::int64_t j0, std::int64_t j1) {
+  const auto copy_row = [&](std::int64_t off, std::int64_t k, std::int64_t j0,
+                            std::int64_t j1) {
     const U* in = src + off;
     U* out = dst + k * n;
     if (s == 1) {
@@ -110,22 +116,25 @@ void copy_strided(const U* src, const Shape& shape, const Shape& strides,
   const std::int64_t rows = numel(shape) / n;
   if (n < 2 * kRowPiece) {
     parallel_ranges(u64(rows), u64(n), [&](std::size_t lo, std::size_t hi) {
-      for_each_offset(shape, strides, rank - 1, static_cast<std::int64_t>(lo),
-                      static_cast<std::int64_t>(hi),
-                      [&](std::int64_t off, std::int64_t k) { copy_row(off, k, 0, n); });
+      for_each_offset(
+          shape, strides, rank - 1, static_cast<std::int64_t>(lo),
+          static_cast<std::int64_t>(hi),
+          [&](std::int64_t off, std::int64_t k) { copy_row(off, k, 0, n); });
     });
     return;
   }
   const std::int64_t pieces = (n + kRowPiece - 1) / kRowPiece;
-  parallel_ranges(u64(rows * pieces), u64(kRowPiece), [&](std::size_t lo, std::size_t hi) {
-    for (auto u = static_cast<std::int64_t>(lo); u < static_cast<std::int64_t>(hi); ++u) {
-      const std::int64_t j0 = u % pieces * kRowPiece;
-      for_each_offset(shape, strides, rank - 1, u / pieces, u / pieces + 1,
-                      [&](std::int64_t off, std::int64_t k) {
-                        copy_row(off, k, j0, std::min(n, j0 + kRowPiece));
-                      });
-    }
-  });
+  parallel_ranges(
+      u64(rows * pieces), u64(kRowPiece), [&](std::size_t lo, std::size_t hi) {
+        for (auto u = static_cast<std::int64_t>(lo);
+             u < static_cast<std::int64_t>(hi); ++u) {
+          const std::int64_t j0 = u % pieces * kRowPiece;
+          for_each_offset(shape, strides, rank - 1, u / pieces, u / pieces + 1,
+                          [&](std::int64_t off, std::int64_t k) {
+                            copy_row(off, k, j0, std::min(n, j0 + kRowPiece));
+                          });
+        }
+      });
 }
 
 // Runs copy_strided from `in` (starting `offset` elements in) into a new
@@ -202,25 +211,30 @@ std::shared_ptr<Buffer> concatenate(const AxisParams& params,
     std::vector<const U*> src;
     for (const Array& in : inputs) src.push_back(host_elements<U>(in));
     const auto units = static_cast<std::size_t>(outer * pieces);
-    parallel_ranges(units, static_cast<std::size_t>(piece), [&](std::size_t lo, std::size_t hi) {
-      for (auto u = static_cast<std::int64_t>(lo); u < static_cast<std::int64_t>(hi); ++u) {
-        // Columns [c0, c1) of row o, from each input's band that meets them.
-        const std::int64_t o = u / pieces;
-        const std::int64_t c0 = u % pieces * piece;
-        const std::int64_t c1 = std::min(row, c0 + piece);
-        std::int64_t column = 0;
-        for (std::size_t i = 0; i < inputs.size() && column < c1; ++i) {
-          const std::int64_t width = inputs[i].size() / outer;
-          const std::int64_t from = std::max(c0, column);
-          const std::int64_t to = std::min(c1, column + width);
-          if (from < to) {
-            std::copy(src[i] + o * width + (from - column), src[i] + o * width + (to - column),
-                      dst + o * row + from);
-          }
-          column += width;
-        }
-      }
-    });
+    parallel_ranges(units, static_cast<std::size_t>(piece),
+                    [&](std::size_t lo, std::size_t hi) {
+                      for (auto u = static_cast<std::int64_t>(lo);
+                           u < static_cast<std::int64_t>(hi); ++u) {
+                        // Columns [c0, c1) of row o, from each input's band
+                        // that meets them.
+                        const std::int64_t o = u / pieces;
+                        const std::int64_t c0 = u % pieces * piece;
+                        const std::int64_t c1 = std::min(row, c0 + piece);
+                        std::int64_t column = 0;
+                        for (std::size_t i = 0;
+                             i < inputs.size() && column < c1; ++i) {
+                          const std::int64_t width = inputs[i].size() / outer;
+                          const std::int64_t from = std::max(c0, column);
+                          const std::int64_t to = std::min(c1, column + width);
+                          if (from < to) {
+                            std::copy(src[i] + o * width + (from - column),
+                                      src[i] + o * width + (to - column),
+                                      dst + o * row + from);
+                          }
+                          column += width;
+                        }
+                      }
+                    });
   });
   return buf;
 }

@@ -41,11 +41,13 @@ struct ColumnBlocks {
   std::size_t blocks;
   std::size_t width;
 };
-inline ColumnBlocks column_blocks(std::size_t outer, std::size_t n, std::size_t inner) {
+inline ColumnBlocks column_blocks(std::size_t outer, std::size_t n,
+                                  std::size_t inner) {
   const std::size_t tasks = outer * n * inner / kTaskGrain;
   std::size_t blocks = 1;
   if (tasks > outer) {
-    blocks = std::min((tasks + outer - 1) / outer, std::max<std::size_t>(1, inner / 64));
+    blocks = std::min((tasks + outer - 1) / outer,
+                      std::max<std::size_t>(1, inner / 64));
   }
   const std::size_t width = (inner + blocks - 1) / blocks;
   return {(inner + width - 1) / width, width};

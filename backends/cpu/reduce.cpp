@@ -1,5 +1,5 @@
-// CPU kernels for reductions (sum, prod, max, min over axes) and index reductions
-// (argmax, argmin along one axis).
+// CPU kernels for reductions (sum, prod, max, min over axes) and index
+// reductions (argmax, argmin along one axis).
 //
 // A reduction of a contiguous row-major array depends only on the runs of
 // reduced and kept dims, so the shape is collapsed first: size-1 dims dropped,
@@ -170,7 +170,8 @@ template <class Op, class S>
 void reduce_rows(const S* in, S* out, std::size_t outer, std::size_t n) {
   if (n <= kPiece) {
     parallel_ranges(outer, n, [&](std::size_t lo, std::size_t hi) {
-      for (std::size_t o = lo; o < hi; ++o) out[o] = reduce_contiguous<Op>(in + o * n, n);
+      for (std::size_t o = lo; o < hi; ++o)
+        out[o] = reduce_contiguous<Op>(in + o * n, n);
     });
     return;
   }
@@ -179,7 +180,8 @@ void reduce_rows(const S* in, S* out, std::size_t outer, std::size_t n) {
   parallel_ranges(part.size(), kPiece, [&](std::size_t lo, std::size_t hi) {
     for (std::size_t u = lo; u < hi; ++u) {
       const std::size_t begin = u % pieces * kPiece;
-      part[u] = reduce_contiguous<Op>(in + u / pieces * n + begin, std::min(kPiece, n - begin));
+      part[u] = reduce_contiguous<Op>(in + u / pieces * n + begin,
+                                      std::min(kPiece, n - begin));
     }
   });
   for (std::size_t o = 0; o < outer; ++o) {
@@ -196,26 +198,28 @@ void reduce_middle(const S* in, S* out, std::size_t outer, std::size_t n,
                    std::size_t inner) {
   if (inner == 1) return reduce_rows<Op>(in, out, outer, n);
   const ColumnBlocks cb = column_blocks(outer, n, inner);
-  parallel_ranges(outer * cb.blocks, n * cb.width, [&](std::size_t lo, std::size_t hi) {
-    for (std::size_t u = lo; u < hi; ++u) {
-      const std::size_t o = u / cb.blocks;
-      const std::size_t c0 = u % cb.blocks * cb.width;
-      const std::size_t w = std::min(cb.width, inner - c0);
-      const S* base = in + o * n * inner + c0;
-      S* dst = out + o * inner + c0;
-      std::copy(base, base + w, dst);
-      if (inner >= kMinRow) {
-        auto acc = flat(dst, w);
-        for (std::size_t k = 1; k < n; ++k) {
-          xt::noalias(acc) = xt::detail::make_xfunction<Op>(acc, flat(base + k * inner, w));
+  parallel_ranges(
+      outer * cb.blocks, n * cb.width, [&](std::size_t lo, std::size_t hi) {
+        for (std::size_t u = lo; u < hi; ++u) {
+          const std::size_t o = u / cb.blocks;
+          const std::size_t c0 = u % cb.blocks * cb.width;
+          const std::size_t w = std::min(cb.width, inner - c0);
+          const S* base = in + o * n * inner + c0;
+          S* dst = out + o * inner + c0;
+          std::copy(base, base + w, dst);
+          if (inner >= kMinRow) {
+            auto acc = flat(dst, w);
+            for (std::size_t k = 1; k < n; ++k) {
+              xt::noalias(acc) = xt::detail::make_xfunction<Op>(
+                  acc, flat(base + k * inner, w));
+            }
+          } else {
+            for (std::size_t k = 1; k < n; ++k) {
+              std::transform(dst, dst + w, base + k * inner, dst, Op{});
+            }
+          }
         }
-      } else {
-        for (std::size_t k = 1; k < n; ++k) {
-          std::transform(dst, dst + w, base + k * inner, dst, Op{});
-        }
-      }
-    }
-  });
+      });
 }
 
 // Reduces the runs of c.axes one at a time, the last first (each pass shrinks
@@ -289,14 +293,16 @@ void arg_reduce_kernel(const S* in, std::int32_t* out, std::size_t outer,
     parallel_ranges(part.size(), kPiece, [&](std::size_t lo, std::size_t hi) {
       for (std::size_t u = lo; u < hi; ++u) {
         const std::size_t begin = u % pieces * kPiece;
-        part[u] = arg_extreme<kMax>(in + u / pieces * n + begin, std::min(kPiece, n - begin));
+        part[u] = arg_extreme<kMax>(in + u / pieces * n + begin,
+                                    std::min(kPiece, n - begin));
         part[u].first += begin;
       }
     });
     for (std::size_t o = 0; o < outer; ++o) {
       std::pair<std::size_t, S> r = part[o * pieces];
       for (std::size_t q = 1; q < pieces; ++q) {
-        if (better<kMax>(part[o * pieces + q].second, r.second)) r = part[o * pieces + q];
+        if (better<kMax>(part[o * pieces + q].second, r.second))
+          r = part[o * pieces + q];
       }
       out[o] = static_cast<std::int32_t>(r.first);
     }
@@ -305,33 +311,35 @@ void arg_reduce_kernel(const S* in, std::int32_t* out, std::size_t outer,
   if (inner == 1) {
     parallel_ranges(outer, n, [&](std::size_t lo, std::size_t hi) {
       for (std::size_t o = lo; o < hi; ++o) {
-        out[o] = static_cast<std::int32_t>(arg_extreme<kMax>(in + o * n, n).first);
+        out[o] =
+            static_cast<std::int32_t>(arg_extreme<kMax>(in + o * n, n).first);
       }
     });
     return;
   }
   const ColumnBlocks cb = column_blocks(outer, n, inner);
-  parallel_ranges(outer * cb.blocks, n * cb.width, [&](std::size_t lo, std::size_t hi) {
-    std::vector<S> best(cb.width);
-    for (std::size_t u = lo; u < hi; ++u) {
-      const std::size_t o = u / cb.blocks;
-      const std::size_t c0 = u % cb.blocks * cb.width;
-      const std::size_t w = std::min(cb.width, inner - c0);
-      const S* base = in + o * n * inner + c0;
-      std::int32_t* idx = out + o * inner + c0;
-      std::copy(base, base + w, best.begin());
-      std::fill(idx, idx + w, 0);
-      for (std::size_t k = 1; k < n; ++k) {
-        const S* row = base + k * inner;
-        for (std::size_t i = 0; i < w; ++i) {
-          if (better<kMax>(row[i], best[i])) {
-            best[i] = row[i];
-            idx[i] = static_cast<std::int32_t>(k);
-          }
-        }
-      }
-    }
-  });
+  parallel_ranges(outer * cb.blocks, n * cb.width,
+                  [&](std::size_t lo, std::size_t hi) {
+                    std::vector<S> best(cb.width);
+                    for (std::size_t u = lo; u < hi; ++u) {
+                      const std::size_t o = u / cb.blocks;
+                      const std::size_t c0 = u % cb.blocks * cb.width;
+                      const std::size_t w = std::min(cb.width, inner - c0);
+                      const S* base = in + o * n * inner + c0;
+                      std::int32_t* idx = out + o * inner + c0;
+                      std::copy(base, base + w, best.begin());
+                      std::fill(idx, idx + w, 0);
+                      for (std::size_t k = 1; k < n; ++k) {
+                        const S* row = base + k * inner;
+                        for (std::size_t i = 0; i < w; ++i) {
+                          if (better<kMax>(row[i], best[i])) {
+                            best[i] = row[i];
+                            idx[i] = static_cast<std::int32_t>(k);
+                          }
+                        }
+                      }
+                    }
+                  });
 }
 
 void check_host_dtype(Prim p, DType d) {
