@@ -60,6 +60,7 @@ int main(int argc, char** argv) {
       {"sum all (4M)", [&] { return sum(flat); }},
       {"max all (4M)", [&] { return max(flat); }},
       {"argmax axis 1 (2048x2048)", [&] { return argmax(x, 1); }},
+      {"argmax axis 0 (2048x2048)", [&] { return argmax(x, 0); }},
       {"argmax all (4M)", [&] { return argmax(flat); }},
       {"transpose (2048x2048)", [&] { return transpose(x); }},
       {"slice step 2 (2048x2048)",

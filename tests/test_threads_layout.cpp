@@ -336,22 +336,33 @@ TEST_CASE(
       case Prim::kScatter:
       case Prim::kScatterAdd: {
         const bool add = info.prim == Prim::kScatterAdd;
-        const Array base = mixed(s);
-        for (const std::int64_t axis : {0, 1}) {
-          // Few distinct indices: every slot gets many updates.
-          const Array idx = index_array(axis == 0 ? 3000 : 700, 37);
-          const Array upd =
-              mixed(axis == 0 ? Shape{3000, 523} : Shape{2053, 700});
-          const std::string label =
-              std::string(info.name) + " axis " + std::to_string(axis);
+        // Updates along axis 0 of narrow and of wide rows, and along axis 1
+        // (the kernel's rows, column blocks, and outer rows); few distinct
+        // indices, so every slot gets many updates.
+        struct Scatter {
+          Shape shape;
+          std::int64_t axis, updates;
+        };
+        for (const Scatter& c :
+             {Scatter{s, 0, 3000}, Scatter{{64, 40000}, 0, 100},
+              Scatter{s, 1, 700}}) {
+          const Array base = mixed(c.shape);
+          const Array idx =
+              index_array(static_cast<std::size_t>(c.updates), 37);
+          Shape us = c.shape;
+          us[static_cast<std::size_t>(c.axis)] = c.updates;
+          const Array upd = mixed(us);
+          const std::string label = detail::str_cat(
+              info.name, " (", detail::join(c.shape, ","), ") axis ", c.axis);
           const Array got = same_at_every_thread_count(label, [&] {
-            return add ? scatter_add(base, idx, upd, axis)
-                       : scatter(base, idx, upd, axis);
+            return add ? scatter_add(base, idx, upd, c.axis)
+                       : scatter(base, idx, upd, c.axis);
           });
           INFO(label);
           CHECK(bits(got) ==
                 bits(Array::from_data<float>(
-                    scatter_reference(base, idx, upd, axis, add, false), s)));
+                    scatter_reference(base, idx, upd, c.axis, add, false),
+                    c.shape)));
         }
         break;
       }

@@ -142,8 +142,10 @@ struct ReduceCase {
 // Past the 128k-element threshold, odd extents: the kernels' every split.
 const ReduceCase kReduceCases[] = {
     {{2053, 523}, {1}, "inner axis (many rows)"},
-    {{2053, 523}, {0}, "outer axis (column blocks)"},
+    {{2053, 523}, {0}, "outer axis (pieces of rows)"},
+    {{5, 70001}, {0}, "outer axis of wide rows (column blocks)"},
     {{37, 301, 29}, {1}, "middle axis"},
+    {{3, 20000, 7}, {1}, "middle axis, narrow (pieces of rows)"},
     {{65, 73, 81}, {0, 2}, "two separate axes"},
     {{3, 100003}, {1}, "a few long rows (fixed pieces)"},
     {{(1 << 20) + 37}, {0}, "everything, 1-D (fixed pieces)"},
@@ -234,6 +236,7 @@ TEST_CASE(
   };
   const Case cases[] = {
       {{2053, 523}, 1, false},      {{2053, 523}, 0, false},
+      {{5, 70001}, 0, false},       {{3, 20000, 7}, 1, true},
       {{37, 301, 29}, 1, false},    {{3, 100003}, 1, false},
       {{(1 << 20) + 37}, 0, false}, {{(1 << 20) + 37}, 0, true},
       {{3, 100003}, 1, true}};

@@ -18,10 +18,11 @@
 //
 // Large reductions run on the thread pool (parallel.hpp) with the same bits at
 // every thread count: kept elements (rows, or blocks of columns) are split
-// between tasks, each computed exactly as on one thread, and a contiguous row
-// longer than kPiece is reduced in fixed pieces combined in order (the one
-// place where threads changed the summation order, for every thread count
-// alike, 1 included).
+// between tasks, each computed exactly as on one thread, and a long reduced
+// extent (a contiguous row past kPiece elements, a middle dim past
+// piece_rows()) is reduced in pieces fixed by the shape, whose results are
+// combined in order. The pieces are where the thread pool changed the order of
+// float operations, for every thread count alike, 1 included.
 #include <algorithm>
 #include <cstring>
 #include <limits>
@@ -190,36 +191,74 @@ void reduce_rows(const S* in, S* out, std::size_t outer, std::size_t n) {
   }
 }
 
+// dst[0, w) = Op over k < rows of base[k * stride + (0, w)], folding rows in
+// order. `simd`: one vectorized assignment per row (else element by element),
+// chosen from the full row length so that a column gives the same bits
+// whichever block of columns it is in.
+template <class Op, class S>
+void fold_rows(const S* base, S* dst, std::size_t rows, std::size_t stride,
+               std::size_t w, bool simd) {
+  std::copy(base, base + w, dst);
+  if (simd) {
+    auto acc = flat(dst, w);
+    for (std::size_t k = 1; k < rows; ++k) {
+      xt::noalias(acc) =
+          xt::detail::make_xfunction<Op>(acc, flat(base + k * stride, w));
+    }
+  } else {
+    for (std::size_t k = 1; k < rows; ++k) {
+      std::transform(dst, dst + w, base + k * stride, dst, Op{});
+    }
+  }
+}
+
+// Rows per piece of a reduction over a middle dim: about kPiece elements, and
+// at least 64 rows.
+std::size_t piece_rows(std::size_t inner) {
+  return std::max<std::size_t>(64, kPiece / inner);
+}
+
 // out[o, i] = Op over k of in[o, k, i], for an (outer, n, inner) array. Each
-// output element is a fold over k in order, so the columns can be split over
-// threads (in blocks) without changing a bit.
+// output element is a fold over k in order, over at most piece_rows(inner)
+// rows at a time: a longer n is folded piece by piece into partial rows, which
+// are then folded in order. The pieces depend on the shape only (the same bits
+// at every thread count); they let a reduction with few kept rows, such as a
+// column sum, use several threads, together with blocks of columns (which
+// change nothing: columns are independent).
 template <class Op, class S>
 void reduce_middle(const S* in, S* out, std::size_t outer, std::size_t n,
                    std::size_t inner) {
   if (inner == 1) return reduce_rows<Op>(in, out, outer, n);
-  const ColumnBlocks cb = column_blocks(outer, n, inner);
-  parallel_ranges(
-      outer * cb.blocks, n * cb.width, [&](std::size_t lo, std::size_t hi) {
-        for (std::size_t u = lo; u < hi; ++u) {
-          const std::size_t o = u / cb.blocks;
-          const std::size_t c0 = u % cb.blocks * cb.width;
-          const std::size_t w = std::min(cb.width, inner - c0);
-          const S* base = in + o * n * inner + c0;
-          S* dst = out + o * inner + c0;
-          std::copy(base, base + w, dst);
-          if (inner >= kMinRow) {
-            auto acc = flat(dst, w);
-            for (std::size_t k = 1; k < n; ++k) {
-              xt::noalias(acc) = xt::detail::make_xfunction<Op>(
-                  acc, flat(base + k * inner, w));
-            }
-          } else {
-            for (std::size_t k = 1; k < n; ++k) {
-              std::transform(dst, dst + w, base + k * inner, dst, Op{});
-            }
-          }
-        }
-      });
+  const bool simd = inner >= kMinRow;
+  const std::size_t rows = std::min(n, piece_rows(inner));
+  const std::size_t pieces = (n + rows - 1) / rows;
+  std::vector<S> part(pieces > 1 ? outer * pieces * inner : 0);
+  S* const partial = pieces > 1 ? part.data() : out;
+  const ColumnBlocks cb = column_blocks(outer * pieces, rows, inner);
+  parallel_ranges(outer * pieces * cb.blocks, rows * cb.width,
+                  [&](std::size_t lo, std::size_t hi) {
+                    for (std::size_t u = lo; u < hi; ++u) {
+                      const std::size_t op = u / cb.blocks;  // o * pieces + p
+                      const std::size_t c0 = u % cb.blocks * cb.width;
+                      const std::size_t k0 = op % pieces * rows;
+                      fold_rows<Op>(in + (op / pieces * n + k0) * inner + c0,
+                                    partial + op * inner + c0,
+                                    std::min(rows, n - k0), inner,
+                                    std::min(cb.width, inner - c0), simd);
+                    }
+                  });
+  if (pieces == 1) return;
+  const ColumnBlocks cc = column_blocks(outer, pieces, inner);
+  parallel_ranges(outer * cc.blocks, pieces * cc.width,
+                  [&](std::size_t lo, std::size_t hi) {
+                    for (std::size_t u = lo; u < hi; ++u) {
+                      const std::size_t o = u / cc.blocks;
+                      const std::size_t c0 = u % cc.blocks * cc.width;
+                      fold_rows<Op>(partial + o * pieces * inner + c0,
+                                    out + o * inner + c0, pieces, inner,
+                                    std::min(cc.width, inner - c0), simd);
+                    }
+                  });
 }
 
 // Reduces the runs of c.axes one at a time, the last first (each pass shrinks
@@ -280,10 +319,11 @@ std::pair<std::size_t, S> arg_extreme(const S* p, std::size_t n) {
 
 // Index of the first extreme value along the middle dim of (outer, n, inner),
 // NaN first. xt::argmax is not used: it copies non-leading axes, ignores NaN,
-// and in xtensor 0.24 answers argmin for 1-D input. Long contiguous rows are
-// scanned in pieces (kPiece) on several threads; a later piece's extreme
-// replaces an earlier one's only if `better`, which gives the index a scan of
-// the whole row gives. Otherwise columns (in blocks) are split over threads.
+// and in xtensor 0.24 answers argmin for 1-D input. A long extent is scanned
+// in pieces (kPiece elements of a contiguous row, piece_rows() rows of a
+// middle dim) on several threads; a later piece's extreme replaces an earlier
+// one's only if `better`, which gives the index a scan of the whole extent
+// gives (unlike sums, no bit depends on the pieces).
 template <bool kMax, class S>
 void arg_reduce_kernel(const S* in, std::int32_t* out, std::size_t outer,
                        std::size_t n, std::size_t inner) {
@@ -317,29 +357,65 @@ void arg_reduce_kernel(const S* in, std::int32_t* out, std::size_t outer,
     });
     return;
   }
-  const ColumnBlocks cb = column_blocks(outer, n, inner);
-  parallel_ranges(outer * cb.blocks, n * cb.width,
-                  [&](std::size_t lo, std::size_t hi) {
-                    std::vector<S> best(cb.width);
-                    for (std::size_t u = lo; u < hi; ++u) {
-                      const std::size_t o = u / cb.blocks;
-                      const std::size_t c0 = u % cb.blocks * cb.width;
-                      const std::size_t w = std::min(cb.width, inner - c0);
-                      const S* base = in + o * n * inner + c0;
-                      std::int32_t* idx = out + o * inner + c0;
-                      std::copy(base, base + w, best.begin());
-                      std::fill(idx, idx + w, 0);
-                      for (std::size_t k = 1; k < n; ++k) {
-                        const S* row = base + k * inner;
-                        for (std::size_t i = 0; i < w; ++i) {
-                          if (better<kMax>(row[i], best[i])) {
-                            best[i] = row[i];
-                            idx[i] = static_cast<std::int32_t>(k);
-                          }
-                        }
-                      }
-                    }
-                  });
+  // A middle dim: pieces of piece_rows(inner) rows (and blocks of columns)
+  // give each column's first extreme within them; the pieces' are combined in
+  // order, as for long rows.
+  const std::size_t rows = std::min(n, piece_rows(inner));
+  const std::size_t pieces = (n + rows - 1) / rows;
+  std::vector<S> best(outer * pieces * inner);
+  std::vector<std::int32_t> where(pieces > 1 ? best.size() : 0);
+  std::int32_t* const at = pieces > 1 ? where.data() : out;
+  const ColumnBlocks cb = column_blocks(outer * pieces, rows, inner);
+  parallel_ranges(
+      outer * pieces * cb.blocks, rows * cb.width,
+      [&](std::size_t lo, std::size_t hi) {
+        for (std::size_t u = lo; u < hi; ++u) {
+          const std::size_t op = u / cb.blocks;  // o * pieces + p
+          const std::size_t c0 = u % cb.blocks * cb.width;
+          const std::size_t w = std::min(cb.width, inner - c0);
+          const std::size_t k0 = op % pieces * rows;
+          const std::size_t k1 = std::min(n, k0 + rows);
+          const S* base = in + op / pieces * n * inner + c0;
+          S* b = best.data() + op * inner + c0;
+          std::int32_t* idx = at + op * inner + c0;
+          std::copy(base + k0 * inner, base + k0 * inner + w, b);
+          std::fill(idx, idx + w, static_cast<std::int32_t>(k0));
+          for (std::size_t k = k0 + 1; k < k1; ++k) {
+            const S* row = base + k * inner;
+            for (std::size_t i = 0; i < w; ++i) {
+              if (better<kMax>(row[i], b[i])) {
+                b[i] = row[i];
+                idx[i] = static_cast<std::int32_t>(k);
+              }
+            }
+          }
+        }
+      });
+  if (pieces == 1) return;
+  const ColumnBlocks cc = column_blocks(outer, pieces, inner);
+  parallel_ranges(
+      outer * cc.blocks, pieces * cc.width,
+      [&](std::size_t lo, std::size_t hi) {
+        for (std::size_t u = lo; u < hi; ++u) {
+          const std::size_t o = u / cc.blocks;
+          const std::size_t c0 = u % cc.blocks * cc.width;
+          const std::size_t w = std::min(cc.width, inner - c0);
+          S* b = best.data() + o * pieces * inner + c0;  // piece 0's, updated
+          const std::int32_t* idx = at + o * pieces * inner + c0;
+          std::int32_t* dst = out + o * inner + c0;
+          std::copy(idx, idx + w, dst);
+          for (std::size_t p = 1; p < pieces; ++p) {
+            const S* pb = b + p * inner;
+            const std::int32_t* pi = idx + p * inner;
+            for (std::size_t i = 0; i < w; ++i) {
+              if (better<kMax>(pb[i], b[i])) {
+                b[i] = pb[i];
+                dst[i] = pi[i];
+              }
+            }
+          }
+        }
+      });
 }
 
 void check_host_dtype(Prim p, DType d) {
