@@ -53,6 +53,9 @@ int main(int argc, char** argv) {
       ids, {static_cast<std::int64_t>(ids.size())});
   const Array upd = ramp({512, 2048});
   const Array idx512 = slice_axis(idx, 0, 0, 512);
+  const Array table = ramp({32768, 64});  // an embedding gradient's shapes
+  const Array tokens = slice_axis(idx, 0, 0, 8192);
+  const Array token_grads = ramp({8192, 64});
   const std::vector<std::pair<std::string, std::function<Array()>>> ops = {
       {"exp (4M; elementwise, for scale)", [&] { return exp(x); }},
       {"sum axis 1 (2048x2048)", [&] { return sum(x, 1); }},
@@ -78,6 +81,8 @@ int main(int argc, char** argv) {
       {"take rows (2048x2048 by 512)", [&] { return take(x, idx512, 0); }},
       {"scatter_add rows (512 into 2048x2048)",
        [&] { return scatter_add(x, idx512, upd, 0); }},
+      {"scatter_add rows (8192 into 32768x64)",
+       [&] { return scatter_add(table, tokens, token_grads, 0); }},
   };
   for (const auto& [label, op] : ops) {
     for (int t : threads) {

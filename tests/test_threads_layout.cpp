@@ -336,19 +336,21 @@ TEST_CASE(
       case Prim::kScatter:
       case Prim::kScatterAdd: {
         const bool add = info.prim == Prim::kScatterAdd;
-        // Updates along axis 0 of narrow and of wide rows, and along axis 1
-        // (the kernel's rows, column blocks, and outer rows); few distinct
-        // indices, so every slot gets many updates.
+        // Updates along axis 0 of narrow rows (split by destination rows; an
+        // embedding gradient's shape too), of wide rows (column blocks), and
+        // along axis 1 (outer rows). Indices from a few rows (`bound`), so
+        // every slot gets many updates, or from all rows.
         struct Scatter {
           Shape shape;
           std::int64_t axis, updates;
+          std::uint32_t bound;
         };
         for (const Scatter& c :
-             {Scatter{s, 0, 3000}, Scatter{{64, 40000}, 0, 100},
-              Scatter{s, 1, 700}}) {
+             {Scatter{s, 0, 3000, 37}, Scatter{{32771, 64}, 0, 8192, 32771},
+              Scatter{{64, 40000}, 0, 100, 37}, Scatter{s, 1, 700, 37}}) {
           const Array base = mixed(c.shape);
           const Array idx =
-              index_array(static_cast<std::size_t>(c.updates), 37);
+              index_array(static_cast<std::size_t>(c.updates), c.bound);
           Shape us = c.shape;
           us[static_cast<std::size_t>(c.axis)] = c.updates;
           const Array upd = mixed(us);

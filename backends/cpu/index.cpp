@@ -203,10 +203,45 @@ std::shared_ptr<Buffer> scatter(Prim p, const AxisParams& params, std::span<cons
     using T = decltype(zero);
     const T* u = upd.data<T>();
     T* dst = static_cast<T*>(buf->host_data());
-    // A slot of column (o, q) only receives that column's updates, so blocks of
-    // columns can go to different threads, each applying its updates in k
-    // order.
+    // out[o, i, q] += u: slot (o, i, q) receives updates only from column
+    // (o, q), in k order. Blocks of columns can go to different threads, each
+    // applying its updates in k order; with too few of them (rows narrower
+    // than 32k, one outer index: an embedding gradient), and one index per
+    // row of updates, the destination rows are split instead, each task
+    // applying in k order only the updates of the rows it owns. Either way
+    // each slot sums the same updates in the same order at every thread count.
+    const auto apply = [&](T* row, const T* src, std::size_t q0,
+                           std::size_t q1) {
+      for (std::size_t q = q0; q < q1; ++q) {
+        if constexpr (std::is_same_v<T, bool>) {
+          row[q] = src[q];
+        } else {
+          row[q] = add ? static_cast<T>(row[q] + src[q]) : src[q];
+        }
+      }
+    };
     const ColumnBlocks cb = column_blocks(outer, k_count, inner);
+    const std::size_t un = static_cast<std::size_t>(n);
+    if (!per_element &&
+        outer * cb.blocks < outer * k_count * inner / kTaskGrain) {
+      parallel_ranges(
+          outer * un, std::max<std::size_t>(1, k_count * inner / un),
+          [&](std::size_t lo, std::size_t hi) {
+            for (std::size_t o = lo / un; o * un < hi; ++o) {
+              const auto r0 =
+                  static_cast<std::int64_t>(std::max(lo, o * un) - o * un);
+              const auto r1 = static_cast<std::int64_t>(
+                  std::min(hi, (o + 1) * un) - o * un);
+              T* block = dst + o * un * inner;
+              for (std::size_t k = 0; k < k_count; ++k) {
+                if (idx[k] < r0 || idx[k] >= r1) continue;
+                apply(block + static_cast<std::size_t>(idx[k]) * inner,
+                      u + (o * k_count + k) * inner, 0, inner);
+              }
+            }
+          });
+      return;
+    }
     parallel_ranges(
         outer * cb.blocks, k_count * cb.width,
         [&](std::size_t lo, std::size_t hi) {
@@ -214,21 +249,18 @@ std::shared_ptr<Buffer> scatter(Prim p, const AxisParams& params, std::span<cons
             const std::size_t o = unit / cb.blocks;
             const std::size_t q0 = unit % cb.blocks * cb.width;
             const std::size_t q1 = std::min(inner, q0 + cb.width);
-            T* block = dst + o * static_cast<std::size_t>(n) * inner;
+            T* block = dst + o * un * inner;
             for (std::size_t k = 0; k < k_count; ++k) {
               const T* src = u + (o * k_count + k) * inner;
-              const std::int64_t* ik =
-                  per_element ? &idx[(o * k_count + k) * inner] : &idx[k];
+              if (!per_element) {
+                apply(block + static_cast<std::size_t>(idx[k]) * inner, src, q0,
+                      q1);
+                continue;
+              }
+              const std::int64_t* ik = &idx[(o * k_count + k) * inner];
               for (std::size_t q = q0; q < q1; ++q) {
-                T& slot =
-                    block[static_cast<std::size_t>(ik[per_element ? q : 0]) *
-                              inner +
-                          q];
-                if constexpr (std::is_same_v<T, bool>) {
-                  slot = src[q];
-                } else {
-                  slot = add ? static_cast<T>(slot + src[q]) : src[q];
-                }
+                apply(block + static_cast<std::size_t>(ik[q]) * inner, src, q,
+                      q + 1);
               }
             }
           }
