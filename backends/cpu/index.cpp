@@ -2,9 +2,10 @@
 // scatters. Gathers
 // are plain loops over contiguous runs (clearer and faster here than an xtensor
 // expression), written once over the element size (bits.hpp). Large gathers
-// and scatters are split over the thread pool (parallel.hpp) by output rows or
-// columns; a scatter keeps each column's updates in order on one thread, so
-// repeated indices sum the same way at every thread count. Index values are
+// and scatters are split over the thread pool (parallel.hpp) by output rows,
+// columns or (scatters) destination rows; a scatter applies each slot's
+// updates in order on one thread, so repeated indices sum the same way at
+// every thread count. Index values are
 // only known now, so the range check that the shape rule cannot do happens
 // here, before anything is written: an IndexError leaves no partial result
 // behind.
