@@ -46,9 +46,11 @@ JitOp op_kind(Prim p, const DType* in, std::size_t arity, DType out) {
   };
   if (arity == 0) return JitOp::kNone;
   switch (p) {
-    case Prim::kBitcast:
     case Prim::kStopGradient:
     case Prim::kReshape:
+      if (out != in[0]) return JitOp::kNone;
+      [[fallthrough]];
+    case Prim::kBitcast:
       return (four(in[0]) && four(out)) || (in[0] == DType::kBool && out == DType::kBool)
                  ? JitOp::kInline
                  : JitOp::kNone;
@@ -91,6 +93,11 @@ JitOp op_kind(Prim p, const DType* in, std::size_t arity, DType out) {
   if (has_trait(p, PrimTrait::kAlias) || !lanes(out)) return JitOp::kNone;
   for (std::size_t i = 0; i < arity; ++i) {
     if (!lanes(in[i]) || in[i] != in[0]) return JitOp::kNone;
+  }
+  // the result dtype the op gives (kernels are looked up by operand dtype)
+  if (f != PrimFamily::kAstype &&
+      out != (has_trait(p, PrimTrait::kComparison) ? DType::kBool : in[0])) {
+    return JitOp::kNone;
   }
   return simd_kernel(p, in[0], out) != nullptr ? JitOp::kCall : JitOp::kNone;
 }
