@@ -74,17 +74,25 @@ class Generator : public Xbyak::CodeGenerator {
   bool generate() {
     using namespace Xbyak;
     // rdi: operands, rsi: outputs, rdx: n, rcx: the element index, rax scratch.
-    const Reg64 pool[] = {r8, r9, r10, r11, rbx, rbp, r12, r13, r14, r15};
+    // With calls, the callee-saved registers first: they need no keeping.
+    const Reg64 plain[] = {r8, r9, r10, r11, rbx, rbp, r12, r13, r14, r15};
+    const Reg64 calling[] = {rbx, rbp, r12, r13, r14, r15, r8, r9, r10, r11};
+    const Reg64* pool = s_.calls ? calling : plain;
+    constexpr std::size_t kPool = std::size(plain);
     std::size_t used = 0;
     for (std::size_t k = 0; k < s_.operands.size(); ++k) {
       if (s_.broadcast[k]) continue;
-      if (used == std::size(pool)) return false;
+      if (used == kPool) return false;
       operand_ptr_.resize(k + 1, rax);
       operand_ptr_[k] = pool[used++];
     }
     for (std::size_t o = 0; o < s_.out_bool.size(); ++o) {
-      if (used == std::size(pool)) return false;
+      if (used == kPool) return false;
       output_ptr_.push_back(pool[used++]);
+    }
+    kept_ = {rcx, rdx};  // the index and n, and pointers in caller-saved registers
+    for (std::size_t i = 0; i < used; ++i) {
+      if (pool[i].getIdx() >= 8 && pool[i].getIdx() <= 11) kept_.push_back(pool[i]);
     }
     const Reg64 saved[] = {rbx, rbp, r12, r13, r14, r15};
     for (const Reg64& r : saved) push(r);
@@ -120,6 +128,11 @@ class Generator : public Xbyak::CodeGenerator {
       } else {
         vbroadcastss(vec(r, Mode::kFull), dword[rax]);
       }
+    }
+    // Constants and broadcast operands never change: kept once, restored after
+    // each call.
+    for (int r = 0; s_.calls && r < s_.fixed; ++r) {
+      vmovaps(ptr[rsp + kSpill + 64 * r], vec(r, Mode::kFull));
     }
     const int lanes = wide_ ? 16 : 8;
     Label full, tail, done;
@@ -232,36 +245,46 @@ class Generator : public Xbyak::CodeGenerator {
     store_to(a.src[0], a.boolean, m, a.boolean ? p + rcx : p + rcx * 4);
   }
 
-  // An op without instructions of its own: its flat kernel on one vector (one
+  // An op without instructions of its own: its vector function with the
+  // operand and result in register 0, or its flat kernel on one vector (one
   // element in scalar mode) in the frame's slots. Every register is the
   // callee's to clobber (SysV): the live vector registers, the general ones
   // the loop uses and (masked) k2 are kept across the call.
-  void call(const Action& a, Mode m) {
+  void call_op(const Action& a, Mode m) {
     using namespace Xbyak;
     const Equation& eq = b_.equations[a.eq];
-    const Reg64 gprs[] = {rcx, rdx, rsi, rdi, r8, r9, r10, r11};
-    for (int r = 0; r < 32; ++r) {
-      if ((a.live >> r & 1u) != 0) vmovaps(ptr[rsp + kSpill + 64 * r], vec(r, Mode::kFull));
+    const Mode full = Mode::kFull;
+    for (int r = s_.fixed; r < 32; ++r) {
+      if ((a.live >> r & 1u) != 0) vmovaps(ptr[rsp + kSpill + 64 * r], vec(r, full));
     }
-    for (std::size_t j = 0; j < eq.inputs.size(); ++j) {
-      store_to(a.src[j], is_bool(b_.avals[eq.inputs[j]]), m,
-               RegExp(rsp) + static_cast<int>(kIn + 64 * j));
+    if (a.vector != nullptr) {
+      if (a.src[0] != 0) vmovaps(vec(0, full), vec(a.src[0], full));
+    } else {
+      for (std::size_t j = 0; j < eq.inputs.size(); ++j) {
+        store_to(a.src[j], is_bool(b_.avals[eq.inputs[j]]), m,
+                 RegExp(rsp) + static_cast<int>(kIn + 64 * j));
+      }
+      lea(rdi, ptr[rsp + kOps]);
+      lea(rsi, ptr[rsp + kOut]);
     }
-    for (std::size_t i = 0; i < std::size(gprs); ++i) mov(ptr[rsp + kGprs + 8 * i], gprs[i]);
-    lea(rdi, ptr[rsp + kOps]);
-    lea(rsi, ptr[rsp + kOut]);
-    mov(edx, m == Mode::kScalar ? 1 : (wide_ ? 16 : 8));
-    mov(rax, reinterpret_cast<std::uint64_t>(a.call));
-    Xbyak::CodeGenerator::call(rax);
-    for (std::size_t i = 0; i < std::size(gprs); ++i) mov(gprs[i], ptr[rsp + kGprs + 8 * i]);
+    for (std::size_t i = 0; i < kept_.size(); ++i) mov(ptr[rsp + kGprs + 8 * i], kept_[i]);
+    if (a.vector == nullptr) mov(edx, m == Mode::kScalar ? 1 : (wide_ ? 16 : 8));
+    mov(rax, a.vector != nullptr ? reinterpret_cast<std::uint64_t>(a.vector)
+                                 : reinterpret_cast<std::uint64_t>(a.call));
+    call(rax);
+    for (std::size_t i = 0; i < kept_.size(); ++i) mov(kept_[i], ptr[rsp + kGprs + 8 * i]);
     if (m == Mode::kMasked) {  // k2 again from rdx = the elements left
       mov(eax, -1);
       bzhi(eax, eax, edx);
       kmovw(k2, eax);
     }
-    load_from(a.dst, is_bool(b_.avals[eq.output]), m, RegExp(rsp) + kOut);
+    if (a.vector != nullptr) {
+      if (a.dst != 0) vmovaps(vec(a.dst, full), vec(0, full));
+    } else {
+      load_from(a.dst, is_bool(b_.avals[eq.output]), m, RegExp(rsp) + kOut);
+    }
     for (int r = 0; r < 32; ++r) {
-      if ((a.live >> r & 1u) != 0) vmovaps(vec(r, Mode::kFull), ptr[rsp + kSpill + 64 * r]);
+      if ((a.live >> r & 1u) != 0) vmovaps(vec(r, full), ptr[rsp + kSpill + 64 * r]);
     }
   }
 
@@ -277,7 +300,7 @@ class Generator : public Xbyak::CodeGenerator {
   }
 
   void op(const Action& a, Mode m) {
-    if (a.call != nullptr) return call(a, m);
+    if (a.call != nullptr || a.vector != nullptr) return call_op(a, m);
     const Equation& eq = b_.equations[a.eq];
     const Xmm d = vec(a.dst, m), x = vec(a.src[0], m);
     const auto y = [&] { return vec(a.src[1], m); };
@@ -328,6 +351,7 @@ class Generator : public Xbyak::CodeGenerator {
   bool wide_;
   std::vector<Xbyak::Reg64> operand_ptr_;
   std::vector<Xbyak::Reg64> output_ptr_;
+  std::vector<Xbyak::Reg64> kept_;  // general registers kept across a call
 };
 
 #endif  // KILN_HAVE_XBYAK

@@ -117,6 +117,7 @@ bool schedule(const Program& b, const std::vector<std::size_t>& eqs,
   const auto end = static_cast<std::ptrdiff_t>(eqs.size());
   bool needs[static_cast<int>(Const::kCount)] = {};
   std::vector<FlatKernel> call(b.equations.size(), nullptr);
+  std::vector<const void*> vector(b.equations.size(), nullptr);
   for (std::size_t i = 0; i < eqs.size(); ++i) {
     const Equation& eq = b.equations[eqs[i]];
     DType dts[3] = {};
@@ -126,7 +127,10 @@ bool schedule(const Program& b, const std::vector<std::size_t>& eqs,
     const JitOp how = op_kind(eq.prim, dts, eq.inputs.size(), out);
     if (how == JitOp::kNone) return false;
     if (how == JitOp::kCall) {
-      call[eqs[i]] = flat_kernel(eq.prim, dts[0], out);  // fused.cpp's resolution
+      // the vector function the SIMD kernel itself calls, else that kernel
+      // (fused.cpp's resolution)
+      vector[eqs[i]] = simd_vector_kernel(eq.prim, dts[0], out);
+      if (vector[eqs[i]] == nullptr) call[eqs[i]] = flat_kernel(eq.prim, dts[0], out);
       s.calls = true;
     }
     for (ValueId in : eq.inputs) {
@@ -164,6 +168,7 @@ bool schedule(const Program& b, const std::vector<std::size_t>& eqs,
     if (s.broadcast[k]) reg[s.operands[k]] = s.pinned[k] = next++;
   }
   if (next > registers) return false;
+  s.fixed = next;
   std::vector<int> free;
   for (int r = registers; r-- > next;) free.push_back(r);
   const auto take = [&](int& r) {
@@ -202,8 +207,9 @@ bool schedule(const Program& b, const std::vector<std::size_t>& eqs,
     if (!take(a.dst)) return false;
     reg[eq.output] = a.dst;
     a.call = call[eqs[i]];
+    a.vector = vector[eqs[i]];
     for (ValueId in : eq.inputs) release(rep[in], static_cast<std::ptrdiff_t>(i));
-    if (a.call != nullptr) {  // every register in use after it, but its result
+    if (a.call != nullptr || a.vector != nullptr) {  // every register in use after it, but its result
       a.live = registers >= 32 ? ~0u : (1u << registers) - 1;
       for (int r : free) a.live &= ~(1u << r);
       a.live &= ~(1u << a.dst);

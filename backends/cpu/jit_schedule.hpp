@@ -23,8 +23,9 @@ struct Action {
   bool boolean = false;       // kLoad/kStore: 0/1 bytes
   int dst = -1;               // kLoad/kOp: the register written
   int src[3] = {-1, -1, -1};  // kOp: operands' registers; kStore: src[0]
-  FlatKernel call = nullptr;  // kOp: the flat kernel to call on one vector
-  std::uint32_t live = 0;     // kOp with call: registers to keep across it
+  FlatKernel call = nullptr;     // kOp: the flat kernel to call on one vector,
+  const void* vector = nullptr;  // or the level's vector function (simd.hpp)
+  std::uint32_t live = 0;        // kOp with a call: registers to keep across it
 };
 
 struct Schedule {
@@ -34,7 +35,8 @@ struct Schedule {
   std::vector<int> pinned;        // per broadcast operand: its register, else -1
   int constant[static_cast<int>(Const::kCount)] = {-1, -1, -1, -1, -1};
   std::vector<bool> out_bool;  // per output
-  bool calls = false;          // some op calls a flat kernel
+  bool calls = false;          // some op calls a kernel
+  int fixed = 0;               // registers [0, fixed): constants, broadcast operands
 };
 
 // How `p` on operands of dtypes `in` giving `out` is computed at the active
