@@ -9,12 +9,14 @@
 //                           [--fused-only]
 // (KILN_DEVICE picks the device; the third argument runs one case only).
 // --json prints one JSON object per case instead (bench/peers.py reads it), with
-// the fused program's GB/s (bytes of its inputs read and outputs written once)
+// the fused program's GB/s (bytes of its inputs read and outputs written once),
+// its CPU ms per run (the process's, all threads)
 // and, for the elementwise cases, host memcpy's GB/s over the same n floats (one
 // read and one write stream: the limit for a streaming kernel; lavapipe runs on
 // the host, so it is the limit there too).
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
@@ -32,18 +34,30 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// ms per run of `e` on copies of `inputs` (the inputs are consumed per run).
+// This process's CPU time (all its threads), in seconds.
+double cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
+}
+
+// ms per run of `e` on copies of `inputs` (the inputs are consumed per run);
+// `cpu_ms`, when given, gets the process's CPU ms per run over the same loop
+// (what a shared machine's scheduling does not inflate).
 double time_runs(const Executable& e, const std::vector<Array>& inputs, int iters,
-                 RunStats* stats) {
+                 RunStats* stats, double* cpu_ms = nullptr) {
   const auto once = [&] {
     std::vector<Array> in = inputs;
     std::vector<Array> out = e.run(in, stats);
     synchronize(e.device());
   };
   once();  // warm-up: kernels compiled, buffers cached
+  const double c0 = cpu_seconds();
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < iters; ++i) once();
-  return seconds_since(t0) * 1e3 / iters;
+  const double wall = seconds_since(t0) * 1e3 / iters;
+  if (cpu_ms != nullptr) *cpu_ms = (cpu_seconds() - c0) * 1e3 / iters;
+  return wall;
 }
 
 bool json = false;
@@ -84,7 +98,8 @@ void compare(const char* what, const Program& p, const std::vector<Array>& input
   RunStats fs, ps, us;
   const double tu = fused_only ? 0.0 : time_runs(unfused, inputs, iters, &us);
   const double tp = fused_only ? 0.0 : time_runs(plain, inputs, iters, &ps);
-  const double tf = time_runs(fused, inputs, iters, &fs);
+  double cpu = 0;
+  const double tf = time_runs(fused, inputs, iters, &fs, &cpu);
   if (json) {
     std::size_t bytes = 0;  // inputs read and outputs written once
     for (const Array& a : inputs) bytes += a.nbytes();
@@ -104,7 +119,7 @@ void compare(const char* what, const Program& p, const std::vector<Array>& input
     if (!fused_only) {
       std::cout << ", \"unfused_ms\": " << tu << ", \"unfused_launches\": " << us.launches;
     }
-    std::cout << ", \"fused_ms\": " << tf
+    std::cout << ", \"fused_ms\": " << tf << ", \"fused_cpu_ms\": " << cpu
               << ", \"fused_launches\": " << fs.launches
               << ", \"fused_gbs\": " << static_cast<double>(bytes) / (tf * 1e-3) / 1e9;
     if (stream_n > 0) {
