@@ -164,7 +164,8 @@ TEST_CASE("CPU generated code: every op jit_op covers is compiled and gives the 
   MESSAGE(std::string(cpu::isa_name(cpu::active_isa())) << ": " << ops.size() << " ops, " << calls
                                             << " as calls:" << list.str());
   if (cpu::jit_available()) {  // the transcendental ops of a training step at least
-    for (Prim p : {Prim::kExp, Prim::kLog, Prim::kTanh, Prim::kSigmoid}) {
+    for (Prim p : {Prim::kExp, Prim::kLog, Prim::kTanh, Prim::kSigmoid, Prim::kLog1p,
+                   Prim::kExpm1}) {
       CHECK(cpu::jit_op(p, DType::kF32, DType::kF32) == cpu::JitOp::kCall);
     }
     CHECK(cpu::jit_op(Prim::kAstype, DType::kF32, DType::kI32) == cpu::JitOp::kCall);

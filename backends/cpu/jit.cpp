@@ -16,6 +16,7 @@
 // registers (or pointer registers) than there are is not compiled.
 #include "kiln/backends/cpu/jit.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -63,12 +64,24 @@ constexpr int kSavedRsp = kSpill + 32 * 64, kFrame = kSavedRsp + 64;
 static_assert(sizeof(FlatOperand) == 16 && offsetof(FlatOperand, data) == 0 &&
               offsetof(FlatOperand, scalar) == 8);
 
+// Room for the code: 64 KiB, or more with calls (each keeps up to 32 vector
+// registers around it, in the full and the tail body). Code that does not fit
+// throws, and the body is interpreted.
+std::size_t code_bytes(const Schedule& s) {
+  std::size_t n = std::size_t{1} << 14;
+  for (const Action& a : s.actions) n += a.call != nullptr || a.vector != nullptr ? 4096 : 256;
+  return std::max(n, std::size_t{1} << 16);
+}
+
 class Generator : public Xbyak::CodeGenerator {
  public:
   enum class Mode : std::uint8_t { kFull, kMasked, kScalar };
 
   Generator(const Program& b, const Schedule& s, bool avx512)
-      : Xbyak::CodeGenerator(s.calls ? 1 << 18 : 1 << 16, Xbyak::DontSetProtectRWE), b_(b), s_(s), wide_(avx512) {}
+      : Xbyak::CodeGenerator(code_bytes(s), Xbyak::DontSetProtectRWE),
+        b_(b),
+        s_(s),
+        wide_(avx512) {}
 
   // False when there are more pointers than registers for them.
   bool generate() {

@@ -8,7 +8,7 @@
 // get instructions of their own: whatever instructions compute them, the bits
 // equal the flat kernels'. The other elementwise ops on 4-byte or bool lanes
 // whose flat kernel is one of the level's SIMD kernels (exp, log, tanh,
-// sigmoid; i32/u32 add, subtract, multiply, bitwise ops and comparisons; astype
+// sigmoid, log1p, expm1; i32/u32 add, subtract, multiply, bitwise ops and comparisons; astype
 // between f32, i32, u32 and bool) are a call of that same kernel on one vector
 // held on the stack, so their bits are the unfused ones by construction. A body
 // with any other op is not compiled. AVX-512 (x86-64-v4) and AVX2 (x86-64-v3)

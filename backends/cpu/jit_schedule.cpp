@@ -209,7 +209,7 @@ bool schedule(const Program& b, const std::vector<std::size_t>& eqs,
     a.call = call[eqs[i]];
     a.vector = vector[eqs[i]];
     for (ValueId in : eq.inputs) release(rep[in], static_cast<std::ptrdiff_t>(i));
-    if (a.call != nullptr || a.vector != nullptr) {  // every register in use after it, but its result
+    if (a.call != nullptr || a.vector != nullptr) {  // registers in use after it but its result
       a.live = registers >= 32 ? ~0u : (1u << registers) - 1;
       for (int r : free) a.live &= ~(1u << r);
       a.live &= ~(1u << a.dst);

@@ -36,7 +36,8 @@ FlatKernel simd_kernel(Prim p, DType in, DType out);
 // called with the level's vector ABI (SysV: the operand in ymm0/zmm0, the
 // result there too; every vector register and k register the callee's), or
 // nullptr. x86-64-v3 (8 lanes) and v4 (16 lanes) have them for the ops whose
-// SIMD kernel is not exactly rounded (exp, log, tanh, sigmoid); that kernel
+// SIMD kernel is not exactly rounded (exp, log, tanh, sigmoid, log1p, expm1);
+// that kernel
 // calls the very same function on each of its batches, so the fused-body code
 // generator (jit.hpp) calling it gives the unfused bits by construction.
 const void* simd_vector_kernel(Prim p, DType in, DType out);

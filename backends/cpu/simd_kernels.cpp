@@ -137,6 +137,19 @@ struct Sigmoid {  // exp(-x) overflows to inf for very negative x: still 0
     return B(1) / (B(1) + xsimd::exp(-x));
   }
 };
+// log(1 + x), exp(x) - 1 (f32): as MathDef (dsl/unary_math.hpp), zeros kept as
+// they are (xsimd gives +0 for -0). Every lane through xsimd, the padded last
+// batch too (the generic kernel took std:: for the ends of a run).
+struct Log1p {
+  template <class B> B operator()(const B& x) const {
+    return xsimd::select(x == B(0), x, xsimd::log1p(x));
+  }
+};
+struct Expm1 {
+  template <class B> B operator()(const B& x) const {
+    return xsimd::select(x == B(0), x, xsimd::expm1(x));
+  }
+};
 struct Relu {  // relu(NaN) is NaN
   template <class B> B operator()(const B& x) const {
     return NanMaximum{}.simd_apply(x, B(0));
@@ -273,6 +286,12 @@ FlatKernel float_kernel(Prim p) {
     case Prim::kSqrt: return unary<T, Sqrt>;
     case Prim::kRsqrt: return unary<T, Rsqrt>;
     case Prim::kSigmoid: return transcendental<T, Sigmoid>();
+    case Prim::kLog1p:
+      if constexpr (std::is_same_v<T, float>) return transcendental<T, Log1p>();
+      return nullptr;
+    case Prim::kExpm1:
+      if constexpr (std::is_same_v<T, float>) return transcendental<T, Expm1>();
+      return nullptr;
     case Prim::kRelu: return unary<T, Relu>;
     default: return nullptr;
   }
@@ -362,6 +381,8 @@ const void* vector_kernel(Prim p, DType in, DType out) {
     case Prim::kLog: return reinterpret_cast<const void*>(&vector_unary<Log>);
     case Prim::kTanh: return reinterpret_cast<const void*>(&vector_unary<Tanh>);
     case Prim::kSigmoid: return reinterpret_cast<const void*>(&vector_unary<Sigmoid>);
+    case Prim::kLog1p: return reinterpret_cast<const void*>(&vector_unary<Log1p>);
+    case Prim::kExpm1: return reinterpret_cast<const void*>(&vector_unary<Expm1>);
     default: break;
   }
 #else
