@@ -1,11 +1,11 @@
 // Fused vs unfused elementwise kernels through Executable (plain chrono timing):
 // 1. a 16-op elementwise chain over n f32 elements (with a broadcast row), with
 //    and without transcendentals, and an activation chain (GELU, softplus,
-//    sigmoid: tanh, exp, log, logistic),
+//    sigmoid: tanh, exp, log, logistic), and conversions with i32 arithmetic,
 // 2. a matmul with a bias + relu epilogue, a row softmax (reduction prologues),
 // 3. one SGD training step of a 2-layer MLP (forward, grad, update), traced once.
 // Prints launches per run and milliseconds per run with fusion on and off.
-//   build/bench/fused_chain [n] [iterations] [chain|arith|gelu|epilogue|softmax|mlp] [--json]
+//   build/bench/fused_chain [n] [iterations] [chain|arith|gelu|convert|epilogue|softmax|mlp] [--json]
 //                           [--fused-only]
 // (KILN_DEVICE picks the device; the third argument runs one case only).
 // --json prints one JSON object per case instead (bench/peers.py reads it), with
@@ -211,6 +211,23 @@ int main(int argc, char** argv) {
     }
     optimize(p);
     compare("gelu chain", p,
+            {to_device(random::normal(k(0), s), d), to_device(random::normal(k(1), {1024}), d)},
+            iters, n);
+  }
+  if (run("convert")) {  // 1b''. conversions and i32 arithmetic (quantize-like)
+    const Shape s{n / 1024, 1024};
+    Program p;
+    {
+      Trace t;
+      Array x = t.input({f32, s}, d, "x");
+      Array b = t.input({f32, {1024}}, d, "b");
+      Array h = x * 1.5f + b;
+      Array q = astype(h * 64.0f, i32) + astype(h > 0.0f, i32);
+      const Array out = astype(q, f32) * (1.0f / 64.0f) - h;
+      p = t.finish(std::span<const Array>(&out, 1));
+    }
+    optimize(p);
+    compare("convert chain", p,
             {to_device(random::normal(k(0), s), d), to_device(random::normal(k(1), {1024}), d)},
             iters, n);
   }
