@@ -5,8 +5,9 @@
 // 2. a matmul with a bias + relu epilogue, a row softmax (reduction prologues),
 // 3. one SGD training step of a 2-layer MLP (forward, grad, update), traced once.
 // Prints launches per run and milliseconds per run with fusion on and off.
-//   build/bench/fused_chain [n] [iterations] [chain|arith|gelu|convert|epilogue|softmax|mlp] [--json]
-//                           [--fused-only]
+//   build/bench/fused_chain [n] [iterations]
+//                           [chain|arith|gelu|convert|epilogue|softmax|mlp]
+//                           [--json] [--fused-only]
 // (KILN_DEVICE picks the device; the third argument runs one case only).
 // --json prints one JSON object per case instead (bench/peers.py reads it), with
 // the fused program's GB/s (bytes of its inputs read and outputs written once),

@@ -168,8 +168,11 @@ TEST_CASE("CPU generated code: every op jit_op covers is compiled and gives the 
                    Prim::kExpm1}) {
       CHECK(cpu::jit_op(p, DType::kF32, DType::kF32) == cpu::JitOp::kCall);
     }
-    CHECK(cpu::jit_op(Prim::kAstype, DType::kF32, DType::kI32) == cpu::JitOp::kCall);
-    CHECK(cpu::jit_op(Prim::kAstype, DType::kBool, DType::kF32) == cpu::JitOp::kCall);
+    CHECK(cpu::jit_op(Prim::kAstype, DType::kF32, DType::kI32) == cpu::JitOp::kInline);
+    CHECK(cpu::jit_op(Prim::kAstype, DType::kBool, DType::kF32) == cpu::JitOp::kInline);
+    CHECK(cpu::jit_op(Prim::kMul, DType::kI32, DType::kI32) == cpu::JitOp::kInline);
+    CHECK(cpu::jit_op(Prim::kAstype, DType::kU32, DType::kF32) == cpu::JitOp::kCall);
+    CHECK(cpu::jit_op(Prim::kLt, DType::kU32, DType::kBool) == cpu::JitOp::kCall);
     CHECK(cpu::jit_op(Prim::kSin, DType::kF32, DType::kF32) == cpu::JitOp::kNone);
     CHECK(cpu::jit_op(Prim::kExp, DType::kF64, DType::kF64) == cpu::JitOp::kNone);
   } else {

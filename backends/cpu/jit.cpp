@@ -312,16 +312,84 @@ class Generator : public Xbyak::CodeGenerator {
     vblendvps(d, d, x, t);
   }
 
+  // astype (jit_schedule.cpp's inline_astype pairs), as simd_kernels.cpp's
+  // convert(): f32 -> i32 truncates and saturates, NaN -> 0; to bool, nonzero
+  // (and NaN) is true; i32 <-> u32 keeps the bits.
+  void astype(const Xmm& d, const Xmm& x, DType from, DType to, Mode m) {
+    const auto c = [&](Const k) { return vec(s_.constant[static_cast<int>(k)], m); };
+    const Xmm t = vec(15, m);  // AVX2 scratch
+    if (from == DType::kF32 && to == DType::kI32) {
+      vcvttps2dq(d, x);  // 0x80000000 (INT_MIN) for NaN and out of range
+      if (wide_) {
+        vcmpps(k1, x, c(Const::kTwo31), 0x1d);  // x >= 2^31: INT_MAX
+        vmovdqa32(d | k1, c(Const::kAbs));
+        vcmpps(k1, x, x, 3);  // NaN: 0
+        return vpxord(d | k1, d, d);
+      }
+      vcmpps(t, x, c(Const::kTwo31), 0x1d);
+      vblendvps(d, d, c(Const::kAbs), t);
+      vcmpps(t, x, x, 7);  // ORD_Q: NaN lanes to 0
+      return vandps(d, d, t);
+    }
+    if (from == DType::kI32 && to == DType::kF32) return vcvtdq2ps(d, x);
+    if (from == DType::kBool && to == DType::kF32) {
+      return wide_ ? vpandd(d, x, c(Const::kOne)) : vandps(d, x, c(Const::kOne));
+    }
+    if (from == DType::kBool) return vpsrld(d, x, 31);  // -> i32 1
+    if (to == DType::kBool && from == DType::kF32) {
+      if (wide_) {
+        vcmpps(k1, x, c(Const::kZero), 4);  // NEQ_UQ
+        return vpmovm2d(d, k1);
+      }
+      return vcmpps(d, x, c(Const::kZero), 4);
+    }
+    if (to == DType::kBool) {  // from i32
+      if (wide_) {
+        vptestmd(k1, x, x);
+        return vpmovm2d(d, k1);
+      }
+      vpcmpeqd(d, x, c(Const::kZero));
+      return vpxor(d, d, c(Const::kOnes));
+    }
+    vmovaps(d, x);  // i32 <-> u32
+  }
+
+  // A signed i32 comparison as a lane mask.
+  void compare_i32(const Xmm& d, const Xmm& x, const Xmm& y, Prim p, Mode m) {
+    if (wide_) {  // vpcmpd: 0 eq, 1 lt, 2 le, 4 ne, 5 ge, 6 gt
+      const std::uint8_t imm = p == Prim::kEq ? 0 : p == Prim::kLt ? 1 : p == Prim::kLe ? 2
+                               : p == Prim::kNe ? 4 : p == Prim::kGe ? 5 : 6;
+      vpcmpd(k1, x, y, imm);
+      return vpmovm2d(d, k1);
+    }
+    const Xmm ones = vec(s_.constant[static_cast<int>(Const::kOnes)], m);
+    switch (p) {
+      case Prim::kEq: return vpcmpeqd(d, x, y);
+      case Prim::kGt: return vpcmpgtd(d, x, y);
+      case Prim::kLt: return vpcmpgtd(d, y, x);
+      case Prim::kNe: vpcmpeqd(d, x, y); break;
+      case Prim::kLe: vpcmpgtd(d, x, y); break;
+      default: vpcmpgtd(d, y, x); break;  // ge: not lt
+    }
+    vpxor(d, d, ones);
+  }
+
   void op(const Action& a, Mode m) {
     if (a.call != nullptr || a.vector != nullptr) return call_op(a, m);
     const Equation& eq = b_.equations[a.eq];
     const Xmm d = vec(a.dst, m), x = vec(a.src[0], m);
     const auto y = [&] { return vec(a.src[1], m); };
     const auto c = [&](Const k) { return vec(s_.constant[static_cast<int>(k)], m); };
+    const DType in = b_.avals[eq.inputs[0]].dtype;
+    const bool integer = in == DType::kI32 || in == DType::kU32;
     switch (eq.prim) {
-      case Prim::kAdd: return vaddps(d, x, y());
-      case Prim::kSub: return vsubps(d, x, y());
-      case Prim::kMul: return vmulps(d, x, y());
+      case Prim::kAdd: return integer ? vpaddd(d, x, y()) : vaddps(d, x, y());
+      case Prim::kSub: return integer ? vpsubd(d, x, y()) : vsubps(d, x, y());
+      case Prim::kMul: return integer ? vpmulld(d, x, y()) : vmulps(d, x, y());
+      case Prim::kBitwiseAnd: return wide_ ? vpandd(d, x, y()) : vpand(d, x, y());
+      case Prim::kBitwiseOr: return wide_ ? vpord(d, x, y()) : vpor(d, x, y());
+      case Prim::kBitwiseXor: return wide_ ? vpxord(d, x, y()) : vpxor(d, x, y());
+      case Prim::kAstype: return astype(d, x, in, b_.avals[eq.output].dtype, m);
       case Prim::kDiv: return vdivps(d, x, y());
       case Prim::kMaximum: vmaxps(d, x, y()); return keep_nan(d, x, m);
       case Prim::kMinimum: vminps(d, x, y()); return keep_nan(d, x, m);
@@ -340,7 +408,8 @@ class Generator : public Xbyak::CodeGenerator {
           return vblendmps(d | k1, vec(a.src[2], m), y());
         }
         return vblendvps(d, vec(a.src[2], m), y(), x);
-      default:  // comparisons (supported() let nothing else through)
+      default:  // comparisons (op_kind() let nothing else through)
+        if (integer) return compare_i32(d, x, y(), eq.prim, m);
         if (wide_) {
           vcmpps(k1, x, y(), static_cast<std::uint8_t>(predicate(eq.prim)));
           return vpmovm2d(d, k1);

@@ -2,15 +2,16 @@
 // a block compiled with Xbyak into one loop over SIMD vectors, every value in a
 // register, instead of one flat kernel call per equation over L1 temporaries.
 //
-// Ops exactly rounded on f32 (add, subtract, multiply, divide, sqrt, rsqrt as
-// sqrt then divide, NaN-propagating maximum/minimum/relu, neg, abs),
-// comparisons of f32 giving bool, logical ops on bool, where, and the alias ops
-// get instructions of their own: whatever instructions compute them, the bits
-// equal the flat kernels'. The other elementwise ops on 4-byte or bool lanes
-// whose flat kernel is one of the level's SIMD kernels (exp, log, tanh,
-// sigmoid, log1p, expm1; i32/u32 add, subtract, multiply, bitwise ops and comparisons; astype
-// between f32, i32, u32 and bool) are a call of that same kernel on one vector
-// held on the stack, so their bits are the unfused ones by construction. A body
+// Ops with exact results get instructions of their own (whatever instructions
+// compute them, the bits equal the flat kernels'): on f32 add, subtract,
+// multiply, divide, sqrt, rsqrt as sqrt then divide, NaN-propagating
+// maximum/minimum/relu, neg, abs and comparisons; logical ops on bool; where;
+// the alias ops; i32/u32 wrapping add, subtract, multiply and bitwise ops,
+// signed i32 comparisons; astype f32 <-> i32, bool -> f32/i32, f32/i32 ->
+// bool, i32 <-> u32. The other elementwise ops on 4-byte or bool lanes whose
+// flat kernel is one of the level's SIMD kernels (exp, log, tanh, sigmoid,
+// log1p, expm1; u32 and bool comparisons, the other astypes) call that kernel's
+// code on one vector, so their bits are the unfused ones by construction. A body
 // with any other op is not compiled. AVX-512 (x86-64-v4) and AVX2 (x86-64-v3)
 // only. Internal to the CPU backend (fused.cpp).
 #pragma once

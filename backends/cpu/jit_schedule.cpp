@@ -13,16 +13,43 @@ namespace {
 bool is_bool(const Aval& a) { return a.dtype == DType::kBool; }
 bool four_bytes(const Aval& a) { return size_of(a.dtype) == 4; }
 
-// The constant an op needs, or kCount.
-Const constant_of(Prim p) {
-  switch (p) {
-    case Prim::kNeg: return Const::kSign;
-    case Prim::kAbs: return Const::kAbs;
-    case Prim::kRelu: return Const::kZero;
-    case Prim::kRsqrt: return Const::kOne;
-    case Prim::kLogicalNot: return Const::kOnes;
-    default: return Const::kCount;
+// The constants an op with instructions of its own needs.
+void constants_of(const Program& b, const Equation& eq, bool* needs) {
+  const auto need = [&](Const c) { needs[static_cast<int>(c)] = true; };
+  const DType in = b.avals[eq.inputs[0]].dtype, out = b.avals[eq.output].dtype;
+  switch (eq.prim) {
+    case Prim::kNeg: return need(Const::kSign);
+    case Prim::kAbs: return need(Const::kAbs);
+    case Prim::kRelu: return need(Const::kZero);
+    case Prim::kRsqrt: return need(Const::kOne);
+    case Prim::kLogicalNot: return need(Const::kOnes);
+    case Prim::kNe:
+    case Prim::kLe:
+    case Prim::kGe:  // i32 on AVX2: the complement of ==, >, <
+      if (in != DType::kF32) need(Const::kOnes);
+      return;
+    case Prim::kAstype:
+      if (in == DType::kF32 && out == DType::kI32) {
+        need(Const::kTwo31);
+        need(Const::kAbs);
+      }
+      if (in == DType::kBool && out == DType::kF32) need(Const::kOne);
+      if (out == DType::kBool) {
+        need(Const::kZero);
+        need(Const::kOnes);
+      }
+      return;
+    default: return;
   }
+}
+
+// astype pairs with exact instructions of their own (jit.cpp).
+bool inline_astype(DType from, DType to) {
+  using enum DType;
+  return (from == kF32 && to == kI32) || (from == kI32 && to == kF32) ||
+         (from == kBool && (to == kF32 || to == kI32)) ||
+         (to == kBool && (from == kF32 || from == kI32)) || (from == kI32 && to == kU32) ||
+         (from == kU32 && to == kI32);
 }
 
 }  // namespace
@@ -80,10 +107,35 @@ JitOp op_kind(Prim p, const DType* in, std::size_t arity, DType out) {
     case Prim::kLogicalNot:
       if (all(DType::kBool) && out == DType::kBool) return JitOp::kInline;
       break;
+    case Prim::kAstype:
+      if (inline_astype(in[0], out)) return JitOp::kInline;
+      break;
     case Prim::kWhere:
       return arity == 3 && in[0] == DType::kBool && in[1] == out && in[2] == out && lanes(out)
                  ? JitOp::kInline
                  : JitOp::kNone;
+    default: break;
+  }
+  // i32/u32 lanes: wrapping add, subtract, multiply and bitwise ops; signed
+  // comparisons (exact, whatever instructions).
+  const bool ints = all(DType::kI32) || all(DType::kU32);
+  switch (p) {
+    case Prim::kAdd:
+    case Prim::kSub:
+    case Prim::kMul:
+    case Prim::kBitwiseAnd:
+    case Prim::kBitwiseOr:
+    case Prim::kBitwiseXor:
+      if (ints && out == in[0]) return JitOp::kInline;
+      break;
+    case Prim::kEq:
+    case Prim::kNe:
+    case Prim::kLt:
+    case Prim::kLe:
+    case Prim::kGt:
+    case Prim::kGe:
+      if (all(DType::kI32) && out == DType::kBool) return JitOp::kInline;
+      break;
     default: break;
   }
   const PrimFamily f = family(p);
@@ -148,8 +200,7 @@ bool schedule(const Program& b, const std::vector<std::size_t>& eqs,
       rep[eq.output] = rep[eq.inputs[0]];
     } else {
       computed[eq.output] = true;
-      const Const c = constant_of(eq.prim);
-      if (c != Const::kCount) needs[static_cast<int>(c)] = true;
+      if (how == JitOp::kInline) constants_of(b, eq, needs);
     }
   }
   for (ValueId v : outputs) {

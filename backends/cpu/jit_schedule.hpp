@@ -11,9 +11,10 @@
 
 namespace kiln::cpu::jit_detail {
 
-enum class Const : std::uint8_t { kSign, kAbs, kZero, kOne, kOnes, kCount };
+// kAbs is also INT_MAX; kTwo31 is 2^31 as f32.
+enum class Const : std::uint8_t { kSign, kAbs, kZero, kOne, kOnes, kTwo31, kCount };
 inline constexpr std::uint32_t kConstBits[] = {0x80000000u, 0x7fffffffu, 0u, 0x3f800000u,
-                                               0xffffffffu};
+                                               0xffffffffu, 0x4f000000u};
 
 // What the loop does, in order, with the registers the linear scan gave.
 struct Action {
@@ -33,7 +34,7 @@ struct Schedule {
   std::vector<ValueId> operands;  // leaves, in pointer order
   std::vector<bool> broadcast;    // per operand
   std::vector<int> pinned;        // per broadcast operand: its register, else -1
-  int constant[static_cast<int>(Const::kCount)] = {-1, -1, -1, -1, -1};
+  int constant[static_cast<int>(Const::kCount)] = {-1, -1, -1, -1, -1, -1};
   std::vector<bool> out_bool;  // per output
   bool calls = false;          // some op calls a kernel
   int fixed = 0;               // registers [0, fixed): constants, broadcast operands
