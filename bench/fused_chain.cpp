@@ -1,19 +1,23 @@
 // Fused vs unfused elementwise kernels through Executable (plain chrono timing):
 // 1. a 16-op elementwise chain over n f32 elements (with a broadcast row), with
-//    and without transcendentals,
+//    and without transcendentals, and an activation chain (GELU, softplus,
+//    sigmoid: tanh, exp, log, logistic), and conversions with i32 arithmetic,
 // 2. a matmul with a bias + relu epilogue, a row softmax (reduction prologues),
 // 3. one SGD training step of a 2-layer MLP (forward, grad, update), traced once.
 // Prints launches per run and milliseconds per run with fusion on and off.
-//   build/bench/fused_chain [n] [iterations] [chain|arith|epilogue|softmax|mlp] [--json]
-//                           [--fused-only]
+//   build/bench/fused_chain [n] [iterations]
+//                           [chain|arith|gelu|convert|epilogue|softmax|mlp]
+//                           [--json] [--fused-only]
 // (KILN_DEVICE picks the device; the third argument runs one case only).
 // --json prints one JSON object per case instead (bench/peers.py reads it), with
-// the fused program's GB/s (bytes of its inputs read and outputs written once)
+// the fused program's GB/s (bytes of its inputs read and outputs written once),
+// its CPU ms per run (the process's, all threads)
 // and, for the elementwise cases, host memcpy's GB/s over the same n floats (one
 // read and one write stream: the limit for a streaming kernel; lavapipe runs on
 // the host, so it is the limit there too).
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
@@ -31,18 +35,30 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// ms per run of `e` on copies of `inputs` (the inputs are consumed per run).
+// This process's CPU time (all its threads), in seconds.
+double cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
+}
+
+// ms per run of `e` on copies of `inputs` (the inputs are consumed per run);
+// `cpu_ms`, when given, gets the process's CPU ms per run over the same loop
+// (what a shared machine's scheduling does not inflate).
 double time_runs(const Executable& e, const std::vector<Array>& inputs, int iters,
-                 RunStats* stats) {
+                 RunStats* stats, double* cpu_ms = nullptr) {
   const auto once = [&] {
     std::vector<Array> in = inputs;
     std::vector<Array> out = e.run(in, stats);
     synchronize(e.device());
   };
   once();  // warm-up: kernels compiled, buffers cached
+  const double c0 = cpu_seconds();
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < iters; ++i) once();
-  return seconds_since(t0) * 1e3 / iters;
+  const double wall = seconds_since(t0) * 1e3 / iters;
+  if (cpu_ms != nullptr) *cpu_ms = (cpu_seconds() - c0) * 1e3 / iters;
+  return wall;
 }
 
 bool json = false;
@@ -83,7 +99,8 @@ void compare(const char* what, const Program& p, const std::vector<Array>& input
   RunStats fs, ps, us;
   const double tu = fused_only ? 0.0 : time_runs(unfused, inputs, iters, &us);
   const double tp = fused_only ? 0.0 : time_runs(plain, inputs, iters, &ps);
-  const double tf = time_runs(fused, inputs, iters, &fs);
+  double cpu = 0;
+  const double tf = time_runs(fused, inputs, iters, &fs, &cpu);
   if (json) {
     std::size_t bytes = 0;  // inputs read and outputs written once
     for (const Array& a : inputs) bytes += a.nbytes();
@@ -103,7 +120,7 @@ void compare(const char* what, const Program& p, const std::vector<Array>& input
     if (!fused_only) {
       std::cout << ", \"unfused_ms\": " << tu << ", \"unfused_launches\": " << us.launches;
     }
-    std::cout << ", \"fused_ms\": " << tf
+    std::cout << ", \"fused_ms\": " << tf << ", \"fused_cpu_ms\": " << cpu
               << ", \"fused_launches\": " << fs.launches
               << ", \"fused_gbs\": " << static_cast<double>(bytes) / (tf * 1e-3) / 1e9;
     if (stream_n > 0) {
@@ -177,6 +194,41 @@ int main(int argc, char** argv) {
     }
     optimize(p);
     compare("arith chain", p,
+            {to_device(random::normal(k(0), s), d), to_device(random::normal(k(1), {1024}), d)},
+            iters, n);
+  }
+  if (run("gelu")) {  // 1b'. activations of a training step: GELU (tanh form), softplus, sigmoid
+    const Shape s{n / 1024, 1024};
+    Program p;
+    {
+      Trace t;
+      Array x = t.input({f32, s}, d, "x");
+      Array b = t.input({f32, {1024}}, d, "b");
+      Array h = x + b;
+      Array gelu = 0.5f * h * (1.0f + tanh(0.7978846f * (h + 0.044715f * h * h * h)));
+      Array softplus = maximum(h, 0.0f) + log(1.0f + exp(-abs(h)));
+      const Array out = gelu * sigmoid(h) - softplus;
+      p = t.finish(std::span<const Array>(&out, 1));
+    }
+    optimize(p);
+    compare("gelu chain", p,
+            {to_device(random::normal(k(0), s), d), to_device(random::normal(k(1), {1024}), d)},
+            iters, n);
+  }
+  if (run("convert")) {  // 1b''. conversions and i32 arithmetic (quantize-like)
+    const Shape s{n / 1024, 1024};
+    Program p;
+    {
+      Trace t;
+      Array x = t.input({f32, s}, d, "x");
+      Array b = t.input({f32, {1024}}, d, "b");
+      Array h = x * 1.5f + b;
+      Array q = astype(h * 64.0f, i32) + astype(h > 0.0f, i32);
+      const Array out = astype(q, f32) * (1.0f / 64.0f) - h;
+      p = t.finish(std::span<const Array>(&out, 1));
+    }
+    optimize(p);
+    compare("convert chain", p,
             {to_device(random::normal(k(0), s), d), to_device(random::normal(k(1), {1024}), d)},
             iters, n);
   }

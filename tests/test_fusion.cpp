@@ -878,13 +878,29 @@ std::vector<Array> jit_logic(const std::vector<Array>& x) {
           where(ge, logical_not(any), both), logical_or(ne, stop_gradient(eq))};
 }
 
+// Calls (exp, log, tanh, sigmoid; i32 arithmetic, astype) with values, bools
+// and broadcast operands live across them: the spills around a call.
+std::vector<Array> jit_calls(const std::vector<Array>& x) {
+  Array a = x[0] * x[3], b = x[1] - x[2], m = x[0] < x[1];
+  Array e = exp(a), l = log(abs(b) + x[2]);
+  Array t = tanh(e - l) + sigmoid(a * b);
+  return {t * a + b, where(m, l, e), t - exp(x[2] + x[3])};
+}
+std::vector<Array> jit_convert(const std::vector<Array>& x) {
+  Array m = x[0] < x[1];
+  Array i = astype(x[0] * 100.0f, i32) * astype(m, i32) + astype(x[1], i32);
+  Array u = astype(x[3], u32) + astype(x[0], u32);
+  return {astype(i, f32) + astype(logical_or(m, x[0] > x[3]), f32), astype(u, f32),
+          astype(i - astype(x[2], i32), bool_)};
+}
+
 }  // namespace
 
 TEST_CASE("CPU generated code: each op bit for bit at every tail length, with edge values") {
   if (dev().kind != Device::Kind::kCpu) return;
   const bool jit = cpu::jit_available();
   using Body = std::vector<Array> (*)(const std::vector<Array>&);
-  const Body bodies[] = {jit_arith, jit_minmax, jit_logic};
+  const Body bodies[] = {jit_arith, jit_minmax, jit_logic, jit_calls, jit_convert};
   std::vector<std::int64_t> lengths;
   for (std::int64_t n = 1; n <= 70; ++n) lengths.push_back(n);
   lengths.push_back(4099);
@@ -967,10 +983,12 @@ TEST_CASE("CPU generated code holding 24 broadcast operands (zmm16 and up on AVX
 TEST_CASE("CPU bodies the code generator refuses run on the flat kernels") {
   if (dev().kind != Device::Kind::kCpu) return;
   const Shape s{2, 37};
-  // exp has no exactly rounded code; 12 outputs and 2 runs exceed the 10 pointer
-  // registers; 40 broadcast operands held for the call exceed the vector ones.
+  // sin has neither code of its own nor a SIMD kernel to call (its generic
+  // kernel's bits depend on a lane's place in the run); 12 outputs and 2 runs
+  // exceed the 10 pointer registers; 40 broadcast operands held for the call
+  // exceed the vector ones.
   const Program with_exp =
-      trace([](const std::vector<Array>& x) { return std::vector<Array>{exp(x[0]) * x[1] + 1.0f}; },
+      trace([](const std::vector<Array>& x) { return std::vector<Array>{sin(x[0]) * x[1] + 1.0f}; },
             {{f32, s}, {f32, s}});
   const Program many_outputs = trace(
       [](const std::vector<Array>& x) {
@@ -1004,9 +1022,11 @@ TEST_CASE("KILN_CPU_JIT=0: the same bodies run on the flat kernels") {
   CHECK_FALSE(cpu::jit_available());
   const std::size_t before = cpu::jit_bodies_compiled();
   for (std::int64_t n : {std::int64_t{37}, std::int64_t{4099}}) {
-    const Program p = trace(jit_logic, {{f32, {n}}, {f32, {n}}, {f32, {}}, {f32, {1}}});
-    check_fused(p, {on_device(host_special({n}, 0)), on_device(host_special({n}, 2)),
-                    on_device(host_special({}, 3)), on_device(host_special({1}, 1))});
+    for (const auto body : {jit_logic, jit_calls, jit_convert}) {
+      const Program p = trace(body, {{f32, {n}}, {f32, {n}}, {f32, {}}, {f32, {1}}});
+      check_fused(p, {on_device(host_special({n}, 0)), on_device(host_special({n}, 2)),
+                      on_device(host_special({}, 3)), on_device(host_special({1}, 1))});
+    }
   }
   CHECK(cpu::jit_bodies_compiled() == before);
   ::unsetenv("KILN_CPU_JIT");

@@ -23,9 +23,11 @@
 //   storage (copied only when it is a body output);
 // - temporaries are recycled after their value's last reader (liveness over the
 //   body), so a long chain such as threefry needs only a few.
-// A body whose per-block equations are all exactly rounded f32 ops (jit.hpp) is
-// instead compiled into one loop with its values in registers: the block is one
-// call of that code (the one-element equations and the gathers run as above).
+// A body whose per-block equations the code generator covers (jit.hpp: exactly
+// rounded f32 ops, and calls of the SIMD kernels' code for exp, log, tanh, ...,
+// i32 ops and conversions) is instead compiled into one loop with its values in
+// registers: the block is one call of that code (the one-element equations and
+// the gathers run as above).
 #include <algorithm>
 #include <cstring>
 

@@ -16,11 +16,14 @@
 // registers (or pointer registers) than there are is not compiled.
 #include "kiln/backends/cpu/jit.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 
+#include "kiln/backends/cpu/jit_schedule.hpp"
 #include "kiln/backends/cpu/simd.hpp"
 
 #if KILN_HAVE_XBYAK
@@ -37,195 +40,9 @@ std::atomic<std::int64_t> generate_ns{0};
 
 using Xbyak::Xmm;
 
-enum class Const : std::uint8_t { kSign, kAbs, kZero, kOne, kOnes, kCount };
-constexpr std::uint32_t kConstBits[] = {0x80000000u, 0x7fffffffu, 0u, 0x3f800000u, 0xffffffffu};
-
-// What the loop does, in order, with the registers the linear scan gave.
-struct Action {
-  enum Kind : std::uint8_t { kLoad, kOp, kStore } kind;
-  std::size_t eq = 0;         // kOp: the equation
-  int index = 0;              // kLoad: operand number; kStore: output number
-  bool boolean = false;       // kLoad/kStore: 0/1 bytes
-  int dst = -1;               // kLoad/kOp: the register written
-  int src[3] = {-1, -1, -1};  // kOp: operands' registers; kStore: src[0]
-};
-
-struct Schedule {
-  std::vector<Action> actions;
-  std::vector<ValueId> operands;  // leaves, in pointer order
-  std::vector<bool> broadcast;    // per operand
-  std::vector<int> pinned;        // per broadcast operand: its register, else -1
-  int constant[static_cast<int>(Const::kCount)] = {-1, -1, -1, -1, -1};
-  std::vector<bool> out_bool;  // per output
-};
+using namespace jit_detail;
 
 bool is_bool(const Aval& a) { return a.dtype == DType::kBool; }
-bool four_bytes(const Aval& a) { return size_of(a.dtype) == 4; }
-
-// The constant an op needs, or kCount.
-Const constant_of(Prim p) {
-  switch (p) {
-    case Prim::kNeg: return Const::kSign;
-    case Prim::kAbs: return Const::kAbs;
-    case Prim::kRelu: return Const::kZero;
-    case Prim::kRsqrt: return Const::kOne;
-    case Prim::kLogicalNot: return Const::kOnes;
-    default: return Const::kCount;
-  }
-}
-
-// Whether `eq` has exact code here (operand and result dtypes included).
-bool supported(const Program& b, const Equation& eq) {
-  const Aval& out = b.avals[eq.output];
-  const auto in = [&](std::size_t i) { return b.avals[eq.inputs[i]]; };
-  const auto all_f32 = [&] {
-    for (ValueId v : eq.inputs) {
-      if (b.avals[v].dtype != DType::kF32) return false;
-    }
-    return true;
-  };
-  switch (eq.prim) {
-    case Prim::kBitcast:
-    case Prim::kStopGradient:
-    case Prim::kReshape:
-      return (four_bytes(in(0)) && four_bytes(out)) || (is_bool(in(0)) && is_bool(out));
-    case Prim::kAdd:
-    case Prim::kSub:
-    case Prim::kMul:
-    case Prim::kDiv:
-    case Prim::kMaximum:
-    case Prim::kMinimum:
-    case Prim::kNeg:
-    case Prim::kAbs:
-    case Prim::kRelu:
-    case Prim::kSqrt:
-    case Prim::kRsqrt: return all_f32() && out.dtype == DType::kF32;
-    case Prim::kEq:
-    case Prim::kNe:
-    case Prim::kLt:
-    case Prim::kLe:
-    case Prim::kGt:
-    case Prim::kGe: return all_f32() && is_bool(out);
-    case Prim::kLogicalAnd:
-    case Prim::kLogicalOr:
-    case Prim::kLogicalNot:
-      for (ValueId v : eq.inputs) {
-        if (!is_bool(b.avals[v])) return false;
-      }
-      return is_bool(out);
-    case Prim::kWhere:
-      return is_bool(in(0)) && in(1).dtype == out.dtype && in(2).dtype == out.dtype &&
-             (four_bytes(out) || is_bool(out));
-    default: return false;
-  }
-}
-
-// Plans the loop: leaves, register per value, actions. False when the body is
-// not supported or registers run out.
-bool schedule(const Program& b, const std::vector<std::size_t>& eqs,
-              const std::vector<ValueId>& outputs, const std::vector<JitLeaf>& leaf, int registers,
-              Schedule& s) {
-  const std::size_t nv = b.num_values();
-  std::vector<ValueId> rep(nv);
-  for (std::size_t v = 0; v < nv; ++v) rep[v] = static_cast<ValueId>(v);
-  std::vector<bool> computed(nv, false);
-  std::vector<int> operand_of(nv, -1);
-  constexpr std::ptrdiff_t kNever = -1;
-  std::vector<std::ptrdiff_t> last_use(nv, kNever);
-  const auto end = static_cast<std::ptrdiff_t>(eqs.size());
-  bool needs[static_cast<int>(Const::kCount)] = {};
-  for (std::size_t i = 0; i < eqs.size(); ++i) {
-    const Equation& eq = b.equations[eqs[i]];
-    if (!supported(b, eq)) return false;
-    for (ValueId in : eq.inputs) {
-      const ValueId r = rep[in];
-      last_use[r] = static_cast<std::ptrdiff_t>(i);
-      if (computed[r] || operand_of[r] >= 0) continue;
-      const JitLeaf kind = leaf[r];
-      if (kind == JitLeaf::kNone) return false;
-      if (!four_bytes(b.avals[r]) && !is_bool(b.avals[r])) return false;
-      operand_of[r] = static_cast<int>(s.operands.size());
-      s.operands.push_back(r);
-      s.broadcast.push_back(kind == JitLeaf::kBroadcast);
-    }
-    if (has_trait(eq.prim, PrimTrait::kAlias)) {
-      rep[eq.output] = rep[eq.inputs[0]];
-    } else {
-      computed[eq.output] = true;
-      const Const c = constant_of(eq.prim);
-      if (c != Const::kCount) needs[static_cast<int>(c)] = true;
-    }
-  }
-  for (ValueId v : outputs) {
-    if (!computed[rep[v]] && operand_of[rep[v]] < 0) return false;
-    last_use[rep[v]] = end;
-    s.out_bool.push_back(is_bool(b.avals[v]));
-  }
-  // Whole-call registers: constants, then broadcast operands.
-  int next = 0;
-  for (int c = 0; c < static_cast<int>(Const::kCount); ++c) {
-    if (needs[c]) s.constant[c] = next++;
-  }
-  std::vector<int> reg(nv, -1);
-  s.pinned.assign(s.operands.size(), -1);
-  for (std::size_t k = 0; k < s.operands.size(); ++k) {
-    if (s.broadcast[k]) reg[s.operands[k]] = s.pinned[k] = next++;
-  }
-  if (next > registers) return false;
-  std::vector<int> free;
-  for (int r = registers; r-- > next;) free.push_back(r);
-  const auto take = [&](int& r) {
-    if (free.empty()) return false;
-    r = free.back();
-    free.pop_back();
-    return true;
-  };
-  const auto ensure = [&](ValueId r) {  // a run operand is loaded at first use
-    if (reg[r] >= 0) return true;
-    const int k = operand_of[r];
-    Action a{Action::kLoad};
-    a.index = k;
-    a.boolean = is_bool(b.avals[r]);
-    if (!take(a.dst)) return false;
-    reg[r] = a.dst;
-    s.actions.push_back(a);
-    return true;
-  };
-  const auto release = [&](ValueId r, std::ptrdiff_t at) {
-    if (last_use[r] != at || reg[r] < 0) return;
-    const int o = operand_of[r];
-    if (o >= 0 && s.broadcast[static_cast<std::size_t>(o)]) return;
-    free.push_back(reg[r]);
-    last_use[r] = kNever;  // freed once even when read twice
-  };
-  for (std::size_t i = 0; i < eqs.size(); ++i) {
-    const Equation& eq = b.equations[eqs[i]];
-    if (has_trait(eq.prim, PrimTrait::kAlias)) continue;
-    Action a{Action::kOp};
-    a.eq = eqs[i];
-    for (std::size_t j = 0; j < eq.inputs.size(); ++j) {
-      if (!ensure(rep[eq.inputs[j]])) return false;
-      a.src[j] = reg[rep[eq.inputs[j]]];
-    }
-    if (!take(a.dst)) return false;
-    reg[eq.output] = a.dst;
-    s.actions.push_back(a);
-    for (ValueId in : eq.inputs) release(rep[in], static_cast<std::ptrdiff_t>(i));
-    if (last_use[eq.output] == kNever) free.push_back(a.dst);  // never read
-  }
-  // Every load before the first store (an output may overwrite an input).
-  for (ValueId v : outputs) {
-    if (!ensure(rep[v])) return false;
-  }
-  for (std::size_t o = 0; o < outputs.size(); ++o) {
-    Action a{Action::kStore};
-    a.index = static_cast<int>(o);
-    a.boolean = s.out_bool[o];
-    a.src[0] = reg[rep[outputs[o]]];
-    s.actions.push_back(a);
-  }
-  return true;
-}
 
 // Comparison predicates as C++ evaluates them (ordered, except != unordered).
 int predicate(Prim p) {
@@ -239,31 +56,70 @@ int predicate(Prim p) {
   }
 }
 
+// The frame of a body with calls (bytes from the aligned rsp): the callee's
+// result slot, its operand slots, its FlatOperand array, the general registers
+// kept across a call, the vector registers kept across it, the entry rsp.
+constexpr int kOut = 0, kIn = 64, kOps = 256, kGprs = 320, kSpill = 384;
+constexpr int kSavedRsp = kSpill + 32 * 64, kFrame = kSavedRsp + 64;
+static_assert(sizeof(FlatOperand) == 16 && offsetof(FlatOperand, data) == 0 &&
+              offsetof(FlatOperand, scalar) == 8);
+
+// Room for the code: 64 KiB, or more with calls (each keeps up to 32 vector
+// registers around it, in the full and the tail body). Code that does not fit
+// throws, and the body is interpreted.
+std::size_t code_bytes(const Schedule& s) {
+  std::size_t n = std::size_t{1} << 14;
+  for (const Action& a : s.actions) n += a.call != nullptr || a.vector != nullptr ? 4096 : 256;
+  return std::max(n, std::size_t{1} << 16);
+}
+
 class Generator : public Xbyak::CodeGenerator {
  public:
   enum class Mode : std::uint8_t { kFull, kMasked, kScalar };
 
   Generator(const Program& b, const Schedule& s, bool avx512)
-      : Xbyak::CodeGenerator(1 << 16, Xbyak::DontSetProtectRWE), b_(b), s_(s), wide_(avx512) {}
+      : Xbyak::CodeGenerator(code_bytes(s), Xbyak::DontSetProtectRWE),
+        b_(b),
+        s_(s),
+        wide_(avx512) {}
 
   // False when there are more pointers than registers for them.
   bool generate() {
     using namespace Xbyak;
     // rdi: operands, rsi: outputs, rdx: n, rcx: the element index, rax scratch.
-    const Reg64 pool[] = {r8, r9, r10, r11, rbx, rbp, r12, r13, r14, r15};
+    // With calls, the callee-saved registers first: they need no keeping.
+    const Reg64 plain[] = {r8, r9, r10, r11, rbx, rbp, r12, r13, r14, r15};
+    const Reg64 calling[] = {rbx, rbp, r12, r13, r14, r15, r8, r9, r10, r11};
+    const Reg64* pool = s_.calls ? calling : plain;
+    constexpr std::size_t kPool = std::size(plain);
     std::size_t used = 0;
     for (std::size_t k = 0; k < s_.operands.size(); ++k) {
       if (s_.broadcast[k]) continue;
-      if (used == std::size(pool)) return false;
+      if (used == kPool) return false;
       operand_ptr_.resize(k + 1, rax);
       operand_ptr_[k] = pool[used++];
     }
     for (std::size_t o = 0; o < s_.out_bool.size(); ++o) {
-      if (used == std::size(pool)) return false;
+      if (used == kPool) return false;
       output_ptr_.push_back(pool[used++]);
+    }
+    kept_ = {rcx, rdx};  // the index and n, and pointers in caller-saved registers
+    for (std::size_t i = 0; i < used; ++i) {
+      if (pool[i].getIdx() >= 8 && pool[i].getIdx() <= 11) kept_.push_back(pool[i]);
     }
     const Reg64 saved[] = {rbx, rbp, r12, r13, r14, r15};
     for (const Reg64& r : saved) push(r);
+    if (s_.calls) {  // a 64-byte aligned frame; the entry rsp at its end
+      mov(rax, rsp);
+      sub(rsp, kFrame);
+      and_(rsp, -64);
+      mov(ptr[rsp + kSavedRsp], rax);
+      for (int j = 0; j < 3; ++j) {  // FlatOperand j: {the in slot j, not scalar}
+        lea(rax, ptr[rsp + kIn + 64 * j]);
+        mov(ptr[rsp + kOps + 16 * j], rax);
+        mov(qword[rsp + kOps + 16 * j + 8], 0);
+      }
+    }
     for (std::size_t k = 0; k < operand_ptr_.size(); ++k) {
       if (!s_.broadcast[k]) mov(operand_ptr_[k], ptr[rdi + 8 * k]);
     }
@@ -285,6 +141,11 @@ class Generator : public Xbyak::CodeGenerator {
       } else {
         vbroadcastss(vec(r, Mode::kFull), dword[rax]);
       }
+    }
+    // Constants and broadcast operands never change: kept once, restored after
+    // each call.
+    for (int r = 0; s_.calls && r < s_.fixed; ++r) {
+      vmovaps(ptr[rsp + kSpill + 64 * r], vec(r, Mode::kFull));
     }
     const int lanes = wide_ ? 16 : 8;
     Label full, tail, done;
@@ -311,6 +172,7 @@ class Generator : public Xbyak::CodeGenerator {
       jmp(tail, T_NEAR);
     }
     L(done);
+    if (s_.calls) mov(rsp, ptr[rsp + kSavedRsp]);
     for (std::size_t i = std::size(saved); i-- > 0;) pop(saved[i]);
     vzeroupper();
     ret();
@@ -333,58 +195,110 @@ class Generator : public Xbyak::CodeGenerator {
     neg(eax);
   }
 
-  void load(const Action& a, Mode m) {
-    const Xbyak::Reg64& p = operand_ptr_[static_cast<std::size_t>(a.index)];
-    const Xmm d = vec(a.dst, m);
-    if (!a.boolean) {
-      const Xbyak::Address at = ptr[p + rcx * 4];
-      if (m == Mode::kScalar) return vmovss(d, dword[p + rcx * 4]);
-      if (m == Mode::kMasked) return vmovups(d | k2 | T_z, at);
-      return vmovups(d, at);
+  // Register r (mode m) from 4-byte lanes at `at`, or from 0/1 bytes there.
+  void load_from(int r, bool boolean, Mode m, const Xbyak::RegExp& at) {
+    const Xmm d = vec(r, m);
+    if (!boolean) {
+      if (m == Mode::kScalar) return vmovss(d, dword[at]);
+      if (m == Mode::kMasked) return vmovups(d | k2 | T_z, ptr[at]);
+      return vmovups(d, ptr[at]);
     }
     if (m == Mode::kScalar) {
-      byte_to_mask(byte[p + rcx]);
+      byte_to_mask(byte[at]);
       return vmovd(d, eax);
     }
     if (wide_) {
       if (m == Mode::kMasked) {  // a plain masked load: no fault past n
-        vmovdqu8(Xbyak::Xmm(a.dst) | k2 | T_z, ptr[p + rcx]);
-        vpmovzxbd(d, Xbyak::Xmm(a.dst));
+        vmovdqu8(Xbyak::Xmm(r) | k2 | T_z, ptr[at]);
+        vpmovzxbd(d, Xbyak::Xmm(r));
       } else {
-        vpmovzxbd(d, ptr[p + rcx]);
+        vpmovzxbd(d, ptr[at]);
       }
       vptestmd(k1, d, d);
       return vpmovm2d(d, k1);
     }
-    vpmovzxbd(d, ptr[p + rcx]);
+    vpmovzxbd(d, ptr[at]);
     vpxor(ymm15, ymm15, ymm15);
     vpcmpgtd(d, d, ymm15);  // bytes are 0..255: greater than 0 is nonzero
   }
 
-  void store(const Action& a, Mode m) {
-    const Xbyak::Reg64& p = output_ptr_[static_cast<std::size_t>(a.index)];
-    const Xmm v = vec(a.src[0], m);
-    if (!a.boolean) {
-      if (m == Mode::kScalar) return vmovss(dword[p + rcx * 4], v);
-      if (m == Mode::kMasked) return vmovups(ptr[p + rcx * 4] | k2, v);
-      return vmovups(ptr[p + rcx * 4], v);
+  // Register r (mode m) to 4-byte lanes at `at`, or to 0/1 bytes there.
+  void store_to(int r, bool boolean, Mode m, const Xbyak::RegExp& at) {
+    const Xmm v = vec(r, m);
+    if (!boolean) {
+      if (m == Mode::kScalar) return vmovss(dword[at], v);
+      if (m == Mode::kMasked) return vmovups(ptr[at] | k2, v);
+      return vmovups(ptr[at], v);
     }
     if (m == Mode::kScalar) {
       vmovd(eax, v);
       and_(eax, 1);
-      return mov(byte[p + rcx], al);
+      return mov(byte[at], al);
     }
     if (wide_) {
       vpsrld(zmm31, v, 31);
-      if (m == Mode::kFull) return vpmovdb(ptr[p + rcx], zmm31);
+      if (m == Mode::kFull) return vpmovdb(ptr[at], zmm31);
       vpmovdb(xmm31, zmm31);  // then a plain masked store: nothing past n
-      return vmovdqu8(ptr[p + rcx] | k2, xmm31);
+      return vmovdqu8(ptr[at] | k2, xmm31);
     }
     vpsrld(ymm15, v, 31);
     vextracti128(xmm14, ymm15, 1);
     vpackusdw(xmm15, xmm15, xmm14);
     vpackuswb(xmm15, xmm15, xmm15);
-    vmovq(qword[p + rcx], xmm15);
+    vmovq(qword[at], xmm15);
+  }
+
+  void load(const Action& a, Mode m) {
+    const Xbyak::Reg64& p = operand_ptr_[static_cast<std::size_t>(a.index)];
+    load_from(a.dst, a.boolean, m, a.boolean ? p + rcx : p + rcx * 4);
+  }
+
+  void store(const Action& a, Mode m) {
+    const Xbyak::Reg64& p = output_ptr_[static_cast<std::size_t>(a.index)];
+    store_to(a.src[0], a.boolean, m, a.boolean ? p + rcx : p + rcx * 4);
+  }
+
+  // An op without instructions of its own: its vector function with the
+  // operand and result in register 0, or its flat kernel on one vector (one
+  // element in scalar mode) in the frame's slots. Every register is the
+  // callee's to clobber (SysV): the live vector registers, the general ones
+  // the loop uses and (masked) k2 are kept across the call.
+  void call_op(const Action& a, Mode m) {
+    using namespace Xbyak;
+    const Equation& eq = b_.equations[a.eq];
+    const Mode full = Mode::kFull;
+    for (int r = s_.fixed; r < 32; ++r) {
+      if ((a.live >> r & 1u) != 0) vmovaps(ptr[rsp + kSpill + 64 * r], vec(r, full));
+    }
+    if (a.vector != nullptr) {
+      if (a.src[0] != 0) vmovaps(vec(0, full), vec(a.src[0], full));
+    } else {
+      for (std::size_t j = 0; j < eq.inputs.size(); ++j) {
+        store_to(a.src[j], is_bool(b_.avals[eq.inputs[j]]), m,
+                 RegExp(rsp) + static_cast<int>(kIn + 64 * j));
+      }
+      lea(rdi, ptr[rsp + kOps]);
+      lea(rsi, ptr[rsp + kOut]);
+    }
+    for (std::size_t i = 0; i < kept_.size(); ++i) mov(ptr[rsp + kGprs + 8 * i], kept_[i]);
+    if (a.vector == nullptr) mov(edx, m == Mode::kScalar ? 1 : (wide_ ? 16 : 8));
+    mov(rax, a.vector != nullptr ? reinterpret_cast<std::uint64_t>(a.vector)
+                                 : reinterpret_cast<std::uint64_t>(a.call));
+    call(rax);
+    for (std::size_t i = 0; i < kept_.size(); ++i) mov(kept_[i], ptr[rsp + kGprs + 8 * i]);
+    if (m == Mode::kMasked) {  // k2 again from rdx = the elements left
+      mov(eax, -1);
+      bzhi(eax, eax, edx);
+      kmovw(k2, eax);
+    }
+    if (a.vector != nullptr) {
+      if (a.dst != 0) vmovaps(vec(a.dst, full), vec(0, full));
+    } else {
+      load_from(a.dst, is_bool(b_.avals[eq.output]), m, RegExp(rsp) + kOut);
+    }
+    for (int r = 0; r < 32; ++r) {
+      if ((a.live >> r & 1u) != 0) vmovaps(vec(r, full), ptr[rsp + kSpill + 64 * r]);
+    }
   }
 
   // d = x if x is NaN, else t (the max/min instruction's result).
@@ -398,15 +312,84 @@ class Generator : public Xbyak::CodeGenerator {
     vblendvps(d, d, x, t);
   }
 
+  // astype (jit_schedule.cpp's inline_astype pairs), as simd_kernels.cpp's
+  // convert(): f32 -> i32 truncates and saturates, NaN -> 0; to bool, nonzero
+  // (and NaN) is true; i32 <-> u32 keeps the bits.
+  void astype(const Xmm& d, const Xmm& x, DType from, DType to, Mode m) {
+    const auto c = [&](Const k) { return vec(s_.constant[static_cast<int>(k)], m); };
+    const Xmm t = vec(15, m);  // AVX2 scratch
+    if (from == DType::kF32 && to == DType::kI32) {
+      vcvttps2dq(d, x);  // 0x80000000 (INT_MIN) for NaN and out of range
+      if (wide_) {
+        vcmpps(k1, x, c(Const::kTwo31), 0x1d);  // x >= 2^31: INT_MAX
+        vmovdqa32(d | k1, c(Const::kAbs));
+        vcmpps(k1, x, x, 3);  // NaN: 0
+        return vpxord(d | k1, d, d);
+      }
+      vcmpps(t, x, c(Const::kTwo31), 0x1d);
+      vblendvps(d, d, c(Const::kAbs), t);
+      vcmpps(t, x, x, 7);  // ORD_Q: NaN lanes to 0
+      return vandps(d, d, t);
+    }
+    if (from == DType::kI32 && to == DType::kF32) return vcvtdq2ps(d, x);
+    if (from == DType::kBool && to == DType::kF32) {
+      return wide_ ? vpandd(d, x, c(Const::kOne)) : vandps(d, x, c(Const::kOne));
+    }
+    if (from == DType::kBool) return vpsrld(d, x, 31);  // -> i32 1
+    if (to == DType::kBool && from == DType::kF32) {
+      if (wide_) {
+        vcmpps(k1, x, c(Const::kZero), 4);  // NEQ_UQ
+        return vpmovm2d(d, k1);
+      }
+      return vcmpps(d, x, c(Const::kZero), 4);
+    }
+    if (to == DType::kBool) {  // from i32
+      if (wide_) {
+        vptestmd(k1, x, x);
+        return vpmovm2d(d, k1);
+      }
+      vpcmpeqd(d, x, c(Const::kZero));
+      return vpxor(d, d, c(Const::kOnes));
+    }
+    vmovaps(d, x);  // i32 <-> u32
+  }
+
+  // A signed i32 comparison as a lane mask.
+  void compare_i32(const Xmm& d, const Xmm& x, const Xmm& y, Prim p, Mode m) {
+    if (wide_) {  // vpcmpd: 0 eq, 1 lt, 2 le, 4 ne, 5 ge, 6 gt
+      const std::uint8_t imm = p == Prim::kEq ? 0 : p == Prim::kLt ? 1 : p == Prim::kLe ? 2
+                               : p == Prim::kNe ? 4 : p == Prim::kGe ? 5 : 6;
+      vpcmpd(k1, x, y, imm);
+      return vpmovm2d(d, k1);
+    }
+    const Xmm ones = vec(s_.constant[static_cast<int>(Const::kOnes)], m);
+    switch (p) {
+      case Prim::kEq: return vpcmpeqd(d, x, y);
+      case Prim::kGt: return vpcmpgtd(d, x, y);
+      case Prim::kLt: return vpcmpgtd(d, y, x);
+      case Prim::kNe: vpcmpeqd(d, x, y); break;
+      case Prim::kLe: vpcmpgtd(d, x, y); break;
+      default: vpcmpgtd(d, y, x); break;  // ge: not lt
+    }
+    vpxor(d, d, ones);
+  }
+
   void op(const Action& a, Mode m) {
+    if (a.call != nullptr || a.vector != nullptr) return call_op(a, m);
     const Equation& eq = b_.equations[a.eq];
     const Xmm d = vec(a.dst, m), x = vec(a.src[0], m);
     const auto y = [&] { return vec(a.src[1], m); };
     const auto c = [&](Const k) { return vec(s_.constant[static_cast<int>(k)], m); };
+    const DType in = b_.avals[eq.inputs[0]].dtype;
+    const bool integer = in == DType::kI32 || in == DType::kU32;
     switch (eq.prim) {
-      case Prim::kAdd: return vaddps(d, x, y());
-      case Prim::kSub: return vsubps(d, x, y());
-      case Prim::kMul: return vmulps(d, x, y());
+      case Prim::kAdd: return integer ? vpaddd(d, x, y()) : vaddps(d, x, y());
+      case Prim::kSub: return integer ? vpsubd(d, x, y()) : vsubps(d, x, y());
+      case Prim::kMul: return integer ? vpmulld(d, x, y()) : vmulps(d, x, y());
+      case Prim::kBitwiseAnd: return wide_ ? vpandd(d, x, y()) : vpand(d, x, y());
+      case Prim::kBitwiseOr: return wide_ ? vpord(d, x, y()) : vpor(d, x, y());
+      case Prim::kBitwiseXor: return wide_ ? vpxord(d, x, y()) : vpxor(d, x, y());
+      case Prim::kAstype: return astype(d, x, in, b_.avals[eq.output].dtype, m);
       case Prim::kDiv: return vdivps(d, x, y());
       case Prim::kMaximum: vmaxps(d, x, y()); return keep_nan(d, x, m);
       case Prim::kMinimum: vminps(d, x, y()); return keep_nan(d, x, m);
@@ -425,7 +408,8 @@ class Generator : public Xbyak::CodeGenerator {
           return vblendmps(d | k1, vec(a.src[2], m), y());
         }
         return vblendvps(d, vec(a.src[2], m), y(), x);
-      default:  // comparisons (supported() let nothing else through)
+      default:  // comparisons (op_kind() let nothing else through)
+        if (integer) return compare_i32(d, x, y(), eq.prim, m);
         if (wide_) {
           vcmpps(k1, x, y(), static_cast<std::uint8_t>(predicate(eq.prim)));
           return vpmovm2d(d, k1);
@@ -449,6 +433,7 @@ class Generator : public Xbyak::CodeGenerator {
   bool wide_;
   std::vector<Xbyak::Reg64> operand_ptr_;
   std::vector<Xbyak::Reg64> output_ptr_;
+  std::vector<Xbyak::Reg64> kept_;  // general registers kept across a call
 };
 
 #endif  // KILN_HAVE_XBYAK
@@ -498,6 +483,25 @@ std::shared_ptr<const JitBody> jit_compile(const Program& body, const std::vecto
   (void)body, (void)eqs, (void)outputs, (void)leaf;
   return nullptr;
 #endif
+}
+
+JitOp jit_op(Prim p, DType in, DType out) {
+  if (!jit_available()) return JitOp::kNone;
+  DType dts[3] = {in, in, in};
+  std::size_t arity = 1;
+  switch (family(p)) {
+    case PrimFamily::kUnary:
+    case PrimFamily::kAstype:
+    case PrimFamily::kIdentity:
+    case PrimFamily::kLayout: break;  // (reshape is the one layout alias)
+    case PrimFamily::kBinary: arity = 2; break;
+    case PrimFamily::kWhere:
+      dts[0] = DType::kBool;
+      arity = 3;
+      break;
+    default: return JitOp::kNone;
+  }
+  return jit_detail::op_kind(p, dts, arity, out);
 }
 
 std::size_t jit_bodies_compiled() { return compiled.load(std::memory_order_relaxed); }

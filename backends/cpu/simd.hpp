@@ -32,10 +32,21 @@ const char* isa_name(Isa isa);
 // nullptr where there is none (the caller's generic kernel then runs).
 FlatKernel simd_kernel(Prim p, DType in, DType out);
 
+// The function computing one vector of unary f32 op `p` at the active level,
+// called with the level's vector ABI (SysV: the operand in ymm0/zmm0, the
+// result there too; every vector register and k register the callee's), or
+// nullptr. x86-64-v3 (8 lanes) and v4 (16 lanes) have them for the ops whose
+// SIMD kernel is not exactly rounded (exp, log, tanh, sigmoid, log1p, expm1);
+// that kernel
+// calls the very same function on each of its batches, so the fused-body code
+// generator (jit.hpp) calling it gives the unfused bits by construction.
+const void* simd_vector_kernel(Prim p, DType in, DType out);
+
 // One table per compiled level (simd_kernels.cpp).
 #define KILN_DECLARE_ISA(ns) \
   namespace ns {             \
   FlatKernel kernel(Prim p, DType in, DType out); \
+  const void* vector_kernel(Prim p, DType in, DType out); \
   }
 KILN_DECLARE_ISA(isa_generic)
 KILN_DECLARE_ISA(isa_x86_v2)

@@ -60,6 +60,7 @@ Isa pick() {
 }
 
 using Table = FlatKernel (*)(Prim, DType, DType);
+using VectorTable = const void* (*)(Prim, DType, DType);
 
 Table table(Isa isa) {
   switch (isa) {
@@ -73,6 +74,20 @@ Table table(Isa isa) {
 #endif
   }
   return isa_generic::kernel;
+}
+
+VectorTable vector_table(Isa isa) {
+  switch (isa) {
+    case Isa::kGeneric: return isa_generic::vector_kernel;
+#if defined(__x86_64__)
+    case Isa::kX86V2: return isa_x86_v2::vector_kernel;
+    case Isa::kX86V3: return isa_x86_v3::vector_kernel;
+    case Isa::kX86V4: return isa_x86_v4::vector_kernel;
+#else
+    default: break;
+#endif
+  }
+  return isa_generic::vector_kernel;
 }
 
 }  // namespace
@@ -94,6 +109,11 @@ Isa active_isa() {
 
 FlatKernel simd_kernel(Prim p, DType in, DType out) {
   static const Table t = table(active_isa());
+  return t(p, in, out);
+}
+
+const void* simd_vector_kernel(Prim p, DType in, DType out) {
+  static const VectorTable t = vector_table(active_isa());
   return t(p, in, out);
 }
 

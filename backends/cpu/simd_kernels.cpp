@@ -137,11 +137,55 @@ struct Sigmoid {  // exp(-x) overflows to inf for very negative x: still 0
     return B(1) / (B(1) + xsimd::exp(-x));
   }
 };
+// log(1 + x), exp(x) - 1 (f32): as MathDef (dsl/unary_math.hpp), zeros kept as
+// they are (xsimd gives +0 for -0). Every lane through xsimd, the padded last
+// batch too (the generic kernel took std:: for the ends of a run).
+struct Log1p {
+  template <class B> B operator()(const B& x) const {
+    return xsimd::select(x == B(0), x, xsimd::log1p(x));
+  }
+};
+struct Expm1 {
+  template <class B> B operator()(const B& x) const {
+    return xsimd::select(x == B(0), x, xsimd::expm1(x));
+  }
+};
 struct Relu {  // relu(NaN) is NaN
   template <class B> B operator()(const B& x) const {
     return NanMaximum{}.simd_apply(x, B(0));
   }
 };
+
+// ---- one vector through the level's vector ABI ----
+// x86-64-v3 and v4 (ymm/zmm registers): the float kernels of the ops that are
+// not exactly rounded run each batch through one out-of-line function, whose
+// address the fused-body code generator calls with the same register (jit.hpp):
+// one copy of the machine code for both paths. noipa: no inlining, no clone, no
+// change of calling convention.
+#if defined(__AVX2__)
+constexpr bool kVectorAbi = true;
+using VecReg = Batch<float>::register_type;
+template <class F>
+[[gnu::noipa]] VecReg vector_unary(VecReg x) {
+  return F{}(Batch<float>(x));
+}
+template <class F>
+struct ViaVector {
+  Batch<float> operator()(const Batch<float>& x) const { return vector_unary<F>(x); }
+};
+#else
+constexpr bool kVectorAbi = false;
+template <class F>
+using ViaVector = F;
+#endif
+
+// The float kernel of the transcendental F: through its vector function where
+// the level has one.
+template <class T, class F>
+FlatKernel transcendental() {
+  if constexpr (kVectorAbi && std::is_same_v<T, float>) return unary<T, ViaVector<F>>;
+  return unary<T, F>;
+}
 
 // ---- plain loops: comparisons, where, conversions ----
 
@@ -236,12 +280,18 @@ FlatKernel float_kernel(Prim p) {
     case Prim::kMinimum: return binary<T, Min>;
     case Prim::kNeg: return unary<T, Neg>;
     case Prim::kAbs: return unary<T, Abs>;
-    case Prim::kExp: return unary<T, Exp>;
-    case Prim::kLog: return unary<T, Log>;
-    case Prim::kTanh: return unary<T, Tanh>;
+    case Prim::kExp: return transcendental<T, Exp>();
+    case Prim::kLog: return transcendental<T, Log>();
+    case Prim::kTanh: return transcendental<T, Tanh>();
     case Prim::kSqrt: return unary<T, Sqrt>;
     case Prim::kRsqrt: return unary<T, Rsqrt>;
-    case Prim::kSigmoid: return unary<T, Sigmoid>;
+    case Prim::kSigmoid: return transcendental<T, Sigmoid>();
+    case Prim::kLog1p:
+      if constexpr (std::is_same_v<T, float>) return transcendental<T, Log1p>();
+      return nullptr;
+    case Prim::kExpm1:
+      if constexpr (std::is_same_v<T, float>) return transcendental<T, Expm1>();
+      return nullptr;
     case Prim::kRelu: return unary<T, Relu>;
     default: return nullptr;
   }
@@ -321,6 +371,24 @@ FlatKernel kernel(Prim p, DType in, DType out) {
       return int_kernel<std::make_unsigned_t<T>>(p);
     }
   });
+}
+
+const void* vector_kernel(Prim p, DType in, DType out) {
+  if (in != DType::kF32 || out != DType::kF32) return nullptr;
+#if defined(__AVX2__)
+  switch (p) {
+    case Prim::kExp: return reinterpret_cast<const void*>(&vector_unary<Exp>);
+    case Prim::kLog: return reinterpret_cast<const void*>(&vector_unary<Log>);
+    case Prim::kTanh: return reinterpret_cast<const void*>(&vector_unary<Tanh>);
+    case Prim::kSigmoid: return reinterpret_cast<const void*>(&vector_unary<Sigmoid>);
+    case Prim::kLog1p: return reinterpret_cast<const void*>(&vector_unary<Log1p>);
+    case Prim::kExpm1: return reinterpret_cast<const void*>(&vector_unary<Expm1>);
+    default: break;
+  }
+#else
+  (void)p;
+#endif
+  return nullptr;
 }
 
 }  // namespace kiln::cpu::KILN_ISA
