@@ -526,11 +526,14 @@ def cell(key, unit):
 rows = []
 
 
-def code(suffix=""):
+def code(suffix=".default"):
     """Which CPU code ran, from kiln's DeviceInfo.driver ("kiln SIMD <level>;
     <OpenBLAS config> (<core> kernels)") as bench_jit saw it under that
     OPENBLAS_CORETYPE: "kiln SIMD <level>, OpenBLAS <core> kernels"."""
-    d = info.get(f"driver{suffix}")
+    # The text depends only on the environment: bench_jit's (b) and matmul_peak's
+    # (g) report the same one under the same OPENBLAS_CORETYPE.
+    alt = {".default": ".matmul", ".prescott": ".matmul.prescott"}.get(suffix, suffix)
+    d = info.get(f"driver{suffix}") or info.get(f"driver{alt}")
     if not d:
         return ""
     simd = d.split(";")[0]
