@@ -5,8 +5,10 @@
 
 bench/setup.sh installs the peers (LibTorch 1.13 from Debian, JAX + Equinox +
 Optax from PyPI into a venv); the build directory needs -Dbench=true (bench_jit,
-fused_chain, torch_fmnist_epoch) and, for case (c), the training example
-(examples/train_fashion_mnist; its data comes with scripts/bootstrap.sh).
+fused_chain, matmul_peak, and with LibTorch found at configure time
+torch_fmnist_epoch and torch_char_transformer) and the examples
+(examples/train_fashion_mnist for case (c): its data comes with
+scripts/bootstrap.sh; examples/char_transformer for case (f)).
 
 Cases (each measured --repetitions times, interleaved: repetition i runs every
 case once before repetition i+1 starts, so load from other jobs hits kiln and its
@@ -17,16 +19,40 @@ and the min-max ranges):
   b  MLP 64-256-256-10, batch 128, Adam step: kiln CPU and Vulkan, LibTorch
      (bench_jit, same process as kiln CPU: each sample is the median of 3 runs of
      each, in random interleaved order), JAX + Optax (bench/peers/jax_mlp.py);
-     also with OPENBLAS_CORETYPE=Haswell for kiln and LibTorch when the CPU has AVX2
+     also with OPENBLAS_CORETYPE=Haswell for kiln and LibTorch when the CPU has AVX2,
+     and with OPENBLAS_CORETYPE=Prescott (OpenBLAS's SSE3 kernels, what it runs on
+     a CPU model its table does not know) on x86-64: issue 20's target is kiln
+     within 10% of its own default there
   c  one Fashion-MNIST epoch of the MLP example: kiln's example binary vs
      bench/peers/jax_fmnist_epoch.py (train time without compile; test accuracy)
-     and LibTorch (bench/torch_fmnist_epoch.cpp)
+     and LibTorch (bench/torch_fmnist_epoch.cpp); Prescott rows as in (b)
   d  cold compile of the step: a fresh process's first call, kiln with an empty
      KILN_CACHE_DIR (CPU; Vulkan with Mesa's shader cache empty, warm and off) vs
      jax.jit (bench/peers/jax_mlp.py --mode cold)
   e  fused elementwise chain (fused_chain's "arith": 15 ops, one broadcast row),
      1M and 16M f32: kiln (fused_chain --json) on CPU and Vulkan and jax.jit
      (bench/peers/jax_fused.py), in GB/s against host memcpy
+  f  the character-level transformer of examples/char_transformer (2 pre-norm
+     TransformerBlocks, d_model 64, 2 heads, RoPE, causal attention, GELU MLP,
+     Adam 3e-3, batch 16 x context 32, 57-character vocabulary): training steps/s,
+     the example binary on the CPU (--json's median step time over 300 steps, 100
+     with --quick) vs the same model, optimizer and batch in LibTorch eager
+     (bench/torch_char_transformer.cpp; its header lists the differences: eager
+     execution, another PRNG stream, so other initial weights and batches from the
+     same distributions); the final losses are printed as a check
+  g  matmul 1024^3 f32 on kiln's CPU backend, 1 and 2 threads (kiln's pool and
+     OpenBLAS's), in GFLOP/s against the FMA peak of as many cores measured in the
+     same process (bench/matmul_peak.cpp: an AVX-512 or AVX2 FMA loop per thread,
+     FLOPs per thread CPU second), and against cblas_sgemm called directly; also
+     with OPENBLAS_CORETYPE=Prescott
+
+Targets are issue 20's: kiln/LibTorch <= 0.7 and kiln/JAX <= 0.8 in (b) and (c);
+kiln with Prescott kernels <= 1.10x kiln's default; the fused chain >= 0.5x memcpy
+and >= 1.0x XLA; the 2-thread matmul >= 0.70 of the 2-core peak. Each CPU row
+names the code that ran, from kiln's DeviceInfo.driver ("kiln SIMD <level>;
+<OpenBLAS config> (<core> kernels)", which bench_jit and matmul_peak report).
+A full default run (5 repetitions, every case) takes about TIME_FULL on a 2-core
+machine; --quick about TIME_QUICK.
 
 Devices: kiln's CPU rows run with KILN_DEVICE=cpu, its Vulkan rows with
 KILN_DEVICE=vulkan (lavapipe on a machine without a GPU). When the Vulkan device
