@@ -35,7 +35,7 @@ and the min-max ranges):
   f  the character-level transformer of examples/char_transformer (2 pre-norm
      TransformerBlocks, d_model 64, 2 heads, RoPE, causal attention, GELU MLP,
      Adam 3e-3, batch 16 x context 32, 57-character vocabulary): training steps/s,
-     the example binary on the CPU (--json's median step time over 300 steps, 100
+     the example binary on the CPU (--json's median step time over 200 steps, 100
      with --quick) vs the same model, optimizer and batch in LibTorch eager
      (bench/torch_char_transformer.cpp; its header lists the differences: eager
      execution, another PRNG stream, so other initial weights and batches from the
@@ -51,8 +51,9 @@ kiln with Prescott kernels <= 1.10x kiln's default; the fused chain >= 0.5x memc
 and >= 1.0x XLA; the 2-thread matmul >= 0.70 of the 2-core peak. Each CPU row
 names the code that ran, from kiln's DeviceInfo.driver ("kiln SIMD <level>;
 <OpenBLAS config> (<core> kernels)", which bench_jit and matmul_peak report).
-A full default run (5 repetitions, every case) takes about TIME_FULL on a 2-core
-machine; --quick about TIME_QUICK.
+A full default run (5 repetitions, every case) took 20 minutes on a 2-core
+machine whose load average other builds kept at 5-10 (less when quiet; the run
+prints its duration and slowest cases); --quick 2 minutes.
 
 Devices: kiln's CPU rows run with KILN_DEVICE=cpu, its Vulkan rows with
 KILN_DEVICE=vulkan (lavapipe on a machine without a GPU). When the Vulkan device
@@ -71,6 +72,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -108,7 +110,7 @@ torch_epoch = os.path.join(args.build, "bench", "torch_fmnist_epoch")
 char_example = os.path.join(args.build, "examples", "char_transformer", "char_transformer")
 torch_char = os.path.join(args.build, "bench", "torch_char_transformer")
 matmul_peak = os.path.join(args.build, "bench", "matmul_peak")
-CHAR_STEPS = 100 if args.quick else 300
+CHAR_STEPS = 100 if args.quick else 200
 py = os.path.join(args.venv, "bin", "python")
 required = ((bench_jit, "configure with -Dbench=true and build bench/bench_jit"),
             (fused_chain, "build bench/fused_chain"),
@@ -402,7 +404,10 @@ MATMUL_THREADS = (1, 2)
 
 
 def case_g(env=None, suffix=""):
-    out = json_lines(run([matmul_peak, "--json", "--seconds", "0.4" if args.quick else "1.5",
+    # Seconds of calls per thread count (kiln and cblas_sgemm interleaved); the
+    # Prescott rows are for reference, so shorter.
+    seconds = 0.4 if args.quick or suffix else 1.0
+    out = json_lines(run([matmul_peak, "--json", "--seconds", str(seconds),
                           "--threads", ",".join(map(str, MATMUL_THREADS))], env))
     for r in out:
         t = r["threads"]
@@ -508,11 +513,19 @@ if "g" in args.cases:
 if not args.from_json:
     started_text = f"{datetime.datetime.now():%Y-%m-%d %H:%M}"
     load_before = os.getloadavg()[0]
+    run_start = time.monotonic()
+    case_seconds = {}  # label -> seconds over all repetitions
     for rep in range(reps):
         for label, keys, fn in plan:
+            t0 = time.monotonic()
             log(f"[{rep + 1}/{reps}] {label}")
             attempt(keys, fn)
+            case_seconds[label] = case_seconds.get(label, 0.0) + time.monotonic() - t0
     load_after = os.getloadavg()[0]
+    info["run_seconds"] = time.monotonic() - run_start
+    info["case_seconds"] = case_seconds
+    log(f"peers.py: {info['run_seconds'] / 60:.1f} min; slowest: " + ", ".join(
+        f"{k} {v:.0f} s" for k, v in sorted(case_seconds.items(), key=lambda kv: -kv[1])[:4]))
     info["run"] = [vk, jax_platforms, haswell, reps, args.cases, started_text, load_before,
                    load_after]
 
@@ -735,7 +748,8 @@ omp = os.environ.get("OMP_NUM_THREADS")
 notes = [
     f"{started_text}, {info['cpus']} CPUs "
     f"({platform.processor() or platform.machine()}), median of {reps} repetition(s), "
-    f"interleaved; load average {load_before:.1f} before, {load_after:.1f} after",
+    f"interleaved; load average {load_before:.1f} before, {load_after:.1f} after"
+    + (f"; {info['run_seconds'] / 60:.0f} min" if info.get("run_seconds") else ""),
     f"threads (each library's default{', OMP_NUM_THREADS=' + omp if omp else ''}): "
     f"OpenBLAS {openblas} (kiln's and LibTorch's matmuls), kiln's other kernels 1, "
     f"LibTorch intra-op {threads}, XLA CPU its own pool over {info['cpus']} CPUs",
