@@ -11,13 +11,14 @@
 //    to it and is lower when the cores are shared.
 //  - kiln: an Executable of matmul(a, b) on the CPU device with
 //    kiln::set_num_threads(t) and openblas_set_num_threads(t) (kiln's f32 GEMM
-//    goes to OpenBLAS unless KILN_GEMM=onednn); the median wall time of calls
-//    interleaved with the next row, after one warm-up call.
-//  - openblas: cblas_sgemm on the same buffers, same threads (what kiln's call
-//    adds on top of the library).
+//    is its own kernels over its pool where the SIMD level has FMA, else
+//    OpenBLAS; KILN_GEMM picks; the JSON's driver names it); the median wall
+//    time of calls interleaved with the next row, after one warm-up call.
+//  - openblas: cblas_sgemm on the same buffers, same threads (the library
+//    kiln used before its own kernels, and what KILN_GEMM=openblas runs).
 // One JSON line per thread count with --json (bench/peers.py reads them), else a
-// table. The JSON names the CPU code (kiln's DeviceInfo.driver: SIMD level and
-// OpenBLAS kernels).
+// table. The JSON names the CPU code (kiln's DeviceInfo.driver: SIMD level, f32
+// GEMM, OpenBLAS kernels).
 //   build/bench/matmul_peak [--n N] [--threads 1,2] [--seconds S] [--json]
 #include <cblas.h>
 #include <immintrin.h>

@@ -49,8 +49,9 @@ and the min-max ranges):
 Targets are issue 20's: kiln/LibTorch <= 0.7 and kiln/JAX <= 0.8 in (b) and (c);
 kiln with Prescott kernels <= 1.10x kiln's default; the fused chain >= 0.5x memcpy
 and >= 1.0x XLA; the 2-thread matmul >= 0.70 of the 2-core peak. Each CPU row
-names the code that ran, from kiln's DeviceInfo.driver ("kiln SIMD <level>;
-<OpenBLAS config> (<core> kernels)", which bench_jit and matmul_peak report).
+names the code that ran, from kiln's DeviceInfo.driver ("kiln SIMD <level>; f32
+GEMM <kiln's kernels or OpenBLAS>; <OpenBLAS config> (<core> kernels)", which
+bench_jit and matmul_peak report).
 A full default run (5 repetitions, every case) took 20 minutes on a 2-core
 machine whose load average other builds kept at 5-10 (less when quiet; the run
 prints its duration and slowest cases); --quick 2 minutes.
@@ -255,6 +256,7 @@ def case_a_b_cpu():
                        {"KILN_DEVICE": "cpu"}, inner_reps)
     info["torch_threads"] = ctx.get("torch_threads")
     info["openblas_threads"] = ctx.get("openblas_threads")
+    info["kiln_threads"] = ctx.get("kiln_threads")
     info["driver.default"] = ctx.get("kiln_cpu_driver")
     if "a" in args.cases:
         add("a.kiln", t["BM_kiln_jit_hit/100"])
@@ -567,17 +569,24 @@ rows = []
 
 def code(suffix=".default"):
     """Which CPU code ran, from kiln's DeviceInfo.driver ("kiln SIMD <level>;
-    <OpenBLAS config> (<core> kernels)") as bench_jit saw it under that
-    OPENBLAS_CORETYPE: "kiln SIMD <level>, OpenBLAS <core> kernels"."""
+    f32 GEMM <what>; <OpenBLAS config> (<core> kernels)") as bench_jit or
+    matmul_peak saw it under that OPENBLAS_CORETYPE: "kiln SIMD <level>, f32
+    GEMM <what>, OpenBLAS <core> kernels" (older builds name no f32 GEMM)."""
     # The text depends only on the environment: bench_jit's (b) and matmul_peak's
     # (g) report the same one under the same OPENBLAS_CORETYPE.
     alt = {".default": ".matmul", ".prescott": ".matmul.prescott"}.get(suffix, suffix)
     d = info.get(f"driver{suffix}") or info.get(f"driver{alt}")
     if not d:
         return ""
-    simd = d.split(";")[0]
+    parts = d.split("; ")
+    simd = parts[0]
     core = d.rsplit("(", 1)[-1].rstrip(")") if d.endswith("kernels)") else "?"
-    return f"{simd}, OpenBLAS {core}"
+    gemm = next((p[len("f32 GEMM "):] for p in parts if p.startswith("f32 GEMM ")), None)
+    if gemm is None:
+        return f"{simd}, OpenBLAS {core}"
+    if gemm.startswith("OpenBLAS"):
+        gemm = "OpenBLAS"
+    return f"{simd}, f32 GEMM {gemm}, OpenBLAS {core}"
 
 
 def fmt_ratio(r):
@@ -735,7 +744,8 @@ if "g" in args.cases:
             join(code(".matmul"), f"kiln {kt[0]} threads, OpenBLAS {kt[1]}" if kt else "",
                  "peak: FLOPs per thread CPU second of an FMA loop, summed over threads"))
         row("(g)", "kiln CPU", f"g.kiln.{t}", f"OpenBLAS cblas_sgemm, {threads}",
-            f"g.openblas.{t}", "GFLOP/s", note="what kiln's call adds to the library's")
+            f"g.openblas.{t}", "GFLOP/s", note="kiln's f32 GEMM (as named above) vs OpenBLAS "
+            "called directly on the same buffers")
         if prescott:
             row("(g) OPENBLAS_CORETYPE=Prescott", "kiln CPU", f"g.kiln.{t}.prescott",
                 f"FMA peak of {t} core{'s' if t > 1 else ''}", f"g.peak.{t}", "GFLOP/s",
@@ -744,6 +754,7 @@ if "g" in args.cases:
 header = ["case", "kiln", "peer", "kiln/peer", "target", "met?", "notes"]
 threads = info.get("torch_threads") or "?"
 openblas = info.get("openblas_threads") or "?"
+kiln_threads = info.get("kiln_threads") or "?"
 omp = os.environ.get("OMP_NUM_THREADS")
 notes = [
     f"{started_text}, {info['cpus']} CPUs "
@@ -751,7 +762,8 @@ notes = [
     f"interleaved; load average {load_before:.1f} before, {load_after:.1f} after"
     + (f"; {info['run_seconds'] / 60:.0f} min" if info.get("run_seconds") else ""),
     f"threads (each library's default{', OMP_NUM_THREADS=' + omp if omp else ''}): "
-    f"OpenBLAS {openblas} (kiln's and LibTorch's matmuls), kiln's other kernels 1, "
+    f"kiln's pool {kiln_threads} (its kernels and its own f32 GEMM), OpenBLAS {openblas} "
+    f"(LibTorch's matmuls; kiln's f64 and KILN_GEMM=openblas), "
     f"LibTorch intra-op {threads}, XLA CPU its own pool over {info['cpus']} CPUs",
     f"peers: LibTorch 1.13 (Debian), JAX {jax_probe.get('version', '?')} "
     f"({', '.join(jax_platforms)}), Equinox, Optax (venv {args.venv})",
