@@ -54,7 +54,8 @@ GEMM <kiln's kernels or OpenBLAS>; <OpenBLAS config> (<core> kernels)", which
 bench_jit and matmul_peak report).
 A full default run (5 repetitions, every case) took 20 minutes on a 2-core
 machine whose load average other builds kept at 5-10 (less when quiet; the run
-prints its duration and slowest cases); --quick 2 minutes.
+prints its duration and slowest cases: lavapipe's cold compiles in (d) lead,
+--no-vulkan skips the Vulkan rows); --quick 2-3 minutes.
 
 Devices: kiln's CPU rows run with KILN_DEVICE=cpu, its Vulkan rows with
 KILN_DEVICE=vulkan (lavapipe on a machine without a GPU). When the Vulkan device
