@@ -10,8 +10,10 @@
 //    process with an empty KILN_CACHE_DIR it is the cold compile time).
 // bench/run_jit.py runs this several times and prints medians and ratios;
 // bench/peers.py runs it next to JAX and Equinox. The JSON context names the
-// kiln device (kiln_device, kiln_device_name, kiln_device_type), OpenBLAS's
-// thread count (openblas_threads) and LibTorch's intra-op one (torch_threads).
+// kiln device (kiln_device, kiln_device_name, kiln_device_type), the CPU code
+// that runs (kiln_cpu_driver: kiln's SIMD level, f32 GEMM and OpenBLAS's kernels),
+// kiln's pool size (kiln_threads), OpenBLAS's thread count (openblas_threads) and
+// LibTorch's intra-op one (torch_threads).
 #include <benchmark/benchmark.h>
 
 #include <time.h>
@@ -256,7 +258,12 @@ int main(int argc, char** argv) {
     benchmark::AddCustomContext("kiln_device_name", info.name);
     benchmark::AddCustomContext("kiln_device_type", info.type);
   }
+  // Which CPU code runs (bench/peers.py prints it next to the CPU rows): kiln's SIMD
+  // level, what runs its f32 GEMMs, and OpenBLAS's build and kernels, which
+  // KILN_CPU_ISA, KILN_GEMM and OPENBLAS_CORETYPE change.
+  benchmark::AddCustomContext("kiln_cpu_driver", devices().front().driver);
   benchmark::AddCustomContext("openblas_threads", std::to_string(openblas_get_num_threads()));
+  benchmark::AddCustomContext("kiln_threads", std::to_string(num_threads()));
 #ifdef KILN_BENCH_TORCH
   benchmark::AddCustomContext("torch_threads", std::to_string(at::get_num_threads()));
 #endif

@@ -5,8 +5,10 @@
 
 bench/setup.sh installs the peers (LibTorch 1.13 from Debian, JAX + Equinox +
 Optax from PyPI into a venv); the build directory needs -Dbench=true (bench_jit,
-fused_chain, torch_fmnist_epoch) and, for case (c), the training example
-(examples/train_fashion_mnist; its data comes with scripts/bootstrap.sh).
+fused_chain, matmul_peak, and with LibTorch found at configure time
+torch_fmnist_epoch and torch_char_transformer) and the examples
+(examples/train_fashion_mnist for case (c): its data comes with
+scripts/bootstrap.sh; examples/char_transformer for case (f)).
 
 Cases (each measured --repetitions times, interleaved: repetition i runs every
 case once before repetition i+1 starts, so load from other jobs hits kiln and its
@@ -17,16 +19,43 @@ and the min-max ranges):
   b  MLP 64-256-256-10, batch 128, Adam step: kiln CPU and Vulkan, LibTorch
      (bench_jit, same process as kiln CPU: each sample is the median of 3 runs of
      each, in random interleaved order), JAX + Optax (bench/peers/jax_mlp.py);
-     also with OPENBLAS_CORETYPE=Haswell for kiln and LibTorch when the CPU has AVX2
+     also with OPENBLAS_CORETYPE=Haswell for kiln and LibTorch when the CPU has AVX2,
+     and with OPENBLAS_CORETYPE=Prescott (OpenBLAS's SSE3 kernels, what it runs on
+     a CPU model its table does not know) on x86-64: issue 20's target is kiln
+     within 10% of its own default there
   c  one Fashion-MNIST epoch of the MLP example: kiln's example binary vs
      bench/peers/jax_fmnist_epoch.py (train time without compile; test accuracy)
-     and LibTorch (bench/torch_fmnist_epoch.cpp)
+     and LibTorch (bench/torch_fmnist_epoch.cpp); Prescott rows as in (b)
   d  cold compile of the step: a fresh process's first call, kiln with an empty
      KILN_CACHE_DIR (CPU; Vulkan with Mesa's shader cache empty, warm and off) vs
      jax.jit (bench/peers/jax_mlp.py --mode cold)
   e  fused elementwise chain (fused_chain's "arith": 15 ops, one broadcast row),
      1M and 16M f32: kiln (fused_chain --json) on CPU and Vulkan and jax.jit
      (bench/peers/jax_fused.py), in GB/s against host memcpy
+  f  the character-level transformer of examples/char_transformer (2 pre-norm
+     TransformerBlocks, d_model 64, 2 heads, RoPE, causal attention, GELU MLP,
+     Adam 3e-3, batch 16 x context 32, 57-character vocabulary): training steps/s,
+     the example binary on the CPU (--json's median step time over 200 steps, 100
+     with --quick) vs the same model, optimizer and batch in LibTorch eager
+     (bench/torch_char_transformer.cpp; its header lists the differences: eager
+     execution, another PRNG stream, so other initial weights and batches from the
+     same distributions); the final losses are printed as a check
+  g  matmul 1024^3 f32 on kiln's CPU backend, 1 and 2 threads (kiln's pool and
+     OpenBLAS's), in GFLOP/s against the FMA peak of as many cores measured in the
+     same process (bench/matmul_peak.cpp: an AVX-512 or AVX2 FMA loop per thread,
+     FLOPs per thread CPU second), and against cblas_sgemm called directly; also
+     with OPENBLAS_CORETYPE=Prescott
+
+Targets are issue 20's: kiln/LibTorch <= 0.7 and kiln/JAX <= 0.8 in (b) and (c);
+kiln with Prescott kernels <= 1.10x kiln's default; the fused chain >= 0.5x memcpy
+and >= 1.0x XLA; the 2-thread matmul >= 0.70 of the 2-core peak. Each CPU row
+names the code that ran, from kiln's DeviceInfo.driver ("kiln SIMD <level>; f32
+GEMM <kiln's kernels or OpenBLAS>; <OpenBLAS config> (<core> kernels)", which
+bench_jit and matmul_peak report).
+A full default run (5 repetitions, every case) took 20 minutes on a 2-core
+machine whose load average other builds kept at 5-10 (less when quiet; the run
+prints its duration and slowest cases: lavapipe's cold compiles in (d) lead,
+--no-vulkan skips the Vulkan rows); --quick 2-3 minutes.
 
 Devices: kiln's CPU rows run with KILN_DEVICE=cpu, its Vulkan rows with
 KILN_DEVICE=vulkan (lavapipe on a machine without a GPU). When the Vulkan device
@@ -45,6 +74,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -52,12 +82,14 @@ ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 ap.add_argument("build", nargs="?", default="build")
 ap.add_argument("--repetitions", type=int, default=5)
 ap.add_argument("--quick", action="store_true", help="one repetition, shorter loops")
-ap.add_argument("--cases", default="abcde", help="which cases to run (letters a-e)")
+ap.add_argument("--cases", default="abcdefg", help="which cases to run (letters a-g)")
 ap.add_argument("--out", help="markdown table path (default BUILD/peers.md)")
 ap.add_argument("--venv", default=os.environ.get(
     "KILN_BENCH_VENV", os.path.expanduser("~/.cache/kiln-bench/venv")))
 ap.add_argument("--no-haswell", action="store_true",
                 help="skip the OPENBLAS_CORETYPE=Haswell rows")
+ap.add_argument("--no-prescott", action="store_true",
+                help="skip the OPENBLAS_CORETYPE=Prescott rows")
 ap.add_argument("--no-vulkan", action="store_true", help="skip kiln's Vulkan rows")
 ap.add_argument("--verbose", "-v", action="store_true", help="print each command")
 ap.add_argument("--from-json", metavar="PATH",
@@ -77,6 +109,10 @@ example = os.path.join(args.build, "examples", "train_fashion_mnist", "train_fas
 if not os.path.isfile(example):
     example = os.path.join(args.build, "examples", "train_fashion_mnist")
 torch_epoch = os.path.join(args.build, "bench", "torch_fmnist_epoch")
+char_example = os.path.join(args.build, "examples", "char_transformer", "char_transformer")
+torch_char = os.path.join(args.build, "bench", "torch_char_transformer")
+matmul_peak = os.path.join(args.build, "bench", "matmul_peak")
+CHAR_STEPS = 100 if args.quick else 200
 py = os.path.join(args.venv, "bin", "python")
 required = ((bench_jit, "configure with -Dbench=true and build bench/bench_jit"),
             (fused_chain, "build bench/fused_chain"),
@@ -175,6 +211,7 @@ def probe_jax():
 
 
 HASWELL = {"OPENBLAS_CORETYPE": "Haswell"}
+PRESCOTT = {"OPENBLAS_CORETYPE": "Prescott"}
 if args.from_json:
     with open(args.from_json) as f:
         saved = json.load(f)
@@ -207,6 +244,10 @@ else:
             "(pip install 'jax[cuda12]' into it): the Vulkan rows are compared with JAX on the CPU")
     avx2 = "avx2" in open("/proc/cpuinfo").read() if os.path.exists("/proc/cpuinfo") else False
     haswell = not args.no_haswell and avx2
+    # OpenBLAS's oldest x86-64 kernels (SSE3): what it runs on a CPU model it does
+    # not know. Issue 20: kiln must stay within 10% of its default there.
+    info["prescott"] = not args.no_prescott and platform.machine() in ("x86_64", "AMD64")
+prescott = info.get("prescott", False)
 info.setdefault("cpus", os.cpu_count())
 
 
@@ -216,6 +257,8 @@ def case_a_b_cpu():
                        {"KILN_DEVICE": "cpu"}, inner_reps)
     info["torch_threads"] = ctx.get("torch_threads")
     info["openblas_threads"] = ctx.get("openblas_threads")
+    info["kiln_threads"] = ctx.get("kiln_threads")
+    info["driver.default"] = ctx.get("kiln_cpu_driver")
     if "a" in args.cases:
         add("a.kiln", t["BM_kiln_jit_hit/100"])
     if "b" in args.cases:
@@ -227,12 +270,13 @@ def case_a_b_cpu():
             errors["b.torch"] = "LibTorch not compiled in (bench/setup.sh, then reconfigure)"
 
 
-def case_b_haswell():
-    t, _, _ = gbench("BM_kiln_mlp_step/|BM_torch_mlp_step/",
-                     {"KILN_DEVICE": "cpu", **HASWELL}, inner_reps)
-    add("b.kiln.cpu.haswell", t["BM_kiln_mlp_step"])
+def case_b_coretype(env, suffix):
+    t, _, ctx = gbench("BM_kiln_mlp_step/|BM_torch_mlp_step/",
+                       {"KILN_DEVICE": "cpu", **env}, inner_reps)
+    info[f"driver{suffix}"] = ctx.get("kiln_cpu_driver")
+    add(f"b.kiln.cpu{suffix}", t["BM_kiln_mlp_step"])
     if "BM_torch_mlp_step" in t:
-        add("b.torch.haswell", t["BM_torch_mlp_step"])
+        add(f"b.torch{suffix}", t["BM_torch_mlp_step"])
 
 
 def case_b_vulkan():
@@ -339,6 +383,46 @@ def case_c_jax(platform):
     info["c.jax.steps"] = e["steps"]
 
 
+def case_f_kiln():
+    with tempfile.TemporaryDirectory(prefix="kiln-peers-char-") as d:
+        path = os.path.join(d, "out.json")
+        run([char_example, "--device", "cpu", "--steps", str(CHAR_STEPS), "--sample-length", "0",
+             "--log-every", str(CHAR_STEPS), "--seed", "0", "--json", path], {"KILN_DEVICE": "cpu"})
+        with open(path) as f:
+            r = json.load(f)
+    add("f.kiln.cpu", 1e3 / r["median_step_ms"])
+    add("f.kiln.cpu.loss", r["final_loss"])
+    info["f.kiln.traces"] = r.get("train_traces")
+
+
+def case_f_torch():
+    r = json_lines(run([torch_char, "--steps", str(CHAR_STEPS), "--seed", "0"]))[-1]
+    add("f.torch", 1e3 / r["median_step_ms"])
+    add("f.torch.loss", r["final_loss"])
+    info["f.parameters"] = r.get("parameters")
+    info["f.torch_threads"] = r.get("torch_threads")
+
+
+MATMUL_THREADS = (1, 2)
+
+
+def case_g(env=None, suffix=""):
+    # Seconds of calls per thread count (kiln and cblas_sgemm interleaved); the
+    # Prescott rows are for reference, so shorter.
+    seconds = 0.4 if args.quick or suffix else 1.0
+    out = json_lines(run([matmul_peak, "--json", "--seconds", str(seconds),
+                          "--threads", ",".join(map(str, MATMUL_THREADS))], env))
+    for r in out:
+        t = r["threads"]
+        add(f"g.kiln.{t}{suffix}", r["kiln_gflops"] * 1e9)
+        add(f"g.openblas.{t}{suffix}", r["openblas_gflops"] * 1e9)
+        if not suffix:
+            add(f"g.peak.{t}", r["peak_gflops"] * 1e9)
+            info["g.peak_isa"] = r["peak_isa"]
+        info[f"driver.matmul{suffix}"] = r["driver"]
+        info[f"g.threads.{t}"] = (r["kiln_threads"], r["openblas_threads"])
+
+
 plan = []  # (label, keys it fills, function)
 if "a" in args.cases or "b" in args.cases:
     plan.append(("kiln CPU + LibTorch (bench_jit)", ["a.kiln", "b.kiln.cpu", "b.torch"],
@@ -349,7 +433,12 @@ if "a" in args.cases:
 if "b" in args.cases:
     if haswell:
         plan.append(("kiln CPU + LibTorch, OPENBLAS_CORETYPE=Haswell",
-                     ["b.kiln.cpu.haswell", "b.torch.haswell"], case_b_haswell))
+                     ["b.kiln.cpu.haswell", "b.torch.haswell"],
+                     lambda: case_b_coretype(HASWELL, ".haswell")))
+    if prescott:
+        plan.append(("kiln CPU + LibTorch, OPENBLAS_CORETYPE=Prescott",
+                     ["b.kiln.cpu.prescott", "b.torch.prescott"],
+                     lambda: case_b_coretype(PRESCOTT, ".prescott")))
     if vk:
         plan.append(("kiln Vulkan step", ["b.kiln.vk"], case_b_vulkan))
     for p in jax_platforms:
@@ -361,11 +450,15 @@ if "c" in args.cases:
             plan.append(("kiln Fashion-MNIST epoch (cpu), OPENBLAS_CORETYPE=Haswell",
                          ["c.kiln.cpu.haswell"],
                          lambda: case_c_kiln("cpu", HASWELL, ".haswell")))
+        if prescott:
+            plan.append(("kiln Fashion-MNIST epoch (cpu), OPENBLAS_CORETYPE=Prescott",
+                         ["c.kiln.cpu.prescott"],
+                         lambda: case_c_kiln("cpu", PRESCOTT, ".prescott")))
         if vk:
             plan.append(("kiln Fashion-MNIST epoch (vulkan)", ["c.kiln.vulkan"],
                          lambda: case_c_kiln("vulkan")))
     else:
-        for k in ("c.kiln.cpu", "c.kiln.vulkan", "c.kiln.cpu.haswell"):
+        for k in ("c.kiln.cpu", "c.kiln.vulkan", "c.kiln.cpu.haswell", "c.kiln.cpu.prescott"):
             errors[k] = "kiln example not built"
     if not os.path.isdir("/usr/share/datasets/fashion-mnist"):
         errors["c.jax.cpu"] = "no /usr/share/datasets/fashion-mnist (bench/setup.sh)"
@@ -378,6 +471,9 @@ if "c" in args.cases:
             if haswell:
                 plan.append(("LibTorch Fashion-MNIST epoch, OPENBLAS_CORETYPE=Haswell",
                              ["c.torch.haswell"], lambda: case_c_torch(HASWELL, ".haswell")))
+            if prescott:
+                plan.append(("LibTorch Fashion-MNIST epoch, OPENBLAS_CORETYPE=Prescott",
+                             ["c.torch.prescott"], lambda: case_c_torch(PRESCOTT, ".prescott")))
         else:
             errors["c.torch"] = "LibTorch not compiled in (bench/setup.sh, then reconfigure)"
 if "d" in args.cases:
@@ -396,15 +492,43 @@ if "e" in args.cases:
     for p in jax_platforms:
         plan.append((f"JAX fused chain ({p})", [f"e.jax.{p}.{n}" for n in FUSED_SIZES],
                      lambda p=p: case_e_jax(p)))
+if "f" in args.cases:
+    if os.path.isfile(char_example):
+        plan.append(("kiln char transformer (cpu)", ["f.kiln.cpu"], case_f_kiln))
+    else:
+        errors["f.kiln.cpu"] = "examples/char_transformer not built"
+    if os.path.isfile(torch_char):
+        plan.append(("LibTorch char transformer", ["f.torch"], case_f_torch))
+    else:
+        errors["f.torch"] = "LibTorch not compiled in (bench/setup.sh, then reconfigure)"
+if "g" in args.cases:
+    g_keys = [f"g.{w}.{t}" for w in ("kiln", "openblas", "peak") for t in MATMUL_THREADS]
+    if os.path.isfile(matmul_peak):
+        plan.append(("kiln matmul 1024^3 vs FMA peak", g_keys, case_g))
+        if prescott:
+            plan.append(("kiln matmul 1024^3, OPENBLAS_CORETYPE=Prescott",
+                         [f"g.{w}.{t}.prescott" for w in ("kiln", "openblas")
+                          for t in MATMUL_THREADS], lambda: case_g(PRESCOTT, ".prescott")))
+    else:
+        for k in g_keys:
+            errors[k] = "bench/matmul_peak not built"
 
 if not args.from_json:
     started_text = f"{datetime.datetime.now():%Y-%m-%d %H:%M}"
     load_before = os.getloadavg()[0]
+    run_start = time.monotonic()
+    case_seconds = {}  # label -> seconds over all repetitions
     for rep in range(reps):
         for label, keys, fn in plan:
+            t0 = time.monotonic()
             log(f"[{rep + 1}/{reps}] {label}")
             attempt(keys, fn)
+            case_seconds[label] = case_seconds.get(label, 0.0) + time.monotonic() - t0
     load_after = os.getloadavg()[0]
+    info["run_seconds"] = time.monotonic() - run_start
+    info["case_seconds"] = case_seconds
+    log(f"peers.py: {info['run_seconds'] / 60:.1f} min; slowest: " + ", ".join(
+        f"{k} {v:.0f} s" for k, v in sorted(case_seconds.items(), key=lambda kv: -kv[1])[:4]))
     info["run"] = [vk, jax_platforms, haswell, reps, args.cases, started_text, load_before,
                    load_after]
 
@@ -426,7 +550,8 @@ def fmt(x, unit, bare=False):
     if x is None:
         return "n/a"
     scale, suffix = {"us": (1e6, " us"), "ms": (1e3, " ms"), "s": (1.0, " s"),
-                     "GB/s": (1.0, " GB/s"), "%": (100.0, "%")}[unit]
+                     "GB/s": (1.0, " GB/s"), "%": (100.0, "%"), "GFLOP/s": (1e-9, " GFLOP/s"),
+                     "steps/s": (1.0, " steps/s"), "": (1.0, "")}[unit]
     v = x * scale
     text = f"{v:.3g}" if abs(v) < 100 else f"{v:,.0f}"
     if unit == "%":
@@ -441,6 +566,28 @@ def cell(key, unit):
 
 
 rows = []
+
+
+def code(suffix=".default"):
+    """Which CPU code ran, from kiln's DeviceInfo.driver ("kiln SIMD <level>;
+    f32 GEMM <what>; <OpenBLAS config> (<core> kernels)") as bench_jit or
+    matmul_peak saw it under that OPENBLAS_CORETYPE: "kiln SIMD <level>, f32
+    GEMM <what>, OpenBLAS <core> kernels" (older builds name no f32 GEMM)."""
+    # The text depends only on the environment: bench_jit's (b) and matmul_peak's
+    # (g) report the same one under the same OPENBLAS_CORETYPE.
+    alt = {".default": ".matmul", ".prescott": ".matmul.prescott"}.get(suffix, suffix)
+    d = info.get(f"driver{suffix}") or info.get(f"driver{alt}")
+    if not d:
+        return ""
+    parts = d.split("; ")
+    simd = parts[0]
+    core = d.rsplit("(", 1)[-1].rstrip(")") if d.endswith("kernels)") else "?"
+    gemm = next((p[len("f32 GEMM "):] for p in parts if p.startswith("f32 GEMM ")), None)
+    if gemm is None:
+        return f"{simd}, OpenBLAS {core}"
+    if gemm.startswith("OpenBLAS"):
+        gemm = "OpenBLAS"
+    return f"{simd}, f32 GEMM {gemm}, OpenBLAS {core}"
 
 
 def fmt_ratio(r):
@@ -480,16 +627,32 @@ if "a" in args.cases:
         rows[-1][6] = f"kiln {1 / r:,.0f}x below Equinox; " + rows[-1][6]
     row("(a)", "filter_jit", "a.kiln", "jax.jit, same eqx.Module", "a.jax_jit", "us")
     row("(a)", "filter_jit", "a.kiln", "jax.jit, list of (w, b) tuples", "a.jax_jit_tuples", "us")
+# Issue 20's targets (kiln/peer): <= 0.7 of LibTorch, <= 0.8 of JAX, and within 10%
+# of kiln's own default with OpenBLAS's Prescott kernels.
+torch_target = ("<= 0.7", lambda r: r <= 0.7)
+jax_target = ("<= 0.8", lambda r: r <= 0.8)
+prescott_target = ("<= 1.10", lambda r: r <= 1.10)
+
+
+def join(*parts):
+    return "; ".join(p for p in parts if p)
+
+
 if "b" in args.cases:
-    b_target = ("<= 1.0", lambda r: r <= 1.0)
     launches = info.get("b.launches")
     row("(b) MLP 64-256-256-10 Adam step, batch 128", "kiln CPU", "b.kiln.cpu",
-        "LibTorch (eager)", "b.torch", "ms", b_target,
-        f"kiln {launches:.0f} launches/step" if launches else "")
-    row("(b)", "kiln CPU", "b.kiln.cpu", "JAX+Optax jax.jit (CPU)", "b.jax.cpu", "ms")
+        "LibTorch (eager)", "b.torch", "ms", torch_target,
+        join(code(), f"kiln {launches:.0f} launches/step" if launches else ""))
+    row("(b)", "kiln CPU", "b.kiln.cpu", "JAX+Optax jax.jit (CPU)", "b.jax.cpu", "ms", jax_target)
     if haswell:
         row("(b) OPENBLAS_CORETYPE=Haswell (kiln and LibTorch)", "kiln CPU", "b.kiln.cpu.haswell",
-            "LibTorch", "b.torch.haswell", "ms", b_target)
+            "LibTorch", "b.torch.haswell", "ms", note=code(".haswell"))
+    if prescott:
+        row("(b) OPENBLAS_CORETYPE=Prescott (kiln and LibTorch)", "kiln CPU",
+            "b.kiln.cpu.prescott", "LibTorch", "b.torch.prescott", "ms", note=code(".prescott"))
+        row("(b) Prescott vs default kernels", "kiln CPU, Prescott", "b.kiln.cpu.prescott",
+            "kiln CPU, default", "b.kiln.cpu", "ms", prescott_target,
+            "kiln must not depend on a CPU table OpenBLAS may not have")
     if vk:
         peer = ("JAX+Optax (GPU)", "b.jax.gpu") if "gpu" in jax_platforms else (
             "LibTorch (CPU)", "b.torch")
@@ -501,18 +664,23 @@ if "c" in args.cases:
         return f"{who} {fmt(med(key), '%')}" if key in samples else ""
 
     tc = info.get("c.kiln.cpu.trace_count")
-    row(title, "kiln CPU", "c.kiln.cpu", "JAX+Optax jax.jit (CPU)", "c.jax.cpu", "s",
+    row(title, "kiln CPU", "c.kiln.cpu", "JAX+Optax jax.jit (CPU)", "c.jax.cpu", "s", jax_target,
         note="; ".join(x for x in (
             "test accuracy " + ", ".join(a for a in (acc("c.kiln.cpu.acc", "kiln"),
                                                      acc("c.jax.cpu.acc", "JAX")) if a),
             f"kiln trace_count {tc}" if tc is not None else "",
             f"JAX compile {fmt(med('c.jax.cpu.compile'), 's')} (not in train time)"
             if "c.jax.cpu.compile" in samples else "") if x))
-    row("(c)", "kiln CPU", "c.kiln.cpu", "LibTorch (eager)", "c.torch", "s",
-        note=acc("c.torch.acc", "test accuracy LibTorch"))
+    row("(c)", "kiln CPU", "c.kiln.cpu", "LibTorch (eager)", "c.torch", "s", torch_target,
+        note=join(code(), acc("c.torch.acc", "test accuracy LibTorch")))
     if haswell:
         row("(c) OPENBLAS_CORETYPE=Haswell (kiln and LibTorch)", "kiln CPU", "c.kiln.cpu.haswell",
-            "LibTorch", "c.torch.haswell", "s")
+            "LibTorch", "c.torch.haswell", "s", note=code(".haswell"))
+    if prescott:
+        row("(c) OPENBLAS_CORETYPE=Prescott (kiln and LibTorch)", "kiln CPU",
+            "c.kiln.cpu.prescott", "LibTorch", "c.torch.prescott", "s", note=code(".prescott"))
+        row("(c) Prescott vs default kernels", "kiln CPU, Prescott", "c.kiln.cpu.prescott",
+            "kiln CPU, default", "c.kiln.cpu", "s", prescott_target)
     if vk:
         peer = ("c.jax.gpu", "JAX+Optax (GPU)") if "gpu" in jax_platforms else (
             "c.jax.cpu", "JAX+Optax (CPU)")
@@ -540,10 +708,10 @@ if "e" in args.cases:
         lc = info.get("e.launches.cpu")
         unf = cell(f"e.kiln.cpu.{n}.unfused", "GB/s")
         row(f"(e) fused elementwise chain, {size}, GB/s", "kiln CPU", f"e.kiln.cpu.{n}",
-            "memcpy (limit)", f"e.memcpy.cpu.{n}", "GB/s",
+            "memcpy (limit)", f"e.memcpy.cpu.{n}", "GB/s", (">= 0.5", lambda r: r >= 0.5),
             note=f"{lc[0]} -> {lc[1]} launches; kiln unfused {unf}" if lc else "")
         row("(e)", "kiln CPU", f"e.kiln.cpu.{n}", "jax.jit (CPU)", f"e.jax.cpu.{n}", "GB/s",
-            note="ratio > 1: kiln faster")
+            (">= 1.0", lambda r: r >= 1.0), note="ratio > 1: kiln faster")
         if vk:
             unf = cell(f"e.kiln.vulkan.{n}.unfused", "GB/s")
             row("(e)", vk_label, f"e.kiln.vulkan.{n}", "memcpy (limit)", f"e.memcpy.vulkan.{n}",
@@ -552,22 +720,56 @@ if "e" in args.cases:
             if "gpu" in jax_platforms:
                 row("(e)", vk_label, f"e.kiln.vulkan.{n}", "jax.jit (GPU)", f"e.jax.gpu.{n}",
                     "GB/s", note="ratio > 1: kiln faster")
+if "f" in args.cases:
+    def loss(key, who):
+        return f"{who} {med(key):.2f}" if key in samples else ""
+    params = info.get("f.parameters")
+    row(f"(f) char transformer train step (examples/char_transformer: 2 layers, d 64, "
+        f"batch 16 x 32, {CHAR_STEPS} steps), steps/s", "kiln CPU", "f.kiln.cpu",
+        "LibTorch (eager, bench/torch_char_transformer)", "f.torch", "steps/s",
+        note=join("ratio > 1: kiln faster", code(),
+                  f"{params} parameters" if params else "",
+                  "final loss (mean of last 20 steps) " + ", ".join(
+                      x for x in (loss("f.kiln.cpu.loss", "kiln"), loss("f.torch.loss", "LibTorch"))
+                      if x) if "f.kiln.cpu.loss" in samples or "f.torch.loss" in samples else "",
+                  f"LibTorch intra-op threads {info['f.torch_threads']}"
+                  if info.get("f.torch_threads") else ""))
+if "g" in args.cases:
+    isa = info.get("g.peak_isa", "?")
+    for t in MATMUL_THREADS:
+        kt = info.get(f"g.threads.{t}")
+        threads = f"{t} thread{'s' if t > 1 else ''}"
+        row(f"(g) matmul 1024^3 f32, {threads}, GFLOP/s", "kiln CPU", f"g.kiln.{t}",
+            f"FMA peak of {t} core{'s' if t > 1 else ''} ({isa})", f"g.peak.{t}", "GFLOP/s",
+            (">= 0.70", lambda r: r >= 0.70) if t == 2 else None,
+            join(code(".matmul"), f"kiln {kt[0]} threads, OpenBLAS {kt[1]}" if kt else "",
+                 "peak: FLOPs per thread CPU second of an FMA loop, summed over threads"))
+        row("(g)", "kiln CPU", f"g.kiln.{t}", f"OpenBLAS cblas_sgemm, {threads}",
+            f"g.openblas.{t}", "GFLOP/s", note="kiln's f32 GEMM (as named above) vs OpenBLAS "
+            "called directly on the same buffers")
+        if prescott:
+            row("(g) OPENBLAS_CORETYPE=Prescott", "kiln CPU", f"g.kiln.{t}.prescott",
+                f"FMA peak of {t} core{'s' if t > 1 else ''}", f"g.peak.{t}", "GFLOP/s",
+                note=code(".matmul.prescott"))
 
 header = ["case", "kiln", "peer", "kiln/peer", "target", "met?", "notes"]
 threads = info.get("torch_threads") or "?"
 openblas = info.get("openblas_threads") or "?"
+kiln_threads = info.get("kiln_threads") or "?"
 omp = os.environ.get("OMP_NUM_THREADS")
 notes = [
     f"{started_text}, {info['cpus']} CPUs "
     f"({platform.processor() or platform.machine()}), median of {reps} repetition(s), "
-    f"interleaved; load average {load_before:.1f} before, {load_after:.1f} after",
+    f"interleaved; load average {load_before:.1f} before, {load_after:.1f} after"
+    + (f"; {info['run_seconds'] / 60:.0f} min" if info.get("run_seconds") else ""),
     f"threads (each library's default{', OMP_NUM_THREADS=' + omp if omp else ''}): "
-    f"OpenBLAS {openblas} (kiln's and LibTorch's matmuls), kiln's other kernels 1, "
+    f"kiln's pool {kiln_threads} (its kernels and its own f32 GEMM), OpenBLAS {openblas} "
+    f"(LibTorch's matmuls; kiln's f64 and KILN_GEMM=openblas), "
     f"LibTorch intra-op {threads}, XLA CPU its own pool over {info['cpus']} CPUs",
     f"peers: LibTorch 1.13 (Debian), JAX {jax_probe.get('version', '?')} "
     f"({', '.join(jax_platforms)}), Equinox, Optax (venv {args.venv})",
-    "OPENBLAS_CORETYPE unset unless the row says so (OpenBLAS 0.3.21 picks its Prescott "
-    "kernels on this VM)",
+    "OPENBLAS_CORETYPE unset unless the row says so; the CPU code that ran (kiln's "
+    "DeviceInfo.driver): " + (info.get("driver.default") or info.get("driver.matmul") or "?"),
 ]
 if vk:
     notes.append(f"kiln Vulkan device: {vk.get('device_name')} ({vk.get('device_type')})")
