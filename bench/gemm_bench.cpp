@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "fma_peak.hpp"
 #include "kiln/backends/cpu/gemm.hpp"
 #include "kiln/runtime/thread_pool.hpp"
 
@@ -49,12 +50,6 @@ const Shape kStep[] = {
     {"bwd dy^T@h2", 10, 256, 128, true, false},   {"bwd dh2@W2", 128, 256, 256, false, false},
     {"bwd dh2^T@h1", 256, 256, 128, true, false}, {"bwd dh1^T@x", 256, 64, 128, true, false},
 };
-
-double thread_cpu_s() {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
 
 double process_cpu_s() {  // all threads: the pools' work counts
   timespec ts{};
@@ -161,44 +156,6 @@ void time_calls(const std::function<void()>& f, int reps, Sample& out) {
   out.add((process_cpu_s() - c0) / reps, (wall_s() - w0) / reps);
 }
 
-// FMA throughput with 12 independent accumulators (latency 4 x 2 pipes < 12):
-// the core's measured f32 peak, AVX2 (256-bit) and AVX-512.
-__attribute__((target("avx2,fma"))) double peak_avx2(long iters) {
-  __m256 acc[12];
-  for (auto& x : acc) x = _mm256_set1_ps(0.0f);
-  const __m256 a = _mm256_set1_ps(1.0000001f);
-  const __m256 b = _mm256_set1_ps(0.9999999f);
-  const double c0 = thread_cpu_s();
-  for (long i = 0; i < iters; ++i) {
-    // Unrolled so the accumulators live in registers, not on the stack.
-#pragma GCC unroll 12
-    for (auto& x : acc) x = _mm256_fmadd_ps(a, x, b);
-  }
-  const double t = thread_cpu_s() - c0;
-  float sink = 0;
-  for (auto& x : acc) sink += _mm256_cvtss_f32(x);
-  if (sink == 42.0f) std::puts("");
-  return 2.0 * 8 * 12 * static_cast<double>(iters) / t;
-}
-
-__attribute__((target("avx512f"))) double peak_avx512(long iters) {
-  __m512 acc[12];
-  for (auto& x : acc) x = _mm512_set1_ps(0.0f);
-  const __m512 a = _mm512_set1_ps(1.0000001f);
-  const __m512 b = _mm512_set1_ps(0.9999999f);
-  const double c0 = thread_cpu_s();
-  for (long i = 0; i < iters; ++i) {
-    // Unrolled so the accumulators live in registers, not on the stack.
-#pragma GCC unroll 12
-    for (auto& x : acc) x = _mm512_fmadd_ps(a, x, b);
-  }
-  const double t = thread_cpu_s() - c0;
-  float sink = 0;
-  for (auto& x : acc) sink += _mm512_cvtss_f32(x);
-  if (sink == 42.0f) std::puts("");
-  return 2.0 * 16 * 12 * static_cast<double>(iters) / t;
-}
-
 struct Variant {
   const char* name;
   std::function<std::function<void()>(const Shape&, Operands&)> make;
@@ -285,8 +242,9 @@ int main(int argc, char** argv) {
   // 1024^3 against the measured FMA peak of one core times the threads.
   const Shape big{"1024^3", 1024, 1024, 1024, false, false};
   const auto t = measure(big, vs, std::max(3, rounds / 3), 3);
-  const double p2 = peak_avx2(20000000);
-  const double p5 = peak_avx512(20000000);
+  const double p2 = kiln_bench::fma_avx2(20000000);
+  __builtin_cpu_init();
+  const double p5 = __builtin_cpu_supports("avx512f") ? kiln_bench::fma_avx512(20000000) : 0.0;
   std::printf("\nFMA peak, one core (thread cpu): AVX2 %.1f GFLOP/s, AVX-512 %.1f GFLOP/s\n",
               p2 * 1e-9, p5 * 1e-9);
   const double peak = std::max(p2, p5) * threads;

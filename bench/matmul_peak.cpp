@@ -38,58 +38,21 @@
 #include <thread>
 #include <vector>
 
+#include "fma_peak.hpp"
+
 extern "C" void openblas_set_num_threads(int);
 extern "C" int openblas_get_num_threads(void);
 
 namespace {
 
 using namespace kiln;
-
-double thread_cpu_s() {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
+using kiln_bench::fma_avx2;
+using kiln_bench::fma_avx512;
+using kiln_bench::thread_cpu_s;
 
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
-}
-
-// FMA throughput with 12 independent accumulators (latency 4 x 2 pipes < 12).
-// Returns FLOPs per second of thread CPU time.
-__attribute__((target("avx2,fma"))) double fma_avx2(long iters) {
-  __m256 acc[12];
-  for (auto& x : acc) x = _mm256_set1_ps(0.0f);
-  const __m256 a = _mm256_set1_ps(1.0000001f);
-  const __m256 b = _mm256_set1_ps(0.9999999f);
-  const double c0 = thread_cpu_s();
-  for (long i = 0; i < iters; ++i) {
-#pragma GCC unroll 12
-    for (auto& x : acc) x = _mm256_fmadd_ps(a, x, b);
-  }
-  const double t = thread_cpu_s() - c0;
-  float sink = 0;
-  for (auto& x : acc) sink += _mm256_cvtss_f32(x);
-  if (sink == 42.0f) std::puts("");
-  return 2.0 * 8 * 12 * static_cast<double>(iters) / t;
-}
-
-__attribute__((target("avx512f"))) double fma_avx512(long iters) {
-  __m512 acc[12];
-  for (auto& x : acc) x = _mm512_set1_ps(0.0f);
-  const __m512 a = _mm512_set1_ps(1.0000001f);
-  const __m512 b = _mm512_set1_ps(0.9999999f);
-  const double c0 = thread_cpu_s();
-  for (long i = 0; i < iters; ++i) {
-#pragma GCC unroll 12
-    for (auto& x : acc) x = _mm512_fmadd_ps(a, x, b);
-  }
-  const double t = thread_cpu_s() - c0;
-  float sink = 0;
-  for (auto& x : acc) sink += _mm512_cvtss_f32(x);
-  if (sink == 42.0f) std::puts("");
-  return 2.0 * 16 * 12 * static_cast<double>(iters) / t;
 }
 
 struct Peak {
