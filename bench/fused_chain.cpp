@@ -27,9 +27,13 @@
 #include <kiln/dsl/trace.hpp>
 #include <kiln/kiln.hpp>
 
+#include "json_text.hpp"
+
 using namespace kiln;
 
 namespace {
+
+using kiln_bench::escaped;
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -82,14 +86,6 @@ double memcpy_gbs(std::int64_t n) {
   return 2.0 * static_cast<double>(n) * sizeof(float) / seconds[seconds.size() / 2] / 1e9;
 }
 
-std::string escaped(const std::string& text) {
-  std::string out;
-  for (char c : text) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
-  }
-  return out;
-}
 
 void compare(const char* what, const Program& p, const std::vector<Array>& inputs, int iters,
              std::int64_t stream_n = 0) {

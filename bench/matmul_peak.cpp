@@ -38,6 +38,8 @@
 #include <thread>
 #include <vector>
 
+#include "json_text.hpp"
+
 #include "fma_peak.hpp"
 
 extern "C" void openblas_set_num_threads(int);
@@ -48,6 +50,7 @@ namespace {
 using namespace kiln;
 using kiln_bench::fma_avx2;
 using kiln_bench::fma_avx512;
+using kiln_bench::escaped;
 using kiln_bench::thread_cpu_s;
 
 double now_s() {
@@ -106,14 +109,6 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
 }
 
-std::string escaped(const std::string& text) {
-  std::string out;
-  for (char c : text) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
-  }
-  return out;
-}
 
 }  // namespace
 

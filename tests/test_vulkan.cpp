@@ -867,12 +867,18 @@ TEST_CASE("contiguous 32-bit kernels take the 4-wide path and equal the CPU") {
   }
 }
 
+namespace {
+// The eviction tests need a small limit: suite vulkan-pipeline-limit sets 64.
+bool small_limit(const vk::PipelineCache& cache) {
+  if (cache.limit() <= 64) return true;
+  MESSAGE("the limit is ", cache.limit(), ": suite vulkan-pipeline-limit runs this with 64");
+  return false;
+}
+}  // namespace
+
 TEST_CASE("the pipeline cache evicts the least recently used past its limit") {
   auto& cache = vk::Context::get(0).pipelines();
-  if (cache.limit() > 64) {
-    MESSAGE("the limit is ", cache.limit(), ": suite vulkan-pipeline-limit runs this with 64");
-    return;
-  }
+  if (!small_limit(cache)) return;
   // Reductions of (n, 7) arrays bake n into the kernel: one pipeline per n.
   const auto total = [](std::int64_t n) {
     return sum(ones({n, 7}, f32, kGpu)).item<float>();
@@ -907,17 +913,21 @@ void check_fused_kinds(const std::tuple<Array, Array, Array>& gpu, const Array& 
   check_close_to(std::get<1>(gpu), std::get<1>(cpu));
   check_close_to(std::get<2>(gpu), std::get<2>(cpu));
 }
+// fused_kinds' inputs: on the host (the CPU reference) and on the device.
+struct FusedInputs {
+  Array x = host_random({8, 16}, f32), w = host_random({12, 16}, f32), b = host_random({12}, f32);
+  Array gx = to_device(x, kGpu), gw = to_device(w, kGpu), gb = to_device(b, kGpu);
+  void check(const std::tuple<Array, Array, Array>& gpu) const { check_fused_kinds(gpu, x, w, b); }
+};
 }  // namespace
 
 TEST_CASE("a compiled program's cache hit builds no kernel key and looks no pipeline up") {
   auto& cache = vk::Context::get(0).pipelines();
-  const Array x = host_random({8, 16}, f32), w = host_random({12, 16}, f32),
-              b = host_random({12}, f32);
-  const Array gx = to_device(x, kGpu), gw = to_device(w, kGpu), gb = to_device(b, kGpu);
+  const FusedInputs in;
   auto f = filter_jit(fused_kinds);
-  check_fused_kinds(f(gx, gw, gb), x, w, b);  // compiles, plans, keeps
+  in.check(f(in.gx, in.gw, in.gb));  // compiles, plans, keeps
   const vk::PipelineStats before = cache.stats();
-  for (int i = 0; i < 5; ++i) check_fused_kinds(f(gx, gw, gb), x, w, b);
+  for (int i = 0; i < 5; ++i) in.check(f(in.gx, in.gw, in.gb));
   const vk::PipelineStats after = cache.stats();
   // Every step of the program is a fused kernel (or the epilogue's transpose):
   // their launches are kept, so no call after the first looks anything up.
@@ -930,16 +940,11 @@ TEST_CASE("a compiled program's cache hit builds no kernel key and looks no pipe
 TEST_CASE("the pipeline cache evicts a kept launch's pipeline like any other, and the next call "
           "compiles it again") {
   auto& cache = vk::Context::get(0).pipelines();
-  if (cache.limit() > 64) {
-    MESSAGE("the limit is ", cache.limit(), ": suite vulkan-pipeline-limit runs this with 64");
-    return;
-  }
-  const Array x = host_random({8, 16}, f32), w = host_random({12, 16}, f32),
-              b = host_random({12}, f32);
-  const Array gx = to_device(x, kGpu), gw = to_device(w, kGpu), gb = to_device(b, kGpu);
+  if (!small_limit(cache)) return;
+  const FusedInputs in;
   auto f = filter_jit(fused_kinds);
-  check_fused_kinds(f(gx, gw, gb), x, w, b);
-  check_fused_kinds(f(gx, gw, gb), x, w, b);
+  in.check(f(in.gx, in.gw, in.gb));
+  in.check(f(in.gx, in.gw, in.gb));
   // Other kernels, more than the cache holds: each (n, 3) reduction is a new
   // pipeline, so the kept ones become the least recently used and go.
   const vk::PipelineStats kept = cache.stats();
@@ -950,13 +955,13 @@ TEST_CASE("the pipeline cache evicts a kept launch's pipeline like any other, an
   // Nothing kept refers to a destroyed pipeline: the call looks each kernel up
   // again (compiling it again), with the same values.
   const vk::PipelineStats before = cache.stats();
-  check_fused_kinds(f(gx, gw, gb), x, w, b);
+  in.check(f(in.gx, in.gw, in.gb));
   const vk::PipelineStats after = cache.stats();
   CHECK(after.lookups - before.lookups >= f.last_run().launches);
   CHECK(after.pipelines > before.pipelines);
   CHECK(after.cached <= cache.limit());
   // ...and keeps them again.
-  check_fused_kinds(f(gx, gw, gb), x, w, b);
+  in.check(f(in.gx, in.gw, in.gb));
   CHECK(cache.stats().lookups == after.lookups);
 }
 
@@ -964,16 +969,11 @@ TEST_CASE("the pipeline cache evicts a kept launch's pipeline like any other, an
 // kernels first; whichever goes, the runners' values must not change.
 TEST_CASE("the pipeline cache evicts under kept launches that other threads are running") {
   auto& cache = vk::Context::get(0).pipelines();
-  if (cache.limit() > 64) {
-    MESSAGE("the limit is ", cache.limit(), ": suite vulkan-pipeline-limit runs this with 64");
-    return;
-  }
-  const Array x = host_random({8, 16}, f32), w = host_random({12, 16}, f32),
-              b = host_random({12}, f32);
-  const Array gx = to_device(x, kGpu), gw = to_device(w, kGpu), gb = to_device(b, kGpu);
+  if (!small_limit(cache)) return;
+  const FusedInputs in;
   auto f = filter_jit(fused_kinds);
-  const auto expected = f(gx, gw, gb);  // the device's bits, checked against the CPU
-  check_fused_kinds(expected, x, w, b);
+  const auto expected = f(in.gx, in.gw, in.gb);  // the device's bits, checked against the CPU
+  in.check(expected);
   const auto same = [&](const std::tuple<Array, Array, Array>& r) {
     return as_doubles(std::get<0>(r)) == as_doubles(std::get<0>(expected)) &&
            as_doubles(std::get<1>(r)) == as_doubles(std::get<1>(expected)) &&
@@ -986,7 +986,7 @@ TEST_CASE("the pipeline cache evicts under kept launches that other threads are 
   for (int t = 0; t < 2; ++t) {
     runners.emplace_back([&] {
       while (!stop.load()) {
-        if (!same(f(gx, gw, gb))) ++wrong;
+        if (!same(f(in.gx, in.gw, in.gb))) ++wrong;
         ++calls;
       }
     });
@@ -1000,7 +1000,7 @@ TEST_CASE("the pipeline cache evicts under kept launches that other threads are 
   CHECK(wrong.load() == 0);
   CHECK(calls.load() > 0);
   CHECK(cache.stats().cached <= cache.limit());
-  check_fused_kinds(f(gx, gw, gb), x, w, b);
+  in.check(f(in.gx, in.gw, in.gb));
 }
 
 // Run by the test below in a child process: what a missing driver looks like.
