@@ -162,6 +162,40 @@ TEST_CASE("max and min propagate NaN; infinities are ordinary values") {
   CHECK(sum(array(std::vector<float>{inf, 1}, Shape{2})).item<float>() == inf);
 }
 
+TEST_CASE("short reduced rows (a pool window's last axis) across many outputs, NaN in any place") {
+  // 301 rows of 2 and of 5: the CPU folds blocks of 128 rows side by side, so
+  // this crosses blocks and ends in a partial one.
+  for (const std::int64_t n : {2, 5}) {
+    CAPTURE(n);
+    const std::int64_t rows = 301;
+    std::vector<float> v(static_cast<std::size_t>(rows * n));
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      v[i] = static_cast<float>((static_cast<int>(i) * 37 % 23) - 11) * 0.5f;
+    }
+    v[static_cast<std::size_t>(7 * n)] = std::numeric_limits<float>::quiet_NaN();          // first
+    v[static_cast<std::size_t>(200 * n + n - 1)] = std::numeric_limits<float>::quiet_NaN();  // last
+    const Array x = array(v, Shape{rows, n});
+    std::vector<double> mx, mn, sm;
+    for (std::int64_t r = 0; r < rows; ++r) {
+      double hi = -kInf, lo = kInf, total = 0;
+      bool nan = false;
+      for (std::int64_t k = 0; k < n; ++k) {
+        const double e = v[static_cast<std::size_t>(r * n + k)];
+        nan = nan || std::isnan(e);
+        hi = std::max(hi, e);
+        lo = std::min(lo, e);
+        total += e;
+      }
+      mx.push_back(nan ? kNaN : hi);
+      mn.push_back(nan ? kNaN : lo);
+      sm.push_back(total);
+    }
+    check_close(max(x, 1), mx);
+    check_close(min(x, 1), mn);
+    check_close(sum(x, 1), sm);
+  }
+}
+
 TEST_CASE("sums stay in the input dtype; i32 sums wrap modulo 2^32") {
   const Array x =
       array(std::vector<I32>{std::numeric_limits<I32>::max(), 1}, Shape{2});
