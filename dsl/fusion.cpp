@@ -48,6 +48,7 @@ bool fusible(Prim prim) {
       return true;
     case PrimFamily::kReduce: case PrimFamily::kArgReduce: case PrimFamily::kScan:
     case PrimFamily::kSort: case PrimFamily::kMatmul: case PrimFamily::kLayout:
+    case PrimFamily::kWindow:
     case PrimFamily::kIndex: case PrimFamily::kCreation: case PrimFamily::kControl:
       return false;
   }

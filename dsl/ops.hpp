@@ -229,6 +229,31 @@ Array slice_axis(const Array& a, std::int64_t axis, std::int64_t start,
 Array slice(const Array& a, const Shape& starts, const Shape& stops,
             const Shape& steps = {});
 
+// ---- sliding windows (dsl/ops_window.cpp) ----
+// A window over the trailing size.size() (spatial) axes of an image: per
+// spatial axis its extent, stride, (low, high) zero padding and dilation.
+// Empty strides, padding and dilation mean 1, 0 and 1 on every axis.
+struct Window {
+  Shape size;
+  Shape strides = {};
+  std::vector<std::array<std::int64_t, 2>> padding = {};
+  Shape dilation = {};
+};
+// im2col (torch.nn.functional.unfold, over any number of spatial axes): x of
+// shape (..., S_1 .. S_r) -> (..., T, L), where T = prod(size) is the window's
+// taps (row-major) and L the output positions (row-major over the output
+// extents O_a = (S_a + lo_a + hi_a - dilation_a * (size_a - 1) - 1) /
+// stride_a + 1); a tap in the padding reads `pad_value`. The leading axes
+// (batch, channels, ...) are carried through.
+Array unfold(const Array& x, const Window& window, double pad_value = 0.0);
+// col2im, unfold's transpose: cols (..., T, L) -> (..., spatial...), each
+// image element the sum of the taps that read it, in tap order (taps in the
+// padding are dropped). Numeric dtypes only.
+Array fold(const Array& cols, const Shape& spatial, const Window& window);
+// The output extents O_a of `window` over an image of `spatial` extents
+// (ShapeError naming `op` when the dilated window does not fit).
+Shape window_output(const char* op, const Shape& spatial, const Window& window);
+
 // ---- layout composites (dsl/ops_layout_composite.cpp) ----
 // Joins same-shape arrays along a new axis (numpy.stack).
 Array stack(std::span<const Array> arrays, std::int64_t axis = 0);

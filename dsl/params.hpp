@@ -75,6 +75,21 @@ struct SliceParams {
   Shape steps;
   Shape shape;
 };
+// unfold / fold (im2col / col2im) over the trailing spatial axes of an image
+// (..., S_1 .. S_r), r = window.size(): per spatial axis the window extent,
+// stride, dilation and (low, high) zero padding, and the image's unpadded
+// extents. The columns are (..., T, L): T = prod(window) taps (row-major over
+// the window), L = prod(output extents) positions. unfold reads `pad_value`
+// for a tap in the padding; fold sums the taps that land in the image.
+struct WindowParams {
+  Shape window;
+  Shape strides;
+  Shape dilation;
+  Shape pad_lo;
+  Shape pad_hi;
+  Shape spatial;
+  double pad_value = 0.0;
+};
 // one_hot: the new axis, the number of classes, the result dtype.
 struct OneHotParams {
   std::int64_t axis = 0;
@@ -150,7 +165,7 @@ struct CustomVjpParams {
 
 using ParamsVariant =
     std::variant<NoParams, ReduceParams, ArgReduceParams, ScanParams, SortParams, DTypeParams,
-                 MatmulParams, ShapeParams, TransposeParams, AxisParams, SliceParams,
+                 MatmulParams, ShapeParams, TransposeParams, AxisParams, SliceParams, WindowParams,
                  OneHotParams, FullParams, ArangeParams, ScanLoopParams, WhileParams,
                  CondParams, CallParams, CustomVjpParams>;
 

@@ -33,7 +33,7 @@ inline constexpr std::size_t kNumPrims = 0
 
 enum class PrimFamily : std::uint8_t {
   kUnary, kBinary, kWhere, kAstype, kReduce, kArgReduce, kScan, kSort, kMatmul, kLayout,
-  kIndex, kCreation, kIdentity, kControl
+  kWindow, kIndex, kCreation, kIdentity, kControl
 };
 
 // Properties of a primitive that code outside its kernels asks about (see the

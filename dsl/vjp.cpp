@@ -207,6 +207,16 @@ std::vector<Array> vjp(const Equation& eq, std::span<const Array> in, const Arra
       return out;
     } else if constexpr (P == Prim::kSlice) {
       return {unslice(g, eq.params.as<SliceParams>(), x.shape())};
+    } else if constexpr (P == Prim::kUnfold) {
+      // Taps in the padding read a constant: only the image's taps get g.
+      WindowParams q = eq.params.as<WindowParams>();
+      q.pad_value = 0.0;
+      const Array gs[] = {g};
+      return {detail::bind<Prim::kFold>(std::move(q), gs, Aval{g.dtype(), x.shape()})};
+    } else if constexpr (P == Prim::kFold) {
+      const Array gs[] = {g};
+      return {detail::bind<Prim::kUnfold>(eq.params.as<WindowParams>(), gs,
+                                          Aval{g.dtype(), x.shape()})};
     } else if constexpr (P == Prim::kTake) {
       // The transpose of a gather is a scatter_add of g into zeros: O(g) work
       // and memory (a one-hot matmul would be O(indices x axis)).

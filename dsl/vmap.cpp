@@ -166,6 +166,8 @@ std::vector<Array> batch_rule(const Equation& eq, std::span<const Array> in,
       q.steps.insert(q.steps.begin(), 1);
       q.shape = with_batch(B, q.shape);
       return rebind(q, in);
+    } else if constexpr (F == PrimFamily::kWindow) {
+      return rebind(eq.params, in);  // the batch axis is one more leading axis
     } else if constexpr (P == Prim::kTake) {
       const std::int64_t axis = eq.params.as<AxisParams>().axis;
       if (batched[0] && !batched[1]) return rebind(AxisParams{axis + 1}, in);

@@ -463,6 +463,48 @@ std::vector<Case> cases_for(Prim p) {
               one("empty", {uniform({5}, -1, 1)}, [](Inputs x, Device) { return slice_axis(x[0], 0, 3, 3); }),
               one("i32 (3,4,5)", {integers({3, 4, 5}, -9, 9)},
                   [](Inputs x, Device) { return slice(x[0], {1, 1, 1}, {3, 4, 5}, {1, 2, 2}); })};
+    case Prim::kUnfold: {
+      // 2-D with every option, 1-D, 3-D, integers, and a max-pool's -inf pad.
+      const Window w2{.size = {3, 2}, .strides = {2, 1}, .padding = {{1, 0}, {1, 2}},
+                      .dilation = {1, 2}};
+      return {one("(2,3,5,6) 3x2 stride, padding, dilation, pad 0.5", {uniform({2, 3, 5, 6}, -1, 1)},
+                  [w2](Inputs x, Device) { return unfold(x[0], w2, 0.5); }),
+              one("(4,9) 1-D window 3 stride 2", {uniform({4, 9}, -1, 1)},
+                  [](Inputs x, Device) { return unfold(x[0], {.size = {3}, .strides = {2}}); }),
+              one("(1,2,4,3,5) 3-D 2x2x2 padding 1", {uniform({1, 2, 4, 3, 5}, -1, 1)},
+                  [](Inputs x, Device) {
+                    return unfold(x[0], {.size = {2, 2, 2}, .padding = {{1, 1}, {1, 1}, {1, 1}}});
+                  }),
+              one("i32 (2,7,7) 3x3 stride 3 pad -7", {integers({2, 7, 7}, -9, 9)},
+                  [](Inputs x, Device) {
+                    return unfold(x[0], {.size = {3, 3}, .strides = {3, 3}, .padding = {{1, 1}, {1, 1}}},
+                                  -7);
+                  }),
+              one("(3,4,4) 2x2 stride 2 -inf padding", {uniform({3, 4, 4}, -1, 1)},
+                  [](Inputs x, Device) {
+                    return unfold(x[0], {.size = {2, 2}, .strides = {2, 2}, .padding = {{1, 1}, {0, 1}}},
+                                  -std::numeric_limits<double>::infinity());
+                  }, false)};
+    }
+    case Prim::kFold: {
+      // Columns of the unfold cases above: overlapping taps (stride < window)
+      // sum, taps in the padding drop.
+      const Window w2{.size = {3, 2}, .strides = {2, 1}, .padding = {{1, 0}, {1, 2}},
+                      .dilation = {1, 2}};
+      return {one("(2,3,6,14) into (5,6)", {uniform({2, 3, 6, 14}, -1, 1)},
+                  [w2](Inputs x, Device) { return fold(x[0], {5, 6}, w2); }),
+              one("(4,3,4) 1-D into (9)", {uniform({4, 3, 4}, -1, 1)},
+                  [](Inputs x, Device) { return fold(x[0], {9}, {.size = {3}, .strides = {2}}); }),
+              one("f64 (2,8,120) 3-D into (4,3,5)", {uniform({2, 8, 120}, -1, 1, f64)},
+                  [](Inputs x, Device) {
+                    return fold(x[0], {4, 3, 5},
+                                {.size = {2, 2, 2}, .padding = {{1, 1}, {1, 1}, {1, 1}}});
+                  }),
+              one("i32 (2,9,25) 3x3 stride 1 into (5,5)", {integers({2, 9, 25}, -9, 9)},
+                  [](Inputs x, Device) {
+                    return fold(x[0], {5, 5}, {.size = {3, 3}, .padding = {{1, 1}, {1, 1}}});
+                  })};
+    }
     case Prim::kTake:
       return {one("rows", {uniform({5, 3}, -1, 1), integers({7}, -5, 4)},
                   [](Inputs x, Device) { return take(x[0], x[1], 0); }),
@@ -840,7 +882,7 @@ bool takes_16bit_float(Prim p) {
   switch (family(p)) {
     case PrimFamily::kUnary: case PrimFamily::kBinary: case PrimFamily::kWhere:
     case PrimFamily::kReduce: case PrimFamily::kArgReduce: case PrimFamily::kScan:
-    case PrimFamily::kSort: case PrimFamily::kLayout: case PrimFamily::kIndex:
+    case PrimFamily::kSort: case PrimFamily::kLayout: case PrimFamily::kIndex: case PrimFamily::kWindow:
     case PrimFamily::kIdentity: case PrimFamily::kMatmul:
       return true;
     case PrimFamily::kAstype: case PrimFamily::kCreation: case PrimFamily::kControl:

@@ -36,6 +36,8 @@ std::shared_ptr<Buffer> CpuBackend::eval(Prim p, const Params& params,
       return eval_matmul(p, params, inputs, out);
     case PrimFamily::kLayout:
       return eval_layout(p, params, inputs, out);
+    case PrimFamily::kWindow:
+      return eval_window(p, params, inputs, out);
     case PrimFamily::kIndex:
       return eval_index(p, params, inputs, out);
     case PrimFamily::kScan:

@@ -45,6 +45,7 @@ EvalFn eval_sort;        // sort.cpp
 EvalFn eval_matmul;      // matmul.cpp
 EvalFn eval_layout;      // layout.cpp
 EvalFn eval_index;       // index.cpp
+EvalFn eval_window;      // window.cpp
 EvalFn eval_creation;    // creation.cpp
 
 // Allocates the output buffer for `out` (uninitialised).

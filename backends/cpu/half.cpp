@@ -110,7 +110,7 @@ bool computes_in_f32(Prim p, std::span<const Array> inputs, const Aval& out) {
     case PrimFamily::kUnary: case PrimFamily::kBinary: case PrimFamily::kWhere:
     case PrimFamily::kAstype: case PrimFamily::kReduce: case PrimFamily::kArgReduce:
     case PrimFamily::kScan: case PrimFamily::kSort: case PrimFamily::kMatmul:
-    case PrimFamily::kIndex: case PrimFamily::kCreation:
+    case PrimFamily::kIndex: case PrimFamily::kCreation: case PrimFamily::kWindow:
       return any_16bit_float(inputs, out.dtype);
   }
   return false;

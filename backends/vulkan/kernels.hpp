@@ -129,6 +129,10 @@ struct MapIndex {
 };
 Launch map_kernel(Context& ctx, MapSpec spec, std::uint32_t addressed);
 
+// unfold or fold (dsl/params.hpp WindowParams) of `dtype` producing `out`, as
+// a map kernel over the result (kernel_window.cpp).
+MapSpec window_spec(Prim p, const WindowParams& q, DType dtype, const Aval& out);
+
 // ---- fused elementwise groups (dsl/fusion.hpp): one map kernel over the
 // group's shape whose body is every equation's scalar code (emit_elementwise)
 // in order; inputs are read through broadcast views, each output is stored

@@ -521,6 +521,19 @@ std::shared_ptr<Buffer> gather(Context& ctx, Prim p, const AxisParams& params,
   return buf;
 }
 
+// unfold and fold: one map kernel over the result (kernel_window.cpp).
+std::shared_ptr<Buffer> window(Context& ctx, Prim p, const Params& params,
+                               std::span<const Array> inputs, const Aval& out) {
+  ctx.require_dtype(out.dtype, std::string(name(p)).c_str());
+  auto buf = allocate(ctx, out, p, inputs);
+  if (numel(out.shape) == 0) return buf;
+  launch(ctx,
+         map_kernel(ctx, window_spec(p, params.as<WindowParams>(), out.dtype, out),
+                    addressed(ctx, inputs, buf)),
+         inputs, buf);
+  return buf;
+}
+
 std::shared_ptr<Buffer> index(Context& ctx, Prim p, const Params& params,
                               std::span<const Array> inputs, const Aval& out) {
   return visit_family<PrimFamily::kIndex>(p, [&]<Prim P>(PrimC<P>) {
@@ -654,6 +667,8 @@ std::shared_ptr<Buffer> VulkanBackend::eval(Prim p, const Params& params,
       return matmul(ctx_, inputs, out);
     case PrimFamily::kLayout:
       return layout(ctx_, p, params, inputs, out);
+    case PrimFamily::kWindow:
+      return window(ctx_, p, params, inputs, out);
     case PrimFamily::kIndex:
       return index(ctx_, p, params, inputs, out);
     case PrimFamily::kScan:
