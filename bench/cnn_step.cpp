@@ -1,5 +1,5 @@
 // Time of one eager forward+grad step of a small Fashion-MNIST-sized CNN built
-// from kiln::nn (the im2col conv/pool composites): batch 128 of 1x28x28,
+// from kiln::nn (conv/pool on the unfold primitive): batch 128 of 1x28x28,
 // conv 32 -> pool -> conv 64 -> pool -> linear 10, softmax cross-entropy.
 //   build/bench/cnn_step [iterations]      (KILN_DEVICE picks the device)
 #include <chrono>

@@ -14,12 +14,17 @@ namespace {
 
 Array as_float(const Array& mask, DType dtype) { return astype(mask, dtype); }
 
-// numpy.swapaxes(-1, -2)
-Array swap_last(const Array& a) {
-  Axes perm(a.ndim());
-  std::iota(perm.begin(), perm.end(), 0);
-  std::swap(perm[perm.size() - 1], perm[perm.size() - 2]);
-  return transpose(a, perm);
+// op(x) @ op(y) with op a swap of the last two axes where tx / ty: the
+// matmul primitive's flags, so no transpose is materialised (x and y are >= 2-D).
+Array matmul_flags(const Array& x, bool tx, const Array& y, bool ty) {
+  const Shape& xs = x.shape();
+  const Shape& ys = y.shape();
+  Shape out = broadcast_shapes("matmul", Shape(xs.begin(), xs.end() - 2),
+                               Shape(ys.begin(), ys.end() - 2));
+  out.push_back(xs[xs.size() - (tx ? 1 : 2)]);
+  out.push_back(ys[ys.size() - (ty ? 2 : 1)]);
+  const Array ops[] = {x, y};
+  return bind<Prim::kMatmul>(MatmulParams{tx, ty}, ops, Aval{x.dtype(), std::move(out)});
 }
 
 // Transpose of a reduction: g (reduced shape) broadcast back to `shape`.
@@ -171,22 +176,25 @@ std::vector<Array> vjp(const Equation& eq, std::span<const Array> in, const Arra
       const Array at_zero = cumsum(g * where(z == 1.0, prefix, zero), axis, !rev);
       return {where(is0, at_zero, nonzero)};
     } else if constexpr (P == Prim::kMax || P == Prim::kMin) {
-      Array yb = expand_reduced(y, eq.params, x.shape());
-      Array mask = as_float(x == yb, dt);
+      // g / count to every maximal element: y, g and the counts stay in the
+      // reduced shape and broadcast in the compare and the final product.
+      const Axes& axes = eq.params.as<ReduceParams>().axes;
       Shape kept = x.shape();
-      for (auto ax : eq.params.as<ReduceParams>().axes) kept[ax] = 1;
-      Array count = reshape(sum(mask, eq.params.as<ReduceParams>().axes, true), kept);
-      return {expand_reduced(g, eq.params, x.shape()) * mask / broadcast_to(count, x.shape())};
+      for (auto ax : axes) kept[ax] = 1;
+      const Array mask = as_float(x == reshape(y, kept), dt);
+      return {mask * (reshape(g, kept) / sum(mask, axes, true))};
     } else if constexpr (P == Prim::kMatmul) {
-      // A body optimized before it is differentiated (scan, while_loop, cond)
-      // may read an operand transposed (simplify_layout's BLAS-style flags):
-      // differentiate y = op(a) @ op(b), then transpose the cotangent back.
+      // y = A @ B with A = op(a), B = op(b) (op: the transpose a flag asks
+      // for): dA = g @ B^T and dB = A^T @ g, read through the matmul's flags
+      // rather than materialised transposes (an eager step would copy every
+      // operand once more), and da = dA or dA^T = B @ g^T (likewise db).
       const auto& mp = eq.params.as<MatmulParams>();
-      const Array a = mp.transpose_a ? swap_last(in[0]) : in[0];
-      const Array b = mp.transpose_b ? swap_last(in[1]) : in[1];
-      const Array ga = matmul(g, swap_last(b)), gb = matmul(swap_last(a), g);
-      return {ub(mp.transpose_a ? swap_last(ga) : ga, 0),
-              ub(mp.transpose_b ? swap_last(gb) : gb, 1)};
+      const bool ta = mp.transpose_a, tb = mp.transpose_b;
+      const Array& a = in[0];
+      const Array& b = in[1];
+      const Array ga = ta ? matmul_flags(b, tb, g, true) : matmul_flags(g, false, b, !tb);
+      const Array gb = tb ? matmul_flags(g, true, a, ta) : matmul_flags(a, !ta, g, false);
+      return {ub(ga, 0), ub(gb, 1)};
     } else if constexpr (P == Prim::kReshape) {
       return {reshape(g, x.shape())};
     } else if constexpr (P == Prim::kTranspose) {

@@ -1,7 +1,8 @@
-// conv2d and pooling as im2col composites. Every kernel tap is one strided
-// slice of the padded input; the taps are concatenated into columns
-// (N, C, T, Ho*Wo) so that a convolution is one batched matmul and a pool one
-// reduction over the tap axis, with no transposes on the forward path.
+// Convolutions and pooling on the unfold primitive (im2col, dsl/ops.hpp): the
+// window's taps of every image come out as columns (N, C, T, Ho*Wo) in one
+// pass, padding included, so that a convolution is one batched matmul and a
+// pool one reduction over the tap axis, with no transposes on the forward
+// path. Their gradients flow back through fold (col2im), one pass too.
 #include "kiln/modules/functional.hpp"
 
 #include <algorithm>
@@ -33,53 +34,25 @@ void check_positive(const char* op, const char* what, Int2 v) {
   }
 }
 
-Array pad_spatial(const Array& x, const Padding2& p, double value) {
-  return pad(x, {{0, 0}, {0, 0}, p.h, p.w}, value);
-}
-
-std::int64_t out_size(const char* op, std::int64_t in, std::int64_t k, std::int64_t s,
-                      std::int64_t d) {
-  const std::int64_t span = d * (k - 1) + 1;
-  if (in < span) {
-    throw ShapeError(detail::str_cat("[", op, "] the (padded) input extent ", in,
-                                     " is smaller than the dilated kernel extent ", span));
-  }
-  return (in - span) / s + 1;
-}
-
 struct Columns {
   Array cols;  // (N, C, KH*KW, Ho*Wo)
   std::int64_t ho, wo;
 };
 
-// One strided slice per kernel tap of the already padded xp (N, C, Hp, Wp).
-Columns im2col(const char* op, const Array& xp, Int2 k, Int2 s, Int2 d) {
-  const Shape& sh = xp.shape();
-  const std::int64_t n = sh[0], c = sh[1];
-  const std::int64_t ho = out_size(op, sh[2], k.h, s.h, d.h);
-  const std::int64_t wo = out_size(op, sh[3], k.w, s.w, d.w);
-  std::vector<Array> taps;
-  taps.reserve(static_cast<std::size_t>(k.h * k.w));
-  for (std::int64_t i = 0; i < k.h; ++i) {
-    for (std::int64_t j = 0; j < k.w; ++j) {
-      const std::int64_t y0 = i * d.h, x0 = j * d.w;
-      Array t = slice(xp, Shape{0, 0, y0, x0},
-                      Shape{n, c, y0 + (ho - 1) * s.h + 1, x0 + (wo - 1) * s.w + 1},
-                      Shape{1, 1, s.h, s.w});
-      taps.push_back(reshape(t, Shape{n, c, 1, ho * wo}));
-    }
-  }
-  Array cols = taps.size() == 1 ? taps[0] : concatenate(taps, 2);
-  return {cols, ho, wo};
+// The window's taps of x (N, C, H, W) as columns, `pad_value` in the padding.
+Columns im2col(const char* op, const Array& x, Int2 k, Int2 s, const Padding2& p, Int2 d,
+               double pad_value) {
+  const Window w{.size = {k.h, k.w}, .strides = {s.h, s.w}, .padding = {p.h, p.w},
+                 .dilation = {d.h, d.w}};
+  const Shape o = window_output(op, Shape{x.shape()[2], x.shape()[3]}, w);
+  return {unfold(x, w, pad_value), o[0], o[1]};
 }
 
-// Pools whose windows tile the input (stride == kernel, no padding) need no
-// columns: crop, reshape to (N, C, Ho, KH, Wo, KW) and reduce axes 3 and 5.
-bool tiles(Int2 k, const PoolOptions& o) {
-  return o.stride.h == k.h && o.stride.w == k.w && o.padding.h[0] == 0 &&
-         o.padding.h[1] == 0 && o.padding.w[0] == 0 && o.padding.w[1] == 0;
-}
-
+// Every pool reduces the tap axis of its columns, windows that tile the input
+// too: reshaping those to (N, C, Ho, KH, Wo, KW) and reducing axes 3 and 5
+// instead made the CNN step (bench/cnn_step, one thread) 20% slower, the
+// strided reduction and its gradient's broadcasts costing more than the
+// columns' copy.
 template <class Reduce>
 Array pool(const char* op, const Array& x, Int2 k, const PoolOptions& o, double pad_value,
            Reduce reduce) {
@@ -87,17 +60,7 @@ Array pool(const char* op, const Array& x, Int2 k, const PoolOptions& o, double 
   check_positive(op, "kernel size", k);
   check_positive(op, "stride", o.stride);
   const Shape& sh = x.shape();
-  if (tiles(k, o)) {
-    const std::int64_t ho = out_size(op, sh[2], k.h, k.h, 1);
-    const std::int64_t wo = out_size(op, sh[3], k.w, k.w, 1);
-    Array cropped = x;
-    if (ho * k.h != sh[2] || wo * k.w != sh[3]) {
-      cropped = slice(x, Shape{0, 0, 0, 0}, Shape{sh[0], sh[1], ho * k.h, wo * k.w});
-    }
-    Array r = reshape(cropped, Shape{sh[0], sh[1], ho, k.h, wo, k.w});
-    return reduce(r, Axes{3, 5});
-  }
-  Columns c = im2col(op, pad_spatial(x, o.padding, pad_value), k, o.stride, Int2(1));
+  Columns c = im2col(op, x, k, o.stride, o.padding, Int2(1), pad_value);
   return reshape(reduce(c.cols, Axes{2}), Shape{sh[0], sh[1], c.ho, c.wo});
 }
 
@@ -126,6 +89,31 @@ Array adaptive_mean(const Array& x, std::int64_t axis, std::int64_t t) {
   return concatenate({bins(slice_axis(x, axis, 0, split_at), r, q + 1),
                       bins(slice_axis(x, axis, split_at, n), t - r, q)},
                      axis);
+}
+
+// x (N, C, S...) convolved with w (O, C / groups, K...) (checked by the
+// caller) over `window` (w's K... as its size): (N, O, O_1 ...), one batched
+// matmul over the unfolded columns.
+Array convolve(const Array& x, const Array& w, const Window& window, std::int64_t g) {
+  const Shape& xs = x.shape();
+  const std::size_t r = window.size.size();
+  const std::int64_t n = xs[0], c = xs[1], oc = w.shape()[0], cg = w.shape()[1];
+  const char* op = r == 3 ? "conv3d" : "conv2d";
+  const Shape o = window_output(op, Shape(xs.begin() + 2, xs.end()), window);
+  const Array cols = unfold(x, window);  // (N, C, T, L)
+  const std::int64_t taps = numel(window.size), l = numel(o);
+  Array out;
+  if (g == 1) {
+    // (O, C*T) @ (N, C*T, L) -> (N, O, L): one gemm per image.
+    out = matmul(reshape(w, Shape{oc, c * taps}), reshape(cols, Shape{n, c * taps, l}));
+  } else {
+    // (G, O/G, Cg*T) @ (N, G, Cg*T, L) -> (N, G, O/G, L).
+    out = matmul(reshape(w, Shape{g, oc / g, cg * taps}),
+                 reshape(cols, Shape{n, g, cg * taps, l}));
+  }
+  Shape shape{n, oc};
+  shape.insert(shape.end(), o.begin(), o.end());
+  return reshape(out, shape);
 }
 
 }  // namespace
@@ -168,7 +156,7 @@ Array conv2d(const Array& x, const Array& w, const ConvOptions& o) {
   check_positive("conv2d", "stride", o.stride);
   check_positive("conv2d", "dilation", o.dilation);
   const std::int64_t g = o.groups;
-  const std::int64_t n = x.shape()[0], c = x.shape()[1];
+  const std::int64_t c = x.shape()[1];
   const std::int64_t oc = w.shape()[0], cg = w.shape()[1];
   if (g < 1 || c % g != 0 || oc % g != 0 || cg * g != c) {
     throw ShapeError(detail::str_cat(
@@ -180,19 +168,11 @@ Array conv2d(const Array& x, const Array& w, const ConvOptions& o) {
     throw DTypeError(detail::str_cat("[conv2d] dtype mismatch: input ", name(x.dtype()),
                                      ", kernel ", name(w.dtype())));
   }
-  const Int2 k(w.shape()[2], w.shape()[3]);
-  Columns col = im2col("conv2d", pad_spatial(x, o.padding, 0.0), k, o.stride, o.dilation);
-  const std::int64_t taps = k.h * k.w, l = col.ho * col.wo;
-  Array out;
-  if (g == 1) {
-    // (O, C*T) @ (N, C*T, L) -> (N, O, L): one gemm per image.
-    out = matmul(reshape(w, Shape{oc, c * taps}), reshape(col.cols, Shape{n, c * taps, l}));
-  } else {
-    // (G, O/G, Cg*T) @ (N, G, Cg*T, L) -> (N, G, O/G, L).
-    out = matmul(reshape(w, Shape{g, oc / g, cg * taps}),
-                 reshape(col.cols, Shape{n, g, cg * taps, l}));
-  }
-  return reshape(out, Shape{n, oc, col.ho, col.wo});
+  return convolve(x, w, {.size = {w.shape()[2], w.shape()[3]},
+                         .strides = {o.stride.h, o.stride.w},
+                         .padding = {o.padding.h, o.padding.w},
+                         .dilation = {o.dilation.h, o.dilation.w}},
+                  g);
 }
 
 Array conv3d(const Array& x, const Array& w, const Conv3dFunctionOptions& o) {
@@ -210,34 +190,18 @@ Array conv3d(const Array& x, const Array& w, const Conv3dFunctionOptions& o) {
   check_positive(kOp, "depth stride and dilation", Int2(o.stride.d, o.dilation.d));
   const Shape& xs = x.shape();
   const Shape& ws = w.shape();
-  const std::int64_t n = xs[0], c = xs[1], oc = ws[0], cg = ws[1], kd = ws[2];
+  const std::int64_t c = xs[1], oc = ws[0], cg = ws[1];
   if (o.groups < 1 || cg * o.groups != c || oc % o.groups != 0) {
     throw ShapeError(detail::str_cat(
         "[", kOp, "] input of shape ", to_string(xs), " and kernel of shape ", to_string(ws),
         " with groups=", o.groups,
         ": expected kernel (O, C / groups, KD, KH, KW) with C and O divisible by groups"));
   }
-  const Array xp = nn::pad(x, {{0, 0}, {0, 0}, o.padding.d});
-  const std::int64_t sd = o.stride.d, dd = o.dilation.d;
-  const std::int64_t d_out = out_size(kOp, xp.shape()[2], kd, sd, dd);
-  const ConvOptions plane{.stride = Int2(o.stride.h, o.stride.w),
-                          .padding = Padding2(o.padding.h, o.padding.w),
-                          .dilation = Int2(o.dilation.h, o.dilation.w),
-                          .groups = o.groups};
-  Array acc;
-  for (std::int64_t t = 0; t < kd; ++t) {
-    const std::int64_t z0 = t * dd;
-    // (N, C, Do, H, W) -> (N * Do, C, H, W): every output depth is an image.
-    Array planes = slice(xp, Shape{0, 0, z0, 0, 0},
-                         Shape{n, c, z0 + (d_out - 1) * sd + 1, xs[3], xs[4]},
-                         Shape{1, 1, sd, 1, 1});
-    planes = reshape(transpose(planes, Axes{0, 2, 1, 3, 4}), Shape{n * d_out, c, xs[3], xs[4]});
-    const Array tap = reshape(slice_axis(w, 2, t, t + 1), Shape{oc, cg, ws[3], ws[4]});
-    const Array y = conv2d(planes, tap, plane);
-    acc = acc.is_null() ? y : acc + y;
-  }
-  const Shape& ys = acc.shape();
-  return transpose(reshape(acc, Shape{n, d_out, oc, ys[2], ys[3]}), Axes{0, 2, 1, 3, 4});
+  return convolve(x, w, {.size = {ws[2], ws[3], ws[4]},
+                         .strides = {o.stride.d, o.stride.h, o.stride.w},
+                         .padding = {o.padding.d, o.padding.h, o.padding.w},
+                         .dilation = {o.dilation.d, o.dilation.h, o.dilation.w}},
+                  o.groups);
 }
 
 Array conv_transpose2d(const Array& x, const Array& w, const ConvTransposeOptions& o) {

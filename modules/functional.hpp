@@ -1,5 +1,6 @@
 // Stateless building blocks of kiln::nn written only with DSL ops: padding,
-// 2-D convolution (im2col + matmul) and 2-D max/average pooling, all in NCHW
+// 2-D and 3-D convolution (unfold, i.e. im2col, + matmul) and 2-D max/average
+// pooling, all in NCHW
 // with OIHW kernels (Equinox/lax.conv layout). Being composites, they trace,
 // get gradients from the primitives' vjp rules and run on every backend.
 #pragma once
@@ -76,7 +77,7 @@ struct Conv3dFunctionOptions {
 };
 
 // conv2d's 3-D counterpart: x (N, C, D, H, W), w (O, C/groups, KD, KH, KW) ->
-// (N, O, Do, Ho, Wo); one conv2d per depth tap over the strided depth slices.
+// (N, O, Do, Ho, Wo): a 3-D unfold and one batched matmul.
 Array conv3d(const Array& x, const Array& w, const Conv3dFunctionOptions& options = {});
 
 struct ConvTransposeOptions {

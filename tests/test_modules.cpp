@@ -360,7 +360,7 @@ TEST_CASE("wrong input shapes are errors naming the module and both shapes") {
           conv(ones({1, 3, 2, 2}));
         }) ==
         "[nn.Conv2d] input (1, 3, 2, 2): [conv2d] the (padded) input extent 2 is smaller than "
-        "the dilated kernel extent 3");
+        "the dilated kernel extent 3 on spatial axis 0");
   nn::Linear lin(3, 4, key(0));
   CHECK(error_of([&] { lin(ones({2, 4})); }) ==
         "[nn.Linear] expected input (..., 3), got (2, 4)");

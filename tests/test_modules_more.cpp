@@ -520,7 +520,7 @@ TEST_CASE("every layer's input errors name the layer, the argument, expected and
           conv(ones({1, 3, 2, 2}));
         }) ==
         "[nn.Conv2d] input (1, 3, 2, 2): [conv2d] the (padded) input extent 2 is smaller than "
-        "the dilated kernel extent 3");
+        "the dilated kernel extent 3 on spatial axis 0");
   CHECK(text([&] {
           conv(ones({1, 3, 5, 5}, f64));
         }).find("[nn.Conv2d] input is f64 but weight is f32") == 0);
