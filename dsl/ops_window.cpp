@@ -89,9 +89,9 @@ Array unfold(const Array& x, const Window& window, double pad_value) {
                                      r, ", got shape ", to_string(xs)));
   }
   if (!is_inexact(x.dtype()) && !std::isfinite(pad_value)) {
-    throw ValueError(detail::str_cat("[unfold] pad value ", pad_value, " for a ",
-                                     name(x.dtype()), " input: only floating inputs take "
-                                     "infinities or NaN"));
+    throw ValueError(detail::str_cat("[unfold] pad value ", pad_value,
+                                     " for an input of dtype ", name(x.dtype()),
+                                     ": only floating inputs take infinities or NaN"));
   }
   const std::size_t lead = xs.size() - r;
   WindowParams p = resolve("unfold", Shape(xs.begin() + static_cast<std::ptrdiff_t>(lead),
