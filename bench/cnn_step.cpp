@@ -11,7 +11,8 @@
 // (128, 1, 28, 28) index j, label i % 10 for image i (the initial weights come
 // from each library's own PRNG). 3 warm-up steps, then [iterations] steps (default
 // 20 here), each timed up to its loss read on the host; --json prints one line
-// with the median step time in ms and the last step's loss.
+// with the median step time in ms, the last step's loss and the CPU code that ran
+// (kiln's DeviceInfo.driver, as bench_jit and matmul_peak report it).
 //   build/bench/cnn_step [iterations] [--jit] [--json]
 #include <algorithm>
 #include <chrono>
@@ -96,7 +97,8 @@ int train_steps(int iters, bool jit, bool json) {
               << (jit ? "filter_jit" : "eager") << "\", \"device\": \"" << device
               << "\", \"threads\": " << num_threads() << ", \"batch\": 128, \"warmup\": "
               << kWarmup << ", \"steps\": " << iters << ", \"first_step_ms\": " << first_ms
-              << ", \"median_step_ms\": " << median << ", \"final_loss\": " << loss << "}"
+              << ", \"median_step_ms\": " << median << ", \"final_loss\": " << loss
+              << ", \"driver\": \"" << devices().front().driver << "\"}"
               << std::endl;
   } else {
     std::cout << (jit ? "filter_jit" : "eager") << " Adam training step: " << median
