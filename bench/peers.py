@@ -5,8 +5,8 @@
 
 bench/setup.sh installs the peers (LibTorch 1.13 from Debian, JAX + Equinox +
 Optax from PyPI into a venv); the build directory needs -Dbench=true (bench_jit,
-fused_chain, matmul_peak, and with LibTorch found at configure time
-torch_fmnist_epoch and torch_char_transformer) and the examples
+fused_chain, matmul_peak, cnn_step, and with LibTorch found at configure time
+torch_fmnist_epoch, torch_char_transformer and torch_cnn_step) and the examples
 (examples/train_fashion_mnist for case (c): its data comes with
 scripts/bootstrap.sh; examples/char_transformer for case (f)).
 
@@ -45,6 +45,17 @@ and the min-max ranges):
      same process (bench/matmul_peak.cpp: an AVX-512 or AVX2 FMA loop per thread,
      FLOPs per thread CPU second), and against cblas_sgemm called directly; also
      with OPENBLAS_CORETYPE=Prescott
+  h  the small Fashion-MNIST CNN of bench/cnn_step (batch 128 of 1x28x28;
+     Conv2d 1->32 3x3 pad 1 + bias, ReLU, max-pool 2/2, Conv2d 32->64 3x3 pad 1 +
+     bias, ReLU, max-pool 2/2, flatten, Linear 3136->10; softmax cross entropy with
+     integer labels, mean; one Adam step, lr 1e-3): median time per training step
+     (forward + backward + update, each step timed up to its loss read on the host,
+     20 steps after 3 warm-up steps, 10 with --quick) on the CPU, kiln's
+     filter_jit'd step (cnn_step --jit --json) vs LibTorch eager
+     (bench/torch_cnn_step.cpp, at::set_num_threads(kiln's pool size)) and
+     eqx.filter_jit + Optax (bench/peers/jax_cnn_step.py); all three train on the
+     same fixed batch, so the last step's losses are printed as a check (no target:
+     reported only)
 
 Targets are issue 20's: kiln/LibTorch <= 0.7 and kiln/JAX <= 0.8 in (b) and (c);
 kiln with Prescott kernels <= 1.10x kiln's default; the fused chain >= 0.5x memcpy
@@ -82,7 +93,7 @@ ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 ap.add_argument("build", nargs="?", default="build")
 ap.add_argument("--repetitions", type=int, default=5)
 ap.add_argument("--quick", action="store_true", help="one repetition, shorter loops")
-ap.add_argument("--cases", default="abcdefg", help="which cases to run (letters a-g)")
+ap.add_argument("--cases", default="abcdefgh", help="which cases to run (letters a-h)")
 ap.add_argument("--out", help="markdown table path (default BUILD/peers.md)")
 ap.add_argument("--venv", default=os.environ.get(
     "KILN_BENCH_VENV", os.path.expanduser("~/.cache/kiln-bench/venv")))
@@ -113,6 +124,9 @@ char_example = os.path.join(args.build, "examples", "char_transformer", "char_tr
 torch_char = os.path.join(args.build, "bench", "torch_char_transformer")
 matmul_peak = os.path.join(args.build, "bench", "matmul_peak")
 CHAR_STEPS = 100 if args.quick else 200
+cnn_step = os.path.join(args.build, "bench", "cnn_step")
+torch_cnn = os.path.join(args.build, "bench", "torch_cnn_step")
+CNN_STEPS = 10 if args.quick else 20
 py = os.path.join(args.venv, "bin", "python")
 required = ((bench_jit, "configure with -Dbench=true and build bench/bench_jit"),
             (fused_chain, "build bench/fused_chain"),
@@ -423,6 +437,42 @@ def case_g(env=None, suffix=""):
         info[f"g.threads.{t}"] = (r["kiln_threads"], r["openblas_threads"])
 
 
+def kiln_pool_size():
+    """kiln's CPU pool size: KILN_NUM_THREADS, else the CPUs in this process's
+    affinity mask (runtime/thread_pool.hpp); cnn_step's JSON reports it once it ran."""
+    if info.get("h.kiln_threads"):
+        return info["h.kiln_threads"]
+    env = base_env.get("KILN_NUM_THREADS")
+    if env and env.isdigit() and int(env) > 0:
+        return int(env)
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
+def case_h_kiln():
+    r = json_lines(run([cnn_step, str(CNN_STEPS), "--jit", "--json"], {"KILN_DEVICE": "cpu"}))[-1]
+    add("h.kiln.cpu", r["median_step_ms"] * 1e-3)
+    add("h.kiln.cpu.loss", r["final_loss"])
+    info["h.kiln_threads"] = r.get("threads")
+    info.setdefault("kiln_threads", r.get("threads"))
+    if r.get("driver"):
+        info.setdefault("driver.default", r["driver"])
+
+
+def case_h_torch():
+    r = json_lines(run([torch_cnn, "--steps", str(CNN_STEPS),
+                        "--threads", str(kiln_pool_size())]))[-1]
+    add("h.torch", r["median_step_ms"] * 1e-3)
+    add("h.torch.loss", r["final_loss"])
+    info["h.torch_threads"] = r.get("threads")
+
+
+def case_h_jax(platform):
+    r = jax_script("jax_cnn_step.py", platform, "--steps", str(CNN_STEPS))
+    add(f"h.jax.{platform}", r["median_step_ms"] * 1e-3)
+    add(f"h.jax.{platform}.loss", r["final_loss"])
+    add(f"h.jax.{platform}.first", r["first_step_ms"] * 1e-3)
+
+
 plan = []  # (label, keys it fills, function)
 if "a" in args.cases or "b" in args.cases:
     plan.append(("kiln CPU + LibTorch (bench_jit)", ["a.kiln", "b.kiln.cpu", "b.torch"],
@@ -512,6 +562,16 @@ if "g" in args.cases:
     else:
         for k in g_keys:
             errors[k] = "bench/matmul_peak not built"
+if "h" in args.cases:
+    if os.path.isfile(cnn_step):
+        plan.append(("kiln CNN step (cpu, filter_jit)", ["h.kiln.cpu"], case_h_kiln))
+    else:
+        errors["h.kiln.cpu"] = "bench/cnn_step not built"
+    if os.path.isfile(torch_cnn):
+        plan.append(("LibTorch CNN step", ["h.torch"], case_h_torch))
+    else:
+        errors["h.torch"] = "LibTorch not compiled in (bench/setup.sh, then reconfigure)"
+    plan.append(("JAX CNN step (cpu)", ["h.jax.cpu"], lambda: case_h_jax("cpu")))
 
 if not args.from_json:
     started_text = f"{datetime.datetime.now():%Y-%m-%d %H:%M}"
@@ -751,6 +811,25 @@ if "g" in args.cases:
             row("(g) OPENBLAS_CORETYPE=Prescott", "kiln CPU", f"g.kiln.{t}.prescott",
                 f"FMA peak of {t} core{'s' if t > 1 else ''}", f"g.peak.{t}", "GFLOP/s",
                 note=code(".matmul.prescott"))
+
+if "h" in args.cases:
+    def h_loss(key, who):
+        return f"{who} {med(key):.4f}" if key in samples else ""
+    h_losses = ", ".join(x for x in (h_loss("h.kiln.cpu.loss", "kiln"),
+                                     h_loss("h.torch.loss", "LibTorch"),
+                                     h_loss("h.jax.cpu.loss", "JAX")) if x)
+    kt, tt = info.get("h.kiln_threads"), info.get("h.torch_threads")
+    row(f"(h) Fashion-MNIST CNN Adam step (bench/cnn_step's model), batch 128, "
+        f"median of {CNN_STEPS} steps", "kiln CPU (jit)", "h.kiln.cpu", "LibTorch (eager)",
+        "h.torch", "ms",
+        note=join(code(), f"kiln pool {kt} threads" if kt else "",
+                  f"LibTorch intra-op threads {tt} (set to kiln's)" if tt else "",
+                  f"loss after {CNN_STEPS + 3} steps on the same batch {h_losses}"
+                  if h_losses else ""))
+    row("(h)", "kiln CPU (jit)", "h.kiln.cpu", "JAX+Optax eqx.filter_jit (CPU)", "h.jax.cpu", "ms",
+        note=join(f"JAX first step (compile) {fmt(med('h.jax.cpu.first'), 's')}"
+                  if "h.jax.cpu.first" in samples else "",
+                  f"XLA CPU its own pool over {info['cpus']} CPUs"))
 
 header = ["case", "kiln", "peer", "kiln/peer", "target", "met?", "notes"]
 threads = info.get("torch_threads") or "?"
