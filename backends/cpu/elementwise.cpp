@@ -547,7 +547,8 @@ FlatKernel flat_kernel(Prim p, DType in, DType out) {
 template <std::size_t N>
 void run_flat(FlatKernel k, const std::array<FlatOperand, N>& in,
               const std::array<std::size_t, N + 1>& esize, void* out, std::size_t n) {
-  constexpr std::size_t kGrain = std::size_t{1} << 16;  // elements per task
+  // Elements per task: as the fused kernels' kParallelGrain (fused.cpp).
+  constexpr std::size_t kGrain = std::size_t{1} << 14;
   const std::size_t tasks = n / kGrain;
   if (tasks < 2) return k(in.data(), out, n);
   detail::parallel_for(tasks, [&](std::size_t t) {
