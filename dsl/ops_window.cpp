@@ -60,7 +60,6 @@ WindowParams resolve(const char* op, const Shape& spatial, const Window& w) {
 }
 
 Shape output_extents(const char* op, const WindowParams& p) {
-  Shape out;
   for (std::size_t a = 0; a < p.window.size(); ++a) {
     const std::int64_t padded = p.spatial[a] + p.pad_lo[a] + p.pad_hi[a];
     const std::int64_t span = p.dilation[a] * (p.window[a] - 1) + 1;
@@ -69,9 +68,8 @@ Shape output_extents(const char* op, const WindowParams& p) {
                                        " is smaller than the dilated kernel extent ", span,
                                        " on spatial axis ", a));
     }
-    out.push_back((padded - span) / p.strides[a] + 1);
   }
-  return out;
+  return window_extents(p);
 }
 
 }  // namespace

@@ -90,6 +90,16 @@ struct WindowParams {
   Shape spatial;
   double pad_value = 0.0;
 };
+// The output extent per spatial axis (the op checked that the dilated window
+// fits): the one formula the op, the kernels and the vjp share.
+inline Shape window_extents(const WindowParams& p) {
+  Shape out;
+  for (std::size_t a = 0; a < p.window.size(); ++a) {
+    const std::int64_t span = p.dilation[a] * (p.window[a] - 1) + 1;
+    out.push_back((p.spatial[a] + p.pad_lo[a] + p.pad_hi[a] - span) / p.strides[a] + 1);
+  }
+  return out;
+}
 // one_hot: the new axis, the number of classes, the result dtype.
 struct OneHotParams {
   std::int64_t axis = 0;

@@ -43,10 +43,9 @@ struct Plan {
 Plan plan(const WindowParams& p) {
   const std::size_t r = p.window.size(), last = r - 1;
   Plan pl;
-  Shape out(r), img_strides(r), tap_div(r);
+  const Shape out = window_extents(p);
+  Shape img_strides(r), tap_div(r);
   for (std::size_t a = r; a-- > 0;) {
-    const std::int64_t span = p.dilation[a] * (p.window[a] - 1) + 1;
-    out[a] = (p.spatial[a] + p.pad_lo[a] + p.pad_hi[a] - span) / p.strides[a] + 1;
     img_strides[a] = pl.image;
     pl.image *= p.spatial[a];
     tap_div[a] = pl.taps;

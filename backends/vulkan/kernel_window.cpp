@@ -29,18 +29,17 @@ Val both(Builder& b, const Val& x, const Val& y) {
 }
 
 struct Extents {
-  explicit Extents(std::size_t r) : out(r, 1), image_strides(r, 1), tap_strides(r, 1),
-                                    out_strides(r, 1) {}
+  explicit Extents(const WindowParams& p)
+      : out(window_extents(p)), image_strides(p.window.size(), 1),
+        tap_strides(p.window.size(), 1), out_strides(p.window.size(), 1) {}
   Shape out, image_strides, tap_strides, out_strides;
   std::int64_t image = 1, taps = 1, positions = 1;
 };
 
 Extents extents_of(const WindowParams& p) {
   const std::size_t r = p.window.size();
-  Extents e(r);
+  Extents e(p);
   for (std::size_t a = r; a-- > 0;) {
-    const std::int64_t span = p.dilation[a] * (p.window[a] - 1) + 1;
-    e.out[a] = (p.spatial[a] + p.pad_lo[a] + p.pad_hi[a] - span) / p.strides[a] + 1;
     e.image_strides[a] = e.image;
     e.image *= p.spatial[a];
     e.tap_strides[a] = e.taps;
