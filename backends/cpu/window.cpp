@@ -104,6 +104,8 @@ void unfold_image(const Plan& pl, const T* image, std::int64_t t, T pad, T* col)
     const T* __restrict from = image + start[q];
     if (s == 1) {
       std::memcpy(row + lo, from, static_cast<std::size_t>(hi - lo) * sizeof(T));
+    } else if (s == 2) {  // a constant stride the vectorizer turns into shuffles
+      for (std::int64_t j = lo; j < hi; ++j) row[j] = from[(j - lo) * 2];
     } else {
       for (std::int64_t j = lo; j < hi; ++j) row[j] = from[(j - lo) * s];
     }
@@ -125,6 +127,8 @@ void fold_image(const Plan& pl, const T* cols, T* image) {
       T* __restrict into = image + start[q];
       if (s == 1) {
         for (std::int64_t j = 0; j < n; ++j) into[j] = static_cast<T>(into[j] + row[j]);
+      } else if (s == 2) {
+        for (std::int64_t j = 0; j < n; ++j) into[j * 2] = static_cast<T>(into[j * 2] + row[j]);
       } else {
         for (std::int64_t j = 0; j < n; ++j) into[j * s] = static_cast<T>(into[j * s] + row[j]);
       }
