@@ -64,17 +64,6 @@ Array pool(const char* op, const Array& x, Int2 k, const PoolOptions& o, double 
   return reshape(reduce(c.cols, Axes{2}), Shape{sh[0], sh[1], c.ho, c.wo});
 }
 
-// x (N, C, H, W) with stride - 1 zeros between neighbours (lax's lhs_dilation).
-Array interleave_zeros(const Array& x, Int2 s) {
-  if (s.h == 1 && s.w == 1) return x;
-  const Shape& sh = x.shape();
-  const std::int64_t n = sh[0], c = sh[1], h = sh[2], w = sh[3];
-  Array spread = nn::pad(reshape(x, Shape{n, c, h, 1, w, 1}),
-                         {{0, 0}, {0, 0}, {0, 0}, {0, s.h - 1}, {0, 0}, {0, s.w - 1}});
-  return slice(reshape(spread, Shape{n, c, h * s.h, w * s.w}), Shape{0, 0, 0, 0},
-               Shape{n, c, (h - 1) * s.h + 1, (w - 1) * s.w + 1});
-}
-
 // Means over Equinox's adaptive bins along `axis` (see adaptive_avg_pool2d).
 Array adaptive_mean(const Array& x, std::int64_t axis, std::int64_t t) {
   const std::int64_t n = x.shape()[axis], q = n / t, r = n % t;
@@ -215,31 +204,45 @@ Array conv_transpose2d(const Array& x, const Array& w, const ConvTransposeOption
     throw ValueError(detail::str_cat("[", kOp, "] output_padding (", op.h, ", ", op.w,
                                      ") must be >= 0 and smaller than stride or dilation"));
   }
-  // Padding of the interleaved input; a negative amount crops instead.
-  const std::array<std::int64_t, 4> p{d.h * (k.h - 1) - o.padding.h[0],
-                                      d.h * (k.h - 1) - o.padding.h[1] + op.h,
-                                      d.w * (k.w - 1) - o.padding.w[0],
-                                      d.w * (k.w - 1) - o.padding.w[1] + op.w};
-  Array xi = interleave_zeros(x, s);
-  const Shape& sh = xi.shape();
-  const std::int64_t crop_lo_h = std::max<std::int64_t>(-p[0], 0);
-  const std::int64_t crop_lo_w = std::max<std::int64_t>(-p[2], 0);
-  const std::int64_t stop_h = sh[2] - std::max<std::int64_t>(-p[1], 0);
-  const std::int64_t stop_w = sh[3] - std::max<std::int64_t>(-p[3], 0);
-  if (crop_lo_h >= stop_h || crop_lo_w >= stop_w) {
+  // The adjoint of the convolution of an output-sized image z (padding, stride
+  // and dilation as given) whose kernel is w with its two channel axes
+  // swapped (per group): columns of taps from one matmul of x, summed back
+  // into z by fold. No zeros are interleaved into x and no flipped kernel
+  // slides over them (the old composite did s.h * s.w times the work).
+  const Shape& xs = x.shape();
+  const Shape& ws = w.shape();
+  const std::int64_t n = xs[0], cin = xs[1], cout = ws[0], cig = ws[1], g = o.groups;
+  if (g < 1 || cig * g != cin || cout % g != 0) {
+    throw ShapeError(detail::str_cat(
+        "[", kOp, "] input of shape ", to_string(xs), " and kernel of shape ", to_string(ws),
+        " with groups=", g,
+        ": expected kernel (O, C / groups, KH, KW) with C and O divisible by groups"));
+  }
+  const std::int64_t out_h = (xs[2] - 1) * s.h + d.h * (k.h - 1) + 1 + op.h - o.padding.h[0] -
+                             o.padding.h[1];
+  const std::int64_t out_w = (xs[3] - 1) * s.w + d.w * (k.w - 1) + 1 + op.w - o.padding.w[0] -
+                             o.padding.w[1];
+  if (out_h < 1 || out_w < 1) {
     throw ShapeError(detail::str_cat("[", kOp, "] padding (", o.padding.h[0], ", ",
                                      o.padding.h[1], "), (", o.padding.w[0], ", ",
                                      o.padding.w[1], ") leaves no output for input ",
-                                     to_string(x.shape()), " and kernel ", to_string(w.shape())));
+                                     to_string(xs), " and kernel ", to_string(ws)));
   }
-  if (crop_lo_h > 0 || crop_lo_w > 0 || stop_h < sh[2] || stop_w < sh[3]) {
-    xi = slice(xi, Shape{0, 0, crop_lo_h, crop_lo_w}, Shape{sh[0], sh[1], stop_h, stop_w});
+  const Window win{.size = {k.h, k.w}, .strides = {s.h, s.w},
+                   .padding = {o.padding.h, o.padding.w}, .dilation = {d.h, d.w}};
+  // The convolution of z has H + op / stride positions per axis: x feeds the
+  // first H, the rest of the columns are zeros.
+  const Shape pos = window_output(kOp, Shape{out_h, out_w}, win);
+  Array xp = x;
+  if (pos[0] > xs[2] || pos[1] > xs[3]) {
+    xp = nn::pad(x, {{0, 0}, {0, 0}, {0, pos[0] - xs[2]}, {0, pos[1] - xs[3]}});
   }
-  auto pos = [](std::int64_t v) { return std::max<std::int64_t>(v, 0); };
-  return conv2d(xi, flip(w, Axes{2, 3}),
-                {.padding = {{pos(p[0]), pos(p[1])}, {pos(p[2]), pos(p[3])}},
-                 .dilation = d,
-                 .groups = o.groups});
+  const std::int64_t taps = k.h * k.w, l = pos[0] * pos[1], cog = cout / g;
+  // (G, O/G * T, C/G): row (o, t) of group G holds w[G * O/G + o, :, t].
+  const Array m = reshape(transpose(reshape(w, Shape{g, cog, cig, taps}), Axes{0, 1, 3, 2}),
+                          Shape{g, cog * taps, cig});
+  const Array cols = matmul(m, reshape(xp, Shape{n, g, cig, l}));  // (N, G, O/G * T, L)
+  return fold(reshape(cols, Shape{n, cout, taps, l}), Shape{out_h, out_w}, win);
 }
 
 Array max_pool2d(const Array& x, Int2 kernel, const PoolOptions& options) {

@@ -88,12 +88,13 @@ struct ConvTransposeOptions {
   std::int64_t groups = 1;
 };
 
-// The transpose of conv2d, as eqx.nn.ConvTranspose2d computes it: conv2d of
+// The transpose of conv2d, as eqx.nn.ConvTranspose2d computes it (conv2d of
 // x (N, C, H, W) zero-interleaved by `stride`, padded by dilation * (K - 1) -
 // padding (+ output_padding at the high end), with w (O, C/groups, KH, KW)
-// flipped spatially. Ho = (H - 1) * stride - pad_lo - pad_hi + dilation *
+// flipped spatially). Ho = (H - 1) * stride - pad_lo - pad_hi + dilation *
 // (KH - 1) + 1 + output_padding. It is the gradient of conv2d with respect to
-// its input (for w with its two channel axes swapped).
+// its input (for w with its two channel axes swapped), and is computed so: a
+// matmul of x into tap columns, then fold.
 Array conv_transpose2d(const Array& x, const Array& w, const ConvTransposeOptions& options = {});
 
 struct PoolOptions {

@@ -323,6 +323,26 @@ TEST_CASE("conv_transpose2d is the gradient of conv2d with respect to its input"
   check_close(grouped, parts, 1e-5);
 }
 
+TEST_CASE("conv_transpose2d with output_padding >= stride (dilation 2, stride 1) adds a zero row of x") {
+  // torch and lax allow output_padding below stride or dilation. With stride 1
+  // and output_padding 1, the output z is one row and column larger than
+  // any conv2d input that gives x's extent: the conv of z has one more
+  // position per axis, which x (padded with zeros there) does not reach.
+  std::mt19937 gen(13);
+  const Array wt = testing::uniform_array(gen, {3, 2, 3, 3}, f32);
+  const Array wc = transpose(wt, {1, 0, 2, 3});
+  const nn::ConvOptions co{.padding = 1, .dilation = 2};
+  const Array x = testing::uniform_array(gen, {2, 2, 4, 5}, f32);
+  const Array got = nn::conv_transpose2d(
+      x, wt, {.padding = 1, .output_padding = 1, .dilation = 2});
+  REQUIRE(got.shape() == Shape{2, 3, 7, 8});
+  const Array z = zeros({2, 3, 7, 8});
+  REQUIRE(nn::conv2d(z, wc, co).shape() == Shape{2, 2, 5, 6});
+  const Array xp = nn::pad(x, {{0, 0}, {0, 0}, {0, 1}, {0, 1}});
+  const Array want = grad([&](const Array& zz) { return sum(nn::conv2d(zz, wc, co) * xp); })(z);
+  check_close(got, want, 1e-4);
+}
+
 TEST_CASE("conv_transpose2d gradients equal finite differences (f64)") {
   std::mt19937 gen(10);
   const nn::ConvTransposeOptions o{
