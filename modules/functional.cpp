@@ -81,25 +81,18 @@ Array adaptive_mean(const Array& x, std::int64_t axis, std::int64_t t) {
 }
 
 // x (N, C, S...) convolved with w (O, C / groups, K...) (checked by the
-// caller) over `window` (w's K... as its size): (N, O, O_1 ...), one batched
-// matmul over the unfolded columns.
-Array convolve(const Array& x, const Array& w, const Window& window, std::int64_t g) {
+// caller `op`) over `window` (w's K... as its size): (N, O, O_1 ...), one
+// batched matmul over the unfolded columns: (G, O/G, Cg*T) @ (N, G, Cg*T, L)
+// -> (N, G, O/G, L), one gemm per image and group.
+Array convolve(const char* op, const Array& x, const Array& w, const Window& window,
+               std::int64_t g) {
   const Shape& xs = x.shape();
-  const std::size_t r = window.size.size();
-  const std::int64_t n = xs[0], c = xs[1], oc = w.shape()[0], cg = w.shape()[1];
-  const char* op = r == 3 ? "conv3d" : "conv2d";
+  const std::int64_t n = xs[0], oc = w.shape()[0], cg = w.shape()[1];
   const Shape o = window_output(op, Shape(xs.begin() + 2, xs.end()), window);
   const Array cols = unfold(x, window);  // (N, C, T, L)
   const std::int64_t taps = numel(window.size), l = numel(o);
-  Array out;
-  if (g == 1) {
-    // (O, C*T) @ (N, C*T, L) -> (N, O, L): one gemm per image.
-    out = matmul(reshape(w, Shape{oc, c * taps}), reshape(cols, Shape{n, c * taps, l}));
-  } else {
-    // (G, O/G, Cg*T) @ (N, G, Cg*T, L) -> (N, G, O/G, L).
-    out = matmul(reshape(w, Shape{g, oc / g, cg * taps}),
-                 reshape(cols, Shape{n, g, cg * taps, l}));
-  }
+  const Array out = matmul(reshape(w, Shape{g, oc / g, cg * taps}),
+                           reshape(cols, Shape{n, g, cg * taps, l}));
   Shape shape{n, oc};
   shape.insert(shape.end(), o.begin(), o.end());
   return reshape(out, shape);
@@ -157,7 +150,7 @@ Array conv2d(const Array& x, const Array& w, const ConvOptions& o) {
     throw DTypeError(detail::str_cat("[conv2d] dtype mismatch: input ", name(x.dtype()),
                                      ", kernel ", name(w.dtype())));
   }
-  return convolve(x, w, {.size = {w.shape()[2], w.shape()[3]},
+  return convolve("conv2d", x, w, {.size = {w.shape()[2], w.shape()[3]},
                          .strides = {o.stride.h, o.stride.w},
                          .padding = {o.padding.h, o.padding.w},
                          .dilation = {o.dilation.h, o.dilation.w}},
@@ -186,7 +179,7 @@ Array conv3d(const Array& x, const Array& w, const Conv3dFunctionOptions& o) {
         " with groups=", o.groups,
         ": expected kernel (O, C / groups, KD, KH, KW) with C and O divisible by groups"));
   }
-  return convolve(x, w, {.size = {ws[2], ws[3], ws[4]},
+  return convolve(kOp, x, w, {.size = {ws[2], ws[3], ws[4]},
                          .strides = {o.stride.d, o.stride.h, o.stride.w},
                          .padding = {o.padding.d, o.padding.h, o.padding.w},
                          .dilation = {o.dilation.d, o.dilation.h, o.dilation.w}},

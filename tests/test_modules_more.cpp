@@ -343,6 +343,15 @@ TEST_CASE("conv_transpose2d with output_padding >= stride (dilation 2, stride 1)
   check_close(got, want, 1e-4);
 }
 
+TEST_CASE("conv_transpose2d: padding that leaves no output is an error naming both shapes") {
+  // Ho = (2 - 1) * 1 + (3 - 1) + 1 - 2 - 2 = 0.
+  CHECK(testing::error_text([] {
+          nn::conv_transpose2d(ones({1, 2, 2, 2}), ones({3, 2, 3, 3}), {.padding = 2});
+        }) ==
+        "[conv_transpose2d] padding (2, 2), (2, 2) leaves no output for input (1, 2, 2, 2) "
+        "and kernel (3, 2, 3, 3)");
+}
+
 TEST_CASE("conv_transpose2d gradients equal finite differences (f64)") {
   std::mt19937 gen(10);
   const nn::ConvTransposeOptions o{

@@ -277,4 +277,6 @@ TEST_CASE("unfold and fold errors name the op and the offending values") {
         "[fold] sums columns: bool has no sum (convert to a numeric dtype)");
   CHECK(error_text([&] { fold(ones({4, 16}), {5}, {.size = {2, 2}}); }) ==
         "[fold] image extents (5,) for a 2-axis window");
+  CHECK(error_text([&] { fold(ones({4, 16}), {5, -1}, {.size = {2, 2}}); }) ==
+        "[fold] image extents must be >= 0, got (5, -1)");
 }
