@@ -67,7 +67,7 @@ BENCHMARK(BM_kiln_flatten)->Arg(100);
 
 constexpr std::int64_t kBatch = 128, kIn = 64, kWidth = 256, kOut = 10;
 
-Array batch_x() { return random::normal(random::key(1), {kBatch, kIn}); }
+Array batch_x(std::int64_t in = kIn) { return random::normal(random::key(1), {kBatch, in}); }
 Array batch_y() {
   std::vector<std::int32_t> y(kBatch);
   for (std::int64_t i = 0; i < kBatch; ++i) y[i] = static_cast<std::int32_t>(i % kOut);
@@ -78,9 +78,9 @@ Array loss_fn(const nn::MLP& m, const Array& x, const Array& y) {
   return nn::softmax_cross_entropy_with_integer_labels(m(x), y);
 }
 
-void kiln_mlp_step(benchmark::State& state, bool fusion) {
+void kiln_mlp_step(benchmark::State& state, bool fusion, std::int64_t in = kIn) {
   const auto opt = optim::adam(1e-3);
-  nn::MLP model(kIn, kOut, kWidth, 2, random::key(0));
+  nn::MLP model(in, kOut, kWidth, 2, random::key(0));
   optim::State opt_state = opt.init(optim::gradient_template(model));
   auto step = filter_jit(
       [opt](const nn::MLP& m, const optim::State& s, const Array& x, const Array& y) {
@@ -89,7 +89,7 @@ void kiln_mlp_step(benchmark::State& state, bool fusion) {
         return std::tuple{optim::apply_updates(m, updates), s2, loss};
       },
       {.name = "mlp_step", .fusion = {.enabled = fusion}});
-  const Array x = batch_x(), y = batch_y();
+  const Array x = batch_x(in), y = batch_y();
   Array loss;
   for (int i = 0; i < 3; ++i) {
     std::tie(model, opt_state, loss) = step(std::move(model), std::move(opt_state), x, y);
@@ -119,6 +119,9 @@ void BM_kiln_mlp_step(benchmark::State& state) { kiln_mlp_step(state, true); }
 void BM_kiln_mlp_step_unfused(benchmark::State& state) { kiln_mlp_step(state, false); }
 BENCHMARK(BM_kiln_mlp_step)->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_kiln_mlp_step_unfused)->UseRealTime()->Unit(benchmark::kMicrosecond);
+// The Fashion-MNIST example's MLP (784-256-256-10): the step of peers.py case (c).
+void BM_kiln_mnist_step(benchmark::State& state) { kiln_mlp_step(state, true, 784); }
+BENCHMARK(BM_kiln_mnist_step)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
 // The Adam update alone of the MLP's parameters (85k f32): a jitted
 // update + apply with the model and state donated, against one hand-written

@@ -4,8 +4,9 @@
 // oneDNN matmul primitive. The shapes are the 8 products one kiln MLP step
 // (64-256-256-10, batch 128) hands to backends/cpu/matmul.cpp, with kiln's
 // transpose flags; then 1024^3 against the measured FMA peak.
-//   gemm_bench [rounds] [threads]   (threads: kiln's pool and OpenBLAS's; oneDNN
-//                                    always one)
+//   gemm_bench [rounds] [threads] [mnist]   (threads: kiln's pool and OpenBLAS's;
+//                                            oneDNN always one; mnist: the shapes of
+//                                            the Fashion-MNIST example's MLP step)
 // The machine is shared, so variants are interleaved round by round and the
 // median per call is reported: process CPU time (all threads) and wall time.
 #include <cblas.h>
@@ -26,6 +27,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 #endif
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -49,6 +51,14 @@ const Shape kStep[] = {
     {"fwd h2@W3^T", 128, 10, 256, false, true},   {"bwd dy@W3", 128, 256, 10, false, false},
     {"bwd dy^T@h2", 10, 256, 128, true, false},   {"bwd dh2@W2", 128, 256, 256, false, false},
     {"bwd dh2^T@h1", 256, 256, 128, true, false}, {"bwd dh1^T@x", 256, 64, 128, true, false},
+};
+
+// The same for the Fashion-MNIST example's MLP (784-256-256-10, batch 128).
+const Shape kEpochStep[] = {
+    {"fwd x@W1^T", 128, 256, 784, false, true},   {"fwd h1@W2^T", 128, 256, 256, false, true},
+    {"fwd h2@W3^T", 128, 10, 256, false, true},   {"bwd dy@W3", 128, 256, 10, false, false},
+    {"bwd dy^T@h2", 10, 256, 128, true, false},   {"bwd dh2@W2", 128, 256, 256, false, false},
+    {"bwd dh2^T@h1", 256, 256, 128, true, false}, {"bwd dh1^T@x", 256, 784, 128, true, false},
 };
 
 double process_cpu_s() {  // all threads: the pools' work counts
@@ -207,6 +217,7 @@ std::vector<std::pair<double, double>> measure(const Shape& s, const std::vector
 int main(int argc, char** argv) {
   const int rounds = argc > 1 ? std::atoi(argv[1]) : 15;
   const int threads = argc > 2 ? std::atoi(argv[2]) : 1;
+  const bool mnist = argc > 3 && std::string(argv[3]) == "mnist";
   openblas_set_num_threads(threads);
   kiln::set_num_threads(threads);
 #ifdef KILN_HAVE_ONEDNN
@@ -221,7 +232,7 @@ int main(int argc, char** argv) {
   for (const Variant& v : vs) std::printf(" %11s wall", v.name);
   std::printf("\n");
   std::vector<double> sum_cpu(vs.size()), sum_wall(vs.size());
-  for (const Shape& s : kStep) {
+  for (const Shape& s : mnist ? std::span<const Shape>(kEpochStep) : std::span<const Shape>(kStep)) {
     const double flops = 2.0 * static_cast<double>(s.m * s.n * s.k);
     const auto t = measure(s, vs, rounds, std::max(20, static_cast<int>(2e8 / flops)));
     std::printf("%-14s %4ld %4ld %4ld %2s%2s |", s.what, s.m, s.n, s.k, s.ta ? "T" : "N",

@@ -58,6 +58,12 @@ template <class T>
 Array array(const std::vector<T>& data, const Shape& shape);
 template <class T>
 Array array(std::initializer_list<T> data);  // 1-D
+// Built in place by host code (Array::from_writer) onto the default device:
+//   array<float>({n, 784}, [&](std::span<float> out) { ... fill out ... })
+// On the CPU nothing is copied; elsewhere the one upload is the only copy.
+template <class T, class Write>
+  requires std::invocable<Write&, std::span<T>>
+Array array(const Shape& shape, Write&& write);
 template <class T>
 Array scalar(T value);  // 0-D
 // Copies `a` to `device` (returns `a` itself when it is already there).
@@ -423,6 +429,11 @@ inline Array array<bool>(const std::vector<bool>& data, const Shape& shape) {
   std::copy(bytes.begin(), bytes.end(),
             static_cast<unsigned char*>(buf->host_data()));
   return to_device(Array(DType::kBool, shape, std::move(buf)), default_device());
+}
+template <class T, class Write>
+  requires std::invocable<Write&, std::span<T>>
+Array array(const Shape& shape, Write&& write) {
+  return to_device(Array::from_writer<T>(shape, std::forward<Write>(write)), default_device());
 }
 template <class T>
 Array array(std::initializer_list<T> data) {

@@ -72,6 +72,11 @@ class Array {
   // Host array copied from `data`; `shape` must have data.size() elements.
   template <class T>
   static Array from_data(std::span<const T> data, Shape shape);
+  // Host array whose elements `write(std::span<T>)` stores in place: no
+  // intermediate vector, no copy (a data loader's batch). The span's contents
+  // are uninitialised until written; `shape` is checked first ("[array] ...").
+  template <class T, class Write>
+  static Array from_writer(Shape shape, Write&& write);
 
   bool is_null() const { return impl_ == nullptr; }
   DType dtype() const { return checked().aval.dtype; }
@@ -130,6 +135,15 @@ Array Array::from_data(std::span<const T> data, Shape shape) {
   detail::check_data_size(data.size(), shape);
   auto buf = HostBuffer::allocate(data.size() * sizeof(T));
   std::copy(data.begin(), data.end(), static_cast<T*>(buf->host_data()));
+  return Array(dtype_of_v<T>, std::move(shape), std::move(buf));
+}
+
+template <class T, class Write>
+Array Array::from_writer(Shape shape, Write&& write) {
+  check_shape("array", shape, sizeof(T));
+  const auto n = static_cast<std::size_t>(numel(shape));
+  auto buf = HostBuffer::allocate(n * sizeof(T));
+  std::forward<Write>(write)(std::span<T>(static_cast<T*>(buf->host_data()), n));
   return Array(dtype_of_v<T>, std::move(shape), std::move(buf));
 }
 

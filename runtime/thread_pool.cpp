@@ -224,11 +224,8 @@ void set_num_threads(int n) {
   Pool::get().resize(n);
 }
 
-namespace detail {
-
 void parallel_for(std::size_t tasks, absl::FunctionRef<void(std::size_t)> fn) {
   Pool::get().run(tasks, fn);
 }
 
-}  // namespace detail
 }  // namespace kiln

@@ -170,3 +170,36 @@ TEST_CASE("freed host buffers are reused by size, and the cache can be emptied")
   clear_host_cache();
   CHECK(host_cache_bytes() == 0);
 }
+
+TEST_CASE("array(shape, write) builds an array in place, with no copy on the CPU") {
+  const void* seen = nullptr;
+  const Array a = Array::from_writer<std::int32_t>({2, 3}, [&](std::span<std::int32_t> out) {
+    CHECK(out.size() == 6);
+    seen = out.data();
+    for (std::size_t i = 0; i < out.size(); ++i) out[i] = static_cast<std::int32_t>(10 * i);
+  });
+  CHECK(a.dtype() == i32);
+  CHECK(a.shape() == Shape{2, 3});
+  CHECK(a.data<std::int32_t>() == seen);  // the buffer written is the array's
+  CHECK(a.to_vector<std::int32_t>() == std::vector<std::int32_t>{0, 10, 20, 30, 40, 50});
+
+  // The DSL form lands on the default device, like array(vector, shape).
+  const Array b = array<float>({3}, [](std::span<float> out) {
+    out[0] = 1.5f;
+    out[1] = -2.0f;
+    out[2] = 0.25f;
+  });
+  CHECK(b.device() == default_device());
+  CHECK(b.to_vector<float>() == std::vector<float>{1.5f, -2.0f, 0.25f});
+  const Array empty = array<float>({0, 4}, [](std::span<float> out) { CHECK(out.empty()); });
+  CHECK(empty.shape() == Shape{0, 4});
+
+  // A bad shape is refused before the writer runs; the writer's exception
+  // reaches the caller.
+  bool ran = false;
+  CHECK_THROWS_WITH_AS(array<float>({2, -1}, [&](std::span<float>) { ran = true; }),
+                       doctest::Contains("[array]"), ShapeError);
+  CHECK_FALSE(ran);
+  CHECK_THROWS_WITH(array<float>({4}, [](std::span<float>) { throw std::runtime_error("no data"); }),
+                    "no data");
+}

@@ -343,10 +343,10 @@ TEST_CASE("the kernel thread pool runs every task once, rethrows, and serializes
   CHECK(num_threads() == 4);
   std::vector<std::atomic<int>> hits(1000);
   std::atomic<int> nested{0};
-  detail::parallel_for(hits.size(), [&](std::size_t i) {
+  parallel_for(hits.size(), [&](std::size_t i) {
     hits[i].fetch_add(1);
     if (i % 100 == 0) {  // a call from a task runs on that task's thread
-      detail::parallel_for(3, [&](std::size_t) { nested.fetch_add(1); });
+      parallel_for(3, [&](std::size_t) { nested.fetch_add(1); });
     }
   });
   int total = 0;
@@ -355,11 +355,11 @@ TEST_CASE("the kernel thread pool runs every task once, rethrows, and serializes
   CHECK(nested.load() == 30);
   // The first exception comes back to the caller; every task still ran.
   std::atomic<int> ran{0};
-  CHECK_THROWS_WITH(detail::parallel_for(64,
-                                         [&](std::size_t i) {
-                                           ran.fetch_add(1);
-                                           if (i == 7) throw std::runtime_error("task 7 failed");
-                                         }),
+  CHECK_THROWS_WITH(parallel_for(64,
+                                 [&](std::size_t i) {
+                                   ran.fetch_add(1);
+                                   if (i == 7) throw std::runtime_error("task 7 failed");
+                                 }),
                     "task 7 failed");
   CHECK(ran.load() == 64);
   // Calls from several threads at once (one gets the pool, the others run alone).
@@ -368,7 +368,7 @@ TEST_CASE("the kernel thread pool runs every task once, rethrows, and serializes
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
       std::vector<long> part(256, 0);
-      detail::parallel_for(part.size(), [&](std::size_t i) { part[i] = static_cast<long>(i) * t; });
+      parallel_for(part.size(), [&](std::size_t i) { part[i] = static_cast<long>(i) * t; });
       for (long v : part) sums[static_cast<std::size_t>(t)] += v;
     });
   }

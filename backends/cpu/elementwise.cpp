@@ -551,7 +551,7 @@ void run_flat(FlatKernel k, const std::array<FlatOperand, N>& in,
   constexpr std::size_t kGrain = std::size_t{1} << 14;
   const std::size_t tasks = n / kGrain;
   if (tasks < 2) return k(in.data(), out, n);
-  detail::parallel_for(tasks, [&](std::size_t t) {
+  parallel_for(tasks, [&](std::size_t t) {
     const std::size_t lo = n * t / tasks / 64 * 64;
     const std::size_t hi = t + 1 == tasks ? n : n * (t + 1) / tasks / 64 * 64;
     std::array<FlatOperand, N> part = in;

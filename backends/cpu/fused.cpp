@@ -573,7 +573,7 @@ std::vector<std::shared_ptr<Buffer>> CpuBackend::eval_fused(
   // same way whichever task has it.
   const std::size_t units = plan.rows ? n / plan.merged.row() : (n + kChunk - 1) / kChunk;
   const std::size_t tasks = std::min(units, std::max<std::size_t>(1, n / kParallelGrain));
-  detail::parallel_for(tasks, [&](std::size_t t) {
+  parallel_for(tasks, [&](std::size_t t) {
     Blocks blocks(plan, b, in_data, out_data, inputs);
     blocks.run(units * t / tasks, units * (t + 1) / tasks);
   });

@@ -282,7 +282,7 @@ void sgemm(std::int64_t m, std::int64_t n, std::int64_t k, const float* a, const
   if (tasks == 1) {
     run(0);
   } else {
-    detail::parallel_for(tasks, run);
+    parallel_for(tasks, run);
   }
 }
 

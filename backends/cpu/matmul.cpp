@@ -164,7 +164,7 @@ void batched_matmul(const Array& a, const Array& b, const Aval& out, T* c, bool 
   // matrix (each one's bits are those of a one-thread run, see gemm.hpp).
   if (std::is_same_v<T, float> && gemm_lib() == GemmLib::kKiln && batch > 1 &&
       batch * m * n * k >= (std::int64_t{1} << 18)) {
-    detail::parallel_for(static_cast<std::size_t>(batch),
+    parallel_for(static_cast<std::size_t>(batch),
                          [&](std::size_t i) { one(static_cast<std::int64_t>(i)); });
     return;
   }

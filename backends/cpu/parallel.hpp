@@ -27,7 +27,7 @@ void parallel_ranges(std::size_t units, std::size_t work, F&& f) {
     if (units > 0) f(std::size_t{0}, units);
     return;
   }
-  detail::parallel_for(tasks, [&](std::size_t t) {
+  parallel_for(tasks, [&](std::size_t t) {
     f(units * t / tasks, units * (t + 1) / tasks);
   });
 }
