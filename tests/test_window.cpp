@@ -204,6 +204,39 @@ TEST_CASE("unfold and fold equal plain loops over 1-, 2- and 3-axis windows, f32
   }
 }
 
+TEST_CASE("unfold moves f16, bf16 and f64 elements as they are; pads round as a cast would") {
+  std::mt19937 gen(4);
+  const std::vector<Geometry> all = geometries();
+  for (std::size_t i = 0; i < all.size(); i += 3) {
+    const Geometry& g = all[i];
+    INFO(g.label());
+    const Shape image_shape = with(g.lead, g.spatial);
+    const Array x = to_device(Array::from_data<float>(
+                                  floats(static_cast<std::size_t>(numel(image_shape)), gen), image_shape),
+                              default_device());
+    for (const DType dt : {f16, bf16, f64}) {
+      INFO(name(dt));
+      for (const double pad : {-std::numeric_limits<double>::infinity(), 0.1, 0.0}) {
+        INFO("pad " << pad);
+        const Array xd = astype(x, dt);
+        const Array u = unfold(xd, g.window, pad);
+        CHECK(u.dtype() == dt);
+        // The reference: the same values in f32 (f64: themselves) through the
+        // plain loops, with the pad cast to dt first.
+        const Array pad_dt = astype(full({}, pad, f64), dt);
+        if (dt == f64) {
+          CHECK(u.to_vector<double>() ==
+                unfold_loops<double>(xd.to_vector<double>(), g, pad_dt.item<double>()));
+        } else {
+          CHECK(astype(u, f32).to_vector<float>() ==
+                unfold_loops<float>(astype(xd, f32).to_vector<float>(), g,
+                                    astype(pad_dt, f32).item<float>()));
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("fold is unfold's transpose: <unfold(x), c> == <x, fold(c)> (f64)") {
   std::mt19937 gen(5);
   for (const Geometry& g : geometries()) {

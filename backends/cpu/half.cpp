@@ -166,8 +166,10 @@ bool computes_in_f32(Prim p, std::span<const Array> inputs, const Aval& out) {
     case PrimFamily::kUnary: case PrimFamily::kBinary: case PrimFamily::kWhere:
     case PrimFamily::kAstype: case PrimFamily::kReduce: case PrimFamily::kArgReduce:
     case PrimFamily::kScan: case PrimFamily::kSort: case PrimFamily::kMatmul:
-    case PrimFamily::kIndex: case PrimFamily::kCreation: case PrimFamily::kWindow:
+    case PrimFamily::kIndex: case PrimFamily::kCreation:
       return any_16bit_float(inputs, out.dtype);
+    case PrimFamily::kWindow:  // unfold moves words (window.cpp); fold adds
+      return p != Prim::kUnfold && any_16bit_float(inputs, out.dtype);
   }
   return false;
 }

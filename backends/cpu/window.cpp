@@ -14,9 +14,11 @@
 #include <cstring>
 #include <vector>
 
+#include "kiln/backends/cpu/bits.hpp"
 #include "kiln/backends/cpu/cpu_backend.hpp"
 #include "kiln/backends/cpu/parallel.hpp"
 #include "kiln/runtime/dtype_inl.hpp"
+#include "kiln/runtime/half.hpp"
 
 namespace kiln::cpu {
 namespace {
@@ -136,16 +138,35 @@ void fold_image(const Plan& pl, const T* cols, T* image) {
   }
 }
 
+// The pad value as the bits of one `dtype` element, in the unsigned word U of
+// that size (f16 and bf16 rounded as narrowing an f32 result would).
+template <class U>
+U pad_bits(DType dtype, double value) {
+  if (dtype == DType::kF16) return static_cast<U>(float_to_half(static_cast<float>(value)));
+  if (dtype == DType::kBF16) return static_cast<U>(float_to_bf16(static_cast<float>(value)));
+  return visit_dtype(dtype, [&](auto zero) -> U {
+    using T = decltype(zero);
+    U bits{};
+    if constexpr (sizeof(T) == sizeof(U)) {  // U is chosen by dtype's size
+      const T v = static_cast<T>(value);
+      std::memcpy(&bits, &v, sizeof(T));
+    }
+    return bits;
+  });
+}
+
+// Moves elements as words of their size: no arithmetic, so 16-bit floats are
+// not widened to f32 and back (half.cpp leaves unfold to this).
 std::shared_ptr<Buffer> unfold(const WindowParams& p, const Array& in, const Aval& out) {
   auto buf = allocate(out);
   if (numel(out.shape) == 0) return buf;
   const Plan pl = plan(p);
   const std::int64_t units = numel(out.shape) / pl.positions;  // (image, tap) pairs
-  visit_dtype(out.dtype, [&](auto zero) {
-    using T = decltype(zero);
-    const T pad = static_cast<T>(p.pad_value);
-    const T* src = in.data<T>();
-    T* dst = static_cast<T*>(buf->host_data());
+  visit_element_size(out.dtype, [&](auto zero) {
+    using U = decltype(zero);
+    const U pad = pad_bits<U>(out.dtype, p.pad_value);
+    const U* src = host_elements<U>(in);
+    U* dst = static_cast<U*>(buf->host_data());
     parallel_ranges(static_cast<std::size_t>(units), static_cast<std::size_t>(pl.positions),
                     [&](std::size_t u0, std::size_t u1) {
                       for (auto u = static_cast<std::int64_t>(u0);
