@@ -4,9 +4,10 @@
 // oneDNN matmul primitive. The shapes are the 8 products one kiln MLP step
 // (64-256-256-10, batch 128) hands to backends/cpu/matmul.cpp, with kiln's
 // transpose flags; then 1024^3 against the measured FMA peak.
-//   gemm_bench [rounds] [threads] [mnist]   (threads: kiln's pool and OpenBLAS's;
-//                                            oneDNN always one; mnist: the shapes of
-//                                            the Fashion-MNIST example's MLP step)
+//   gemm_bench [rounds] [threads] [mlp|mnist|cnn]
+//     threads: kiln's pool and OpenBLAS's (oneDNN always one); the shapes of
+//     the MLP step (default), the Fashion-MNIST example's MLP step, or one
+//     image's products in the CNN step
 // The machine is shared, so variants are interleaved round by round and the
 // median per call is reported: process CPU time (all threads) and wall time.
 #include <cblas.h>
@@ -51,6 +52,14 @@ const Shape kStep[] = {
     {"fwd h2@W3^T", 128, 10, 256, false, true},   {"bwd dy@W3", 128, 256, 10, false, false},
     {"bwd dy^T@h2", 10, 256, 128, true, false},   {"bwd dh2@W2", 128, 256, 256, false, false},
     {"bwd dh2^T@h1", 256, 256, 128, true, false}, {"bwd dh1^T@x", 256, 64, 128, true, false},
+};
+
+// Per image, the CNN step's convolutions (bench/cnn_step: 3x3 convs 1->32 on
+// 28x28 and 32->64 on 14x14, as unfold + matmul; batched over 128 images).
+const Shape kCnnStep[] = {
+    {"conv1 W@cols", 32, 784, 9, false, false},   {"conv2 W@cols", 64, 196, 288, false, false},
+    {"conv2 dY@cols^T", 64, 288, 196, false, true}, {"conv2 W^T@dY", 288, 196, 64, true, false},
+    {"conv1 dY@cols^T", 32, 9, 784, false, true},
 };
 
 // The same for the Fashion-MNIST example's MLP (784-256-256-10, batch 128).
@@ -217,7 +226,7 @@ std::vector<std::pair<double, double>> measure(const Shape& s, const std::vector
 int main(int argc, char** argv) {
   const int rounds = argc > 1 ? std::atoi(argv[1]) : 15;
   const int threads = argc > 2 ? std::atoi(argv[2]) : 1;
-  const bool mnist = argc > 3 && std::string(argv[3]) == "mnist";
+  const std::string table = argc > 3 ? argv[3] : "mlp";
   openblas_set_num_threads(threads);
   kiln::set_num_threads(threads);
 #ifdef KILN_HAVE_ONEDNN
@@ -232,7 +241,10 @@ int main(int argc, char** argv) {
   for (const Variant& v : vs) std::printf(" %11s wall", v.name);
   std::printf("\n");
   std::vector<double> sum_cpu(vs.size()), sum_wall(vs.size());
-  for (const Shape& s : mnist ? std::span<const Shape>(kEpochStep) : std::span<const Shape>(kStep)) {
+  const std::span<const Shape> shapes = table == "mnist" ? std::span<const Shape>(kEpochStep)
+                                        : table == "cnn"  ? std::span<const Shape>(kCnnStep)
+                                                          : std::span<const Shape>(kStep);
+  for (const Shape& s : shapes) {
     const double flops = 2.0 * static_cast<double>(s.m * s.n * s.k);
     const auto t = measure(s, vs, rounds, std::max(20, static_cast<int>(2e8 / flops)));
     std::printf("%-14s %4ld %4ld %4ld %2s%2s |", s.what, s.m, s.n, s.k, s.ta ? "T" : "N",
@@ -245,7 +257,7 @@ int main(int argc, char** argv) {
     for (std::size_t v = 0; v < vs.size(); ++v) std::printf(" %16.2f", t[v].second);
     std::printf("\n");
   }
-  std::printf("%-14s %25s |", "step (8 GEMMs)", "");
+  std::printf("%-14s %25s |", "sum", "");
   for (double x : sum_cpu) std::printf(" %15.2f", x);
   for (double x : sum_wall) std::printf(" %16.2f", x);
   std::printf("  (sums of medians)\n");

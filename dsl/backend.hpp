@@ -12,6 +12,7 @@
 namespace kiln {
 
 struct FusedKernel;  // dsl/fusion.hpp
+class KernelCache;   // dsl/fusion.hpp
 
 class Backend {
  public:
@@ -22,6 +23,17 @@ class Backend {
   virtual std::shared_ptr<Buffer> eval(Prim p, const Params& params,
                                        std::span<const Array> inputs,
                                        const Aval& out) = 0;
+  // eval for one step of a compiled program (Executable): `keep` is the step's
+  // own cache, alive as long as the program, where a backend may keep what the
+  // step resolves to on its first call (its kernels, the launches' dispatch) so
+  // that later calls skip that work. The step's avals and params never change,
+  // so nothing kept there depends on anything else. The default ignores it.
+  virtual std::shared_ptr<Buffer> eval_step(Prim p, const Params& params,
+                                            std::span<const Array> inputs, const Aval& out,
+                                            const KernelCache& keep) {
+    static_cast<void>(keep);
+    return eval(p, params, inputs, out);
+  }
   // Runs a fused elementwise group (dsl/fusion.hpp); returns one buffer per body
   // output. `into` is empty or has one entry per output: a non-null entry is the
   // buffer of one of `inputs` (same dtype and shape as that output, so read at

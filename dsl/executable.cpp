@@ -186,7 +186,8 @@ std::vector<Array> Executable::run_steps(std::vector<Array>& env, std::size_t li
       for (ValueId v : step.inputs) args.push_back(env[v]);
       const Equation& eq = *step.equation;
       const Aval& out = p.avals[eq.output];
-      env[eq.output] = Array(out.dtype, out.shape, backend.eval(eq.prim, eq.params, args, out));
+      env[eq.output] =
+          Array(out.dtype, out.shape, backend.eval_step(eq.prim, eq.params, args, out, step.cache));
       live_bytes += env[eq.output].nbytes();
     } else {
       // In place: an input that dies here, with an output's exact aval and a

@@ -77,6 +77,7 @@ struct Step {
   std::shared_ptr<const FusedKernel> kernel;   // or a fused group
   std::vector<ValueId> inputs;                 // fused: one per body input
   std::vector<ValueId> outputs;                // fused: one per body output
+  KernelCache cache;  // single binding: the backend's prepared state (Backend::eval_step)
 };
 
 struct FusionOptions {

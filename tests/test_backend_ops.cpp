@@ -5,7 +5,8 @@
 // checks
 //   - that the DSL call of the case binds that primitive (trace),
 //   - the device under test (KILN_DEVICE) against the CPU backend (reference),
-//   - filter_jit with fusion off against eager, and fused against unfused,
+//   - filter_jit with fusion off against eager, and fused against unfused, on a
+//     first call and on a cache hit with other values,
 //   - the vjp of differentiable primitives against central finite differences
 //     (in f64 where the op takes f64),
 //   - vmap of the op (its primitive's batching rule) against the op per example.
@@ -703,6 +704,22 @@ std::vector<Array> on(Device d, const std::vector<Array>& xs) {
   return out;
 }
 
+// The same elements in reverse order, same dtype and shape: the second inputs
+// of a compiled case (a cache hit must compute on its own inputs, whatever the
+// first call prepared and kept). Index inputs stay in range.
+Array reversed(const Array& x) {
+  const Array h = to_device(x, Device::cpu());
+  const std::size_t esize = size_of(h.dtype()), n = static_cast<std::size_t>(h.size());
+  std::vector<unsigned char> bytes(n * esize);
+  h.read_bytes(bytes.data());
+  auto buf = HostBuffer::allocate(bytes.size());
+  auto* dst = static_cast<unsigned char*>(buf->host_data());
+  for (std::size_t i = 0; i < n; ++i) {
+    std::copy_n(bytes.data() + (n - 1 - i) * esize, esize, dst + i * esize);
+  }
+  return to_device(Array(h.dtype(), h.shape(), std::move(buf)), x.device());
+}
+
 // An identity that is its own fused equation, so that the op under test joins
 // a fused group (exact: double negation, double not).
 Array identity_step(const Array& x) {
@@ -861,6 +878,17 @@ TEST_CASE("every primitive of the table: bound by its op, device vs CPU, jit fus
       // epilogues may add in another order.
       const double fused_tol = elementwise(p) || !is_inexact(want.dtype()) ? 0.0 : 1e-5;
       CHECK_MESSAGE(compare(f, u, fused_tol) == "", "fused vs unfused: ", compare(f, u, fused_tol));
+      // A second call (a cache hit: kept plans and launches) on other values.
+      std::vector<Array> xs2;
+      for (const Array& x : xs) xs2.push_back(reversed(x));
+      const Array got2 = c.op(xs2, dut);
+      const Array u2 = unfused(xs2);
+      const Array f2 = fused(xs2);
+      CHECK(unfused.trace_count() == 1);
+      CHECK(fused.trace_count() == 1);
+      CHECK_MESSAGE(compare(u2, got2, 0.0) == "", "unfused hit vs eager: ", compare(u2, got2, 0.0));
+      CHECK_MESSAGE(compare(f2, u2, fused_tol) == "", "fused hit vs unfused: ",
+                    compare(f2, u2, fused_tol));
 
       if (has_trait(p, PrimTrait::kDifferentiable) && c.grad) check_vjp(p, c, dut);
       check_vmap(c, dut);

@@ -937,6 +937,60 @@ TEST_CASE("a compiled program's cache hit builds no kernel key and looks no pipe
   CHECK(after.kept_hits - before.kept_hits >= 5 * f.last_run().launches);
 }
 
+namespace {
+// One step per equation (fusion off): each family whose launches are kept per
+// step (Backend::eval_step), with a matmul reading both operands transposed
+// (two transposes and the product: three launches of one step), a
+// concatenate of three pieces (three launches, each kept in its own slot) and
+// a scatter (the operand's copy and the scatter kernel).
+std::vector<Array> single_steps(const Array& x, const Array& w, const Array& idx) {
+  const Array prod = matmul(transpose(x), transpose(w));  // (16, 8) @ (8, 12) -> (16, 12)
+  return {exp(x) * 2.0f,
+          sum(x, {1}),
+          argmax(x, 1),
+          prod,
+          concatenate({x, x * 3.0f, -x}, 1),
+          transpose(w),
+          take_along_axis(x, idx, 1),
+          one_hot(reshape(idx, {8}), 5),
+          unfold(reshape(x, {1, 8, 16}), Window{.size = {3}, .padding = {{1, 1}}}),
+          scatter_add_along_axis(x, idx, take_along_axis(x, idx, 1) * 2.0f, 1)};
+}
+}  // namespace
+
+TEST_CASE("a compiled program's single-equation steps keep their launches too") {
+  auto& cache = vk::Context::get(0).pipelines();
+  const Array x = host_random({8, 16}, f32), w = host_random({12, 8}, f32);
+  const Array idx = array<std::int32_t>({3, -1, 0, 15, 7, 2, 9, 4}, {8, 1});
+  const std::vector<Array> want = single_steps(x, w, idx);
+  auto f = filter_jit(single_steps, {.name = "single_steps", .fusion = {.enabled = false}});
+  const Array gx = to_device(x, kGpu), gw = to_device(w, kGpu), gi = to_device(idx, kGpu);
+  const auto check = [&](const std::vector<Array>& got) {
+    REQUIRE(got.size() == want.size());
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      INFO("output " << i);
+      check_close_to(got[i], want[i]);
+    }
+  };
+  check(f(gx, gw, gi));  // compiles and keeps
+  const vk::PipelineStats before = cache.stats();
+  for (int i = 0; i < 3; ++i) check(f(gx, gw, gi));
+  const vk::PipelineStats after = cache.stats();
+  CHECK(after.lookups == before.lookups);
+  CHECK(after.keys == before.keys);
+  CHECK(after.pipelines == before.pipelines);
+  CHECK(after.kept_hits - before.kept_hits >= 3 * f.last_run().launches);
+  // Other values through the same kept launches; an index out of range is
+  // still checked on every call.
+  const Array x2 = host_random({8, 16}, f32);
+  const std::vector<Array> want2 = single_steps(x2, w, idx);
+  const std::vector<Array> got2 = f(to_device(x2, kGpu), gw, gi);
+  for (std::size_t i = 0; i < got2.size(); ++i) check_close_to(got2[i], want2[i]);
+  const Array bad = to_device(array<std::int32_t>({3, -1, 0, 16, 7, 2, 9, 4}, {8, 1}), kGpu);
+  CHECK_THROWS_WITH_AS(f(gx, gw, bad), doctest::Contains("index 16 is out of range"), IndexError);
+  CHECK(f.trace_count() == 1);
+}
+
 TEST_CASE("the pipeline cache evicts a kept launch's pipeline like any other, and the next call "
           "compiles it again") {
   auto& cache = vk::Context::get(0).pipelines();

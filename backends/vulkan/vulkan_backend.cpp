@@ -154,6 +154,8 @@ struct Keep {
   std::uint64_t key = 0;               // the device and slot bits
 };
 constexpr std::uint64_t kSlotPlan = 0, kSlotKernel = 1, kSlotTranspose = 2;  // + operand
+constexpr std::uint64_t kSlotScatterCopy = 4;  // a scatter's copy of its operand
+constexpr std::uint64_t kSlotPiece = 8;  // + piece: a concatenate's copies
 Keep keep_in(const KernelCache& cache, const Context& ctx, std::uint64_t slot) {
   const auto device = static_cast<std::uint64_t>(ctx.device().index) & 0xffff;
   return {&cache, std::uint64_t{1} << 61 | device << 40 | slot << 32};
@@ -173,28 +175,44 @@ void launch_kept(Context& ctx, Keep keep, std::uint32_t addr, Resolve&& resolve,
       keep.key | addr, [] { return std::make_shared<const KeptLaunch>(); });
   launch(ctx, *kept->get(ctx, resolve), inputs, outs);
 }
+template <class Resolve>
+void launch_kept(Context& ctx, Keep keep, std::uint32_t addr, Resolve&& resolve,
+                 std::span<const Array> inputs, const std::shared_ptr<VulkanBuffer>& out) {
+  const std::shared_ptr<Buffer> outs[] = {out};
+  launch_kept(ctx, keep, addr, std::forward<Resolve>(resolve), inputs, outs);
+}
+// The same Keep for another launch of one step (slot `slot`), or none when the
+// slot bits run out.
+Keep keep_slot(Keep keep, std::uint64_t slot) {
+  if (keep.cache == nullptr || slot > 0xff) return {};
+  return {keep.cache, (keep.key & ~(std::uint64_t{0xff} << 32)) | slot << 32};
+}
 
 // Elementwise families: one map kernel over the output shape.
 std::shared_ptr<Buffer> elementwise(Context& ctx, Prim p, const Params& params,
-                                    std::span<const Array> inputs, const Aval& out) {
+                                    std::span<const Array> inputs, const Aval& out,
+                                    Keep keep = {}) {
   const DType in = inputs.empty() ? out.dtype : inputs.back().dtype();
   auto buf = allocate(ctx, out, p, inputs);
   if (numel(out.shape) == 0) return buf;
-  MapSpec spec;
-  spec.domain = out.shape;
-  for (const auto& a : inputs) {
-    ctx.require_dtype(a.dtype(), std::string(name(p)).c_str());
-    spec.inputs.push_back(a.dtype());
-    spec.views.push_back(broadcast_view(a.shape(), out.shape));
-  }
-  spec.out = out.dtype;
-  spec.key = detail::str_cat(name(p), cache_key(params));
-  spec.body = [&](Builder& b, MapIndex& mi) {
-    std::vector<Val> args;
-    for (std::size_t k = 0; k < inputs.size(); ++k) args.push_back(mi.load(k));
-    return emit_elementwise(b, p, params, args, in, out.dtype);
-  };
-  launch(ctx, map_kernel(ctx, std::move(spec), addressed(ctx, inputs, buf)), inputs, buf);
+  for (const auto& a : inputs) ctx.require_dtype(a.dtype(), std::string(name(p)).c_str());
+  const std::uint32_t addr = addressed(ctx, inputs, buf);
+  launch_kept(ctx, keep, addr, [&] {
+    MapSpec spec;
+    spec.domain = out.shape;
+    for (const auto& a : inputs) {
+      spec.inputs.push_back(a.dtype());
+      spec.views.push_back(broadcast_view(a.shape(), out.shape));
+    }
+    spec.out = out.dtype;
+    spec.key = detail::str_cat(name(p), cache_key(params));
+    spec.body = [&](Builder& b, MapIndex& mi) {
+      std::vector<Val> args;
+      for (std::size_t k = 0; k < inputs.size(); ++k) args.push_back(mi.load(k));
+      return emit_elementwise(b, p, params, args, in, out.dtype);
+    };
+    return map_kernel(ctx, std::move(spec), addr);
+  }, inputs, buf);
   return buf;
 }
 
@@ -228,7 +246,7 @@ View transpose_view(const Shape& shape, std::span<const std::int64_t> perm) {
 }
 
 std::shared_ptr<Buffer> layout(Context& ctx, Prim p, const Params& params,
-                               std::span<const Array> inputs, const Aval& out) {
+                               std::span<const Array> inputs, const Aval& out, Keep keep = {}) {
   if (p == Prim::kReshape) return inputs[0].buffer();  // row-major bytes unchanged
   auto buf = allocate(ctx, out, p, inputs);
   const Array& a = inputs[0];
@@ -237,10 +255,10 @@ std::shared_ptr<Buffer> layout(Context& ctx, Prim p, const Params& params,
     if constexpr (P == Prim::kReshape) {
       // handled above: no copy
     } else if constexpr (P == Prim::kTranspose) {
-      copy_view(ctx, a, out.shape, transpose_view(a.shape(), q.perm), {}, buf, out.dtype);
+      copy_view(ctx, a, out.shape, transpose_view(a.shape(), q.perm), {}, buf, out.dtype, keep);
     } else if constexpr (P == Prim::kBroadcastTo) {
       copy_view(ctx, a, out.shape, broadcast_view(a.shape(), out.shape), {}, buf,
-                out.dtype);
+                out.dtype, keep);
     } else if constexpr (P == Prim::kSlice) {
       const Shape own = contiguous_strides(a.shape());
       View v;
@@ -248,15 +266,16 @@ std::shared_ptr<Buffer> layout(Context& ctx, Prim p, const Params& params,
         v.offset += q.starts[d] * own[d];
         v.strides.push_back(q.steps[d] * own[d]);
       }
-      copy_view(ctx, a, out.shape, v, {}, buf, out.dtype);
+      copy_view(ctx, a, out.shape, v, {}, buf, out.dtype, keep);
     } else if constexpr (P == Prim::kConcatenate) {
       const auto axis = static_cast<std::size_t>(q.axis);
       const Shape ostr = contiguous_strides(out.shape);
       std::int64_t at = 0;
-      for (const auto& part : inputs) {
+      for (std::size_t i = 0; i < inputs.size(); ++i) {  // a launch per piece, each kept apart
+        const Array& part = inputs[i];
         View ov{at * ostr[axis], ostr};
         copy_view(ctx, part, part.shape(), View{0, contiguous_strides(part.shape())}, ov,
-                  buf, out.dtype);
+                  buf, out.dtype, keep_slot(keep, kSlotPiece + i));
         at += part.shape()[axis];
       }
     } else {
@@ -267,15 +286,15 @@ std::shared_ptr<Buffer> layout(Context& ctx, Prim p, const Params& params,
 }
 
 std::shared_ptr<Buffer> reduce(Context& ctx, Prim p, const Params& params,
-                               std::span<const Array> inputs, const Aval& out) {
+                               std::span<const Array> inputs, const Aval& out, Keep keep = {}) {
   const Array& a = inputs[0];
   ctx.require_dtype(a.dtype(), std::string(name(p)).c_str());
   auto buf = allocate(ctx, out, p, inputs);
   if (numel(out.shape) == 0) return buf;
-  launch(ctx,
-         reduce_kernel(ctx, reduce_spec(p, params, a.shape(), a.dtype(), out.dtype),
-                       addressed(ctx, inputs, buf)),
-         inputs, buf);
+  const std::uint32_t addr = addressed(ctx, inputs, buf);
+  launch_kept(ctx, keep, addr, [&] {
+    return reduce_kernel(ctx, reduce_spec(p, params, a.shape(), a.dtype(), out.dtype), addr);
+  }, inputs, buf);
   return buf;
 }
 
@@ -334,7 +353,8 @@ std::shared_ptr<Buffer> argsort(Context& ctx, const Params& params, std::span<co
   return buf;
 }
 
-std::shared_ptr<Buffer> matmul(Context& ctx, std::span<const Array> inputs, const Aval& out) {
+std::shared_ptr<Buffer> matmul(Context& ctx, std::span<const Array> inputs, const Aval& out,
+                               Keep keep = {}) {
   const Array& a = inputs[0];
   const Array& b = inputs[1];
   ctx.require_dtype(a.dtype(), "matmul");
@@ -342,15 +362,19 @@ std::shared_ptr<Buffer> matmul(Context& ctx, std::span<const Array> inputs, cons
   if (numel(out.shape) == 0) return buf;
   const MatmulSpec s = matmul_spec(a.shape(), b.shape(), out);
   if (s.k == 0) {  // an empty sum: zeros
-    MapSpec z;
-    z.domain = out.shape;
-    z.out = out.dtype;
-    z.key = "zeros";
-    z.body = [&](Builder& bb, MapIndex&) { return bb.constant(spv::compute_type(out.dtype), 0); };
-    launch(ctx, map_kernel(ctx, std::move(z), addressed(ctx, {}, buf)), {}, buf);
+    const std::uint32_t addr = addressed(ctx, {}, buf);
+    launch_kept(ctx, keep, addr, [&] {
+      MapSpec z;
+      z.domain = out.shape;
+      z.out = out.dtype;
+      z.key = "zeros";
+      z.body = [&](Builder& bb, MapIndex&) { return bb.constant(spv::compute_type(out.dtype), 0); };
+      return map_kernel(ctx, std::move(z), addr);
+    }, {}, buf);
     return buf;
   }
-  launch(ctx, matmul_kernel(ctx, s, addressed(ctx, inputs, buf)), inputs, buf);
+  const std::uint32_t addr = addressed(ctx, inputs, buf);
+  launch_kept(ctx, keep, addr, [&] { return matmul_kernel(ctx, s, addr); }, inputs, buf);
   return buf;
 }
 
@@ -380,7 +404,7 @@ Val wrap_index(Builder& b, const Val& idx, std::int64_t n) {
 }
 
 std::shared_ptr<Buffer> scatter(Context& ctx, Prim p, const AxisParams& params,
-                                std::span<const Array> inputs, const Aval& out);
+                                std::span<const Array> inputs, const Aval& out, Keep keep = {});
 
 // A scatter-add of f16/bf16 through f32 copies, rounded once: the kernel sums
 // repeated indices in the result's memory, which would round every partial
@@ -399,9 +423,10 @@ std::shared_ptr<Buffer> scatter_add_in_f32(Context& ctx, Prim p, const AxisParam
   return elementwise(ctx, Prim::kAstype, Params(DTypeParams{out.dtype}), {&sum, 1}, out);
 }
 
-// The scatters: the operand copied into the result, then scatter_kernel.
+// The scatters: the operand copied into the result, then scatter_kernel (two
+// launches, kept apart; the 16-bit scatter-adds keep none).
 std::shared_ptr<Buffer> scatter(Context& ctx, Prim p, const AxisParams& params,
-                                std::span<const Array> inputs, const Aval& out) {
+                                std::span<const Array> inputs, const Aval& out, Keep keep) {
   if (p != Prim::kScatter && is_16bit_float(out.dtype)) {
     return scatter_add_in_f32(ctx, p, params, inputs, out);
   }
@@ -417,7 +442,8 @@ std::shared_ptr<Buffer> scatter(Context& ctx, Prim p, const AxisParams& params,
   if (numel(out.shape) == 0) return buf;
   // The operand first, by a parallel copy (the scatter's parallelism is its
   // columns only).
-  copy_view(ctx, a, a.shape(), View{0, contiguous_strides(a.shape())}, {}, buf, out.dtype);
+  copy_view(ctx, a, a.shape(), View{0, contiguous_strides(a.shape())}, {}, buf, out.dtype,
+            keep_slot(keep, kSlotScatterCopy));
   s.outer = extent(a.shape(), 0, axis);
   s.inner = extent(a.shape(), axis + 1, a.shape().size());
   s.k = upd.size() / (s.outer * s.inner);
@@ -427,21 +453,23 @@ std::shared_ptr<Buffer> scatter(Context& ctx, Prim p, const AxisParams& params,
   s.add = p != Prim::kScatter;
   s.per_element = p == Prim::kScatterAddAlongAxis;
   const Array reads[] = {idx, upd};
-  launch(ctx, scatter_kernel(ctx, s, addressed(ctx, reads, buf)), reads, buf);
+  const std::uint32_t addr = addressed(ctx, reads, buf);
+  launch_kept(ctx, keep, addr, [&] { return scatter_kernel(ctx, s, addr); }, reads, buf);
   return buf;
 }
 
 // Out-of-range indices leave their row all zero.
 std::shared_ptr<Buffer> one_hot(Context& ctx, const OneHotParams& params,
-                                std::span<const Array> inputs, const Aval& out) {
+                                std::span<const Array> inputs, const Aval& out, Keep keep = {}) {
   auto buf = allocate(ctx, out, Prim::kOneHot, inputs);
   if (numel(out.shape) == 0) return buf;
-  MapSpec spec;
-  spec.domain = out.shape;
-  spec.out = out.dtype;
-  spec.collapse = false;
-  spec.key = detail::str_cat("one_hot", cache_key(params));
-  {
+  const std::uint32_t addr = addressed(ctx, inputs, buf);
+  launch_kept(ctx, keep, addr, [&] {
+    MapSpec spec;
+    spec.domain = out.shape;
+    spec.out = out.dtype;
+    spec.collapse = false;
+    spec.key = detail::str_cat("one_hot", cache_key(params));
     const Array& idx = inputs[0];
     spec.inputs = {idx.dtype()};
     View iv{0, contiguous_strides(idx.shape())};
@@ -457,94 +485,97 @@ std::shared_ptr<Buffer> one_hot(Context& ctx, const OneHotParams& params,
       const Ty t = spv::compute_type(out.dtype);
       return b.select(hit, b.constant(t, 1), b.constant(t, 0));
     };
-    launch(ctx, map_kernel(ctx, std::move(spec), addressed(ctx, inputs, buf)), inputs, buf);
-  }
+    return map_kernel(ctx, std::move(spec), addr);
+  }, inputs, buf);
   return buf;
 }
 
 // take, take_along_axis: a map over the result reading the operand at the index.
 std::shared_ptr<Buffer> gather(Context& ctx, Prim p, const AxisParams& params,
-                               std::span<const Array> inputs, const Aval& out) {
+                               std::span<const Array> inputs, const Aval& out, Keep keep = {}) {
   auto buf = allocate(ctx, out, p, inputs);
   if (numel(out.shape) == 0) return buf;
-  MapSpec spec;
-  spec.domain = out.shape;
-  spec.out = out.dtype;
-  spec.collapse = false;
-  spec.key = detail::str_cat(name(p), cache_key(params));
   const auto axis = static_cast<std::size_t>(params.axis);
   const Array& a = inputs[0];
   const Array& idx = inputs[1];
   const std::int64_t n = a.shape()[axis];
-  check_indices(p, idx, params.axis, n);
-  spec.inputs = {a.dtype(), idx.dtype()};
-  const Shape astr = contiguous_strides(a.shape());
-  const std::int64_t axis_stride = astr[axis];
-  // The body bakes in the axis length (negative indices wrap by it) and stride.
-  spec.key += detail::str_cat("/n=", n, "/stride=", axis_stride);
-  if (p == Prim::kTake) {
-    // out dims: a[:axis] ++ idx.shape ++ a[axis+1:]
-    const std::size_t ir = idx.shape().size();
-    View av, iv;
-    if (out.shape.empty()) {  // a 0-d index into a vector: one element
-      spec.domain = {1};
-      av.strides = {0};
-      iv.strides = {0};
-    }
-    for (std::size_t d = 0; d < out.shape.size(); ++d) {
-      if (d < axis) {
-        av.strides.push_back(astr[d]);
-        iv.strides.push_back(0);
-      } else if (d < axis + ir) {
-        av.strides.push_back(0);
-        iv.strides.push_back(contiguous_strides(idx.shape())[d - axis]);
-      } else {
-        av.strides.push_back(astr[d - ir + 1]);
-        iv.strides.push_back(0);
+  check_indices(p, idx, params.axis, n);  // the values: on every call, kept or not
+  const std::uint32_t addr = addressed(ctx, inputs, buf);
+  launch_kept(ctx, keep, addr, [&] {
+    MapSpec spec;
+    spec.domain = out.shape;
+    spec.out = out.dtype;
+    spec.collapse = false;
+    spec.key = detail::str_cat(name(p), cache_key(params));
+    spec.inputs = {a.dtype(), idx.dtype()};
+    const Shape astr = contiguous_strides(a.shape());
+    const std::int64_t axis_stride = astr[axis];
+    // The body bakes in the axis length (negative indices wrap by it) and stride.
+    spec.key += detail::str_cat("/n=", n, "/stride=", axis_stride);
+    if (p == Prim::kTake) {
+      // out dims: a[:axis] ++ idx.shape ++ a[axis+1:]
+      const std::size_t ir = idx.shape().size();
+      View av, iv;
+      if (out.shape.empty()) {  // a 0-d index into a vector: one element
+        spec.domain = {1};
+        av.strides = {0};
+        iv.strides = {0};
       }
+      for (std::size_t d = 0; d < out.shape.size(); ++d) {
+        if (d < axis) {
+          av.strides.push_back(astr[d]);
+          iv.strides.push_back(0);
+        } else if (d < axis + ir) {
+          av.strides.push_back(0);
+          iv.strides.push_back(contiguous_strides(idx.shape())[d - axis]);
+        } else {
+          av.strides.push_back(astr[d - ir + 1]);
+          iv.strides.push_back(0);
+        }
+      }
+      spec.views = {av, iv};
+    } else {  // take_along_axis: non-axis dims broadcast
+      View av = broadcast_view(a.shape(), out.shape);
+      av.strides[axis] = 0;
+      View iv = broadcast_view(idx.shape(), out.shape);
+      spec.views = {av, iv};
     }
-    spec.views = {av, iv};
-  } else {  // take_along_axis: non-axis dims broadcast
-    View av = broadcast_view(a.shape(), out.shape);
-    av.strides[axis] = 0;
-    View iv = broadcast_view(idx.shape(), out.shape);
-    spec.views = {av, iv};
-  }
-  spec.body = [&, n, axis_stride](Builder& b, MapIndex& mi) {
-    Val i = wrap_index(b, mi.load(1), n);
-    Val off = b.op("OpIAdd", Ty::kU32,
-                   {mi.offset(0), b.op("OpIMul", Ty::kU32,
-                                       {i, b.u32(static_cast<std::uint32_t>(axis_stride))})});
-    return mi.load_at(0, off);
-  };
-  launch(ctx, map_kernel(ctx, std::move(spec), addressed(ctx, inputs, buf)), inputs, buf);
+    spec.body = [&, n, axis_stride](Builder& b, MapIndex& mi) {
+      Val i = wrap_index(b, mi.load(1), n);
+      Val off = b.op("OpIAdd", Ty::kU32,
+                     {mi.offset(0), b.op("OpIMul", Ty::kU32,
+                                         {i, b.u32(static_cast<std::uint32_t>(axis_stride))})});
+      return mi.load_at(0, off);
+    };
+    return map_kernel(ctx, std::move(spec), addr);
+  }, inputs, buf);
   return buf;
 }
 
 // unfold and fold: one map kernel over the result (kernel_window.cpp).
 std::shared_ptr<Buffer> window(Context& ctx, Prim p, const Params& params,
-                               std::span<const Array> inputs, const Aval& out) {
+                               std::span<const Array> inputs, const Aval& out, Keep keep = {}) {
   ctx.require_dtype(out.dtype, std::string(name(p)).c_str());
   auto buf = allocate(ctx, out, p, inputs);
   if (numel(out.shape) == 0) return buf;
-  launch(ctx,
-         map_kernel(ctx, window_spec(p, params.as<WindowParams>(), out.dtype, out),
-                    addressed(ctx, inputs, buf)),
-         inputs, buf);
+  const std::uint32_t addr = addressed(ctx, inputs, buf);
+  launch_kept(ctx, keep, addr, [&] {
+    return map_kernel(ctx, window_spec(p, params.as<WindowParams>(), out.dtype, out), addr);
+  }, inputs, buf);
   return buf;
 }
 
 std::shared_ptr<Buffer> index(Context& ctx, Prim p, const Params& params,
-                              std::span<const Array> inputs, const Aval& out) {
+                              std::span<const Array> inputs, const Aval& out, Keep keep = {}) {
   return visit_family<PrimFamily::kIndex>(p, [&]<Prim P>(PrimC<P>) {
     const auto& q = params.as<ParamsOf<P>>();
     if constexpr (P == Prim::kScatter || P == Prim::kScatterAdd ||
                   P == Prim::kScatterAddAlongAxis) {
-      return scatter(ctx, P, q, inputs, out);
+      return scatter(ctx, P, q, inputs, out, keep);
     } else if constexpr (P == Prim::kOneHot) {
-      return one_hot(ctx, q, inputs, out);
+      return one_hot(ctx, q, inputs, out, keep);
     } else if constexpr (P == Prim::kTake || P == Prim::kTakeAlongAxis) {
-      return gather(ctx, P, q, inputs, out);
+      return gather(ctx, P, q, inputs, out, keep);
     } else {
       static_assert(kUnhandled<P>, "an index primitive without a Vulkan kernel");
     }
@@ -647,30 +678,49 @@ static_assert(prims_in(PrimFamily::kSort) == 1 && prims_in(PrimFamily::kMatmul) 
 std::shared_ptr<Buffer> VulkanBackend::eval(Prim p, const Params& params,
                                             std::span<const Array> inputs,
                                             const Aval& out) {
+  return run(p, params, inputs, out, nullptr);
+}
+
+std::shared_ptr<Buffer> VulkanBackend::eval_step(Prim p, const Params& params,
+                                                 std::span<const Array> inputs, const Aval& out,
+                                                 const KernelCache& keep) {
+  return run(p, params, inputs, out, &keep);
+}
+
+// `cache`: a compiled step's (eval_step), where the launches of the families
+// with a fixed set of launches are kept (launch_kept), each in its own slot;
+// null for an eager call. The others (scan, argsort, scatter) look their
+// kernels up on every call.
+std::shared_ptr<Buffer> VulkanBackend::run(Prim p, const Params& params,
+                                           std::span<const Array> inputs, const Aval& out,
+                                           const KernelCache* cache) {
+  const Keep keep = cache != nullptr ? keep_in(*cache, ctx_, kSlotKernel) : Keep{};
   switch (family(p)) {
     case PrimFamily::kUnary:
     case PrimFamily::kBinary:
     case PrimFamily::kWhere:
     case PrimFamily::kAstype:
-      return elementwise(ctx_, p, params, inputs, out);
+      return elementwise(ctx_, p, params, inputs, out, keep);
     case PrimFamily::kReduce:
     case PrimFamily::kArgReduce:
-      return reduce(ctx_, p, params, inputs, out);
+      return reduce(ctx_, p, params, inputs, out, keep);
     case PrimFamily::kMatmul:
       if (const auto& q = params.as<MatmulParams>(); q.transpose_a || q.transpose_b) {
         // The kernel reads row-major operands: materialise the transposed ones.
         Array ops[2] = {inputs[0], inputs[1]};
-        if (q.transpose_a) ops[0] = transposed_last_two(ctx_, ops[0]);
-        if (q.transpose_b) ops[1] = transposed_last_two(ctx_, ops[1]);
-        return matmul(ctx_, ops, out);
+        if (q.transpose_a) ops[0] = transposed_last_two(ctx_, ops[0], keep_slot(keep, kSlotTranspose));
+        if (q.transpose_b) {
+          ops[1] = transposed_last_two(ctx_, ops[1], keep_slot(keep, kSlotTranspose + 1));
+        }
+        return matmul(ctx_, ops, out, keep);
       }
-      return matmul(ctx_, inputs, out);
+      return matmul(ctx_, inputs, out, keep);
     case PrimFamily::kLayout:
-      return layout(ctx_, p, params, inputs, out);
+      return layout(ctx_, p, params, inputs, out, keep);
     case PrimFamily::kWindow:
-      return window(ctx_, p, params, inputs, out);
+      return window(ctx_, p, params, inputs, out, keep);
     case PrimFamily::kIndex:
-      return index(ctx_, p, params, inputs, out);
+      return index(ctx_, p, params, inputs, out, keep);
     case PrimFamily::kScan:
       return scan(ctx_, p, params, inputs, out);
     case PrimFamily::kSort:

@@ -16,6 +16,10 @@ class VulkanBackend final : public Backend {
   std::shared_ptr<Buffer> eval(Prim p, const Params& params,
                                std::span<const Array> inputs,
                                const Aval& out) override;
+  // eval, keeping each launch in the step's cache (no spec, key or pipeline
+  // lookup on later calls) where the family's launches are fixed.
+  std::shared_ptr<Buffer> eval_step(Prim p, const Params& params, std::span<const Array> inputs,
+                                    const Aval& out, const KernelCache& keep) override;
   // One map kernel per fused elementwise group (kernel_fused.cpp).
   std::vector<std::shared_ptr<Buffer>> eval_fused(
       const FusedKernel& kernel, std::span<const Array> inputs,
@@ -27,6 +31,8 @@ class VulkanBackend final : public Backend {
   void end_program() override;
 
  private:
+  std::shared_ptr<Buffer> run(Prim p, const Params& params, std::span<const Array> inputs,
+                              const Aval& out, const KernelCache* cache);
   Context& ctx_;
 };
 
