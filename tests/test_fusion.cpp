@@ -427,6 +427,28 @@ TEST_CASE("fused f16 values are rounded where the unfused program stores them") 
   check_fused(p, in);
 }
 
+TEST_CASE("fused f16 and bf16 chains: comparisons, where, aliases, scalars, conversions") {
+  if (!has_f16()) return;
+  for (const DType half : {f16, bf16}) {
+    CAPTURE(name(half));
+    const Program p = trace(
+        [half](const std::vector<Array>& x) {
+          const Array h = astype(x[0], half);
+          const Array s = astype(x[2], half);                  // one element for all
+          const Array t = tanh(h) * s + stop_gradient(h);      // rounded twice
+          const Array m = where(t > s, t / s, -t);              // compare on rounded values
+          const Array i = astype(m * 7.0f, i32);                // a 16-bit value to i32
+          const Array back = astype(astype(i, f32) * 0.1f, half) + sqrt(abs(h));
+          return std::vector<Array>{m, i, back, astype(back - t, f32) * x[1]};
+        },
+        {{f32, {5, 777}}, {f32, {777}}, {f32, {}}});
+    const std::vector<Array> in = {random_array({5, 777}, f32), random_array({777}, f32),
+                                   random_array({}, f32, 0.5, 2.0)};
+    const std::vector<Step> steps = check_fused(p, in);
+    CHECK(fused_steps(steps) >= 1);
+  }
+}
+
 TEST_CASE("fused outputs go into a given input buffer when asked") {
   // Over several CPU chunks; out0 overwrites x0 while x0 is read by later
   // equations of the same chunk, out1 overwrites x1 (a swap-like pattern).

@@ -24,6 +24,7 @@
 // entry points here run them over whole arrays or broadcast rows, the fused
 // kernels (fused.cpp) over chunks, so both paths share every op's definition.
 #include "kiln/backends/cpu/elementwise.hpp"
+#include "kiln/backends/cpu/half.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -535,6 +536,9 @@ void check_host_dtype(Prim p, DType d) {
 }
 
 FlatKernel flat_kernel(Prim p, DType in, DType out) {
+  if (p == Prim::kAstype) {  // f16/bf16 <-> f32: the fused interpreter's conversions
+    if (const FlatKernel k = half_astype_kernel(in, out)) return k;
+  }
   check_host_dtype(p, in);
   check_host_dtype(p, out);
   if (const FlatKernel k = simd_kernel(p, in, out)) return k;

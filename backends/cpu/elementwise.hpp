@@ -26,7 +26,8 @@ using FlatKernel = void (*)(const FlatOperand* in, void* out, std::size_t n);
 // The kernel of elementwise primitive `p` on operands of dtype `in` giving `out`
 // (for where, `in` is the values' dtype): the SIMD one where simd.hpp has it,
 // else the generic one. The *_flat functions below call it; the fused kernels
-// resolve it once per equation. Throws DTypeError for f16.
+// resolve it once per equation. Throws DTypeError for f16 and bf16, except
+// astype between them and f32 (half_astype_kernel).
 FlatKernel flat_kernel(Prim p, DType in, DType out);
 
 // The portable (xtensor, element by element) kernel of `p`, whatever the SIMD

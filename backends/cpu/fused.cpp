@@ -519,21 +519,11 @@ class Blocks {
   std::vector<void*> jit_out_;
 };
 
-}  // namespace
-
-std::vector<std::shared_ptr<Buffer>> CpuBackend::eval_fused(
-    const FusedKernel& k, std::span<const Array> inputs,
-    std::span<const std::shared_ptr<Buffer>> into) {
-  if (has_16bit_float(k)) return eval_stepwise(*this, k, inputs);
+// An elementwise kernel: the plan (kept in k.cache), then its units of work.
+std::vector<std::shared_ptr<Buffer>> eval_elementwise(const FusedKernel& k,
+                                                      std::span<const Array> inputs,
+                                                      std::span<const std::shared_ptr<Buffer>> into) {
   const Program& b = k.body;
-  switch (k.kind) {
-    case FusedKernel::Kind::kMatmulEpilogue:
-      return eval_epilogue(k, inputs, into);
-    case FusedKernel::Kind::kReducePrologue:
-      return eval_prologue(k, inputs, into);
-    case FusedKernel::Kind::kElementwise:
-      break;
-  }
   std::vector<std::shared_ptr<Buffer>> outs(b.outputs.size());
   std::vector<bool> in_place(b.outputs.size(), false);
   for (std::size_t o = 0; o < b.outputs.size(); ++o) {
@@ -578,6 +568,32 @@ std::vector<std::shared_ptr<Buffer>> CpuBackend::eval_fused(
     blocks.run(units * t / tasks, units * (t + 1) / tasks);
   });
   return outs;
+}
+
+// Where k.cache keeps computed_in_f32(k) (kPlanKey and kSplitKey are others).
+constexpr std::uint64_t kWideKey = std::uint64_t{3} << 61;
+
+}  // namespace
+
+std::vector<std::shared_ptr<Buffer>> CpuBackend::eval_fused(
+    const FusedKernel& k, std::span<const Array> inputs,
+    std::span<const std::shared_ptr<Buffer>> into) {
+  switch (k.kind) {
+    case FusedKernel::Kind::kMatmulEpilogue:
+      if (has_16bit_float(k)) return eval_stepwise(*this, k, inputs);
+      return eval_epilogue(k, inputs, into);
+    case FusedKernel::Kind::kReducePrologue:
+      if (has_16bit_float(k)) return eval_stepwise(*this, k, inputs);
+      return eval_prologue(k, inputs, into);
+    case FusedKernel::Kind::kElementwise:
+      break;
+  }
+  if (has_16bit_float(k)) {
+    const std::shared_ptr<const FusedKernel> wide = k.cache.get<FusedKernel>(
+        kWideKey, [&] { return std::make_shared<const FusedKernel>(computed_in_f32(k)); });
+    return eval_elementwise(*wide, inputs, into);
+  }
+  return eval_elementwise(k, inputs, into);
 }
 
 }  // namespace kiln::cpu

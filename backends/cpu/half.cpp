@@ -109,46 +109,62 @@ __attribute__((target("avx,f16c"))) void narrow_f16c(const float* f, std::uint16
 }
 #endif
 
+// n words of 16-bit float dtype `from` to floats (exact).
+void widen_to_f32(DType from, const std::uint16_t* h, float* f, std::int64_t n) {
+  if (from == DType::kBF16) return widen_words<bf16_to_float>(h, f, n);
+#ifdef KILN_X86_INTRINSICS
+  if (has_f16c()) return widen_f16c(h, f, n);
+#endif
+  widen_words<half_to_float>(h, f, n);
+}
+
+// n floats rounded to 16-bit float dtype `to` (nearest even).
+void narrow_from_f32(DType to, const float* f, std::uint16_t* h, std::int64_t n) {
+  if (to == DType::kBF16) {
+#ifdef KILN_X86_INTRINSICS
+    if (has_avx512_bf16()) return narrow_bf16_avx512(f, h, n);
+#endif
+    return narrow_words<float_to_bf16>(f, h, n);
+  }
+#ifdef KILN_X86_INTRINSICS
+  if (has_f16c()) return narrow_f16c(f, h, n);
+#endif
+  narrow_words<float_to_half>(f, h, n);
+}
+
 Array widen(const Array& a) {
   auto buf = HostBuffer::allocate(static_cast<std::size_t>(a.size()) * sizeof(float));
-  const auto* h = static_cast<const std::uint16_t*>(a.buffer()->host_data());
-  auto* f = static_cast<float*>(buf->host_data());
-  if (a.dtype() == DType::kBF16) {
-    widen_words<bf16_to_float>(h, f, a.size());
-  } else {
-#ifdef KILN_X86_INTRINSICS
-    if (has_f16c()) {
-      widen_f16c(h, f, a.size());
-      return Array(DType::kF32, a.shape(), std::move(buf));
-    }
-#endif
-    widen_words<half_to_float>(h, f, a.size());
-  }
+  widen_to_f32(a.dtype(), static_cast<const std::uint16_t*>(a.buffer()->host_data()),
+               static_cast<float*>(buf->host_data()), a.size());
   return Array(DType::kF32, a.shape(), std::move(buf));
 }
 
 std::shared_ptr<Buffer> narrow(const std::shared_ptr<Buffer>& wide, std::int64_t n, DType to) {
   auto buf = HostBuffer::allocate(static_cast<std::size_t>(n) * sizeof(std::uint16_t));
-  const auto* f = static_cast<const float*>(wide->host_data());
-  auto* h = static_cast<std::uint16_t*>(buf->host_data());
-  if (to == DType::kBF16) {
-#ifdef KILN_X86_INTRINSICS
-    if (has_avx512_bf16()) {
-      narrow_bf16_avx512(f, h, n);
-      return buf;
-    }
-#endif
-    narrow_words<float_to_bf16>(f, h, n);
-  } else {
-#ifdef KILN_X86_INTRINSICS
-    if (has_f16c()) {
-      narrow_f16c(f, h, n);
-      return buf;
-    }
-#endif
-    narrow_words<float_to_half>(f, h, n);
-  }
+  narrow_from_f32(to, static_cast<const float*>(wide->host_data()),
+                  static_cast<std::uint16_t*>(buf->host_data()), n);
   return buf;
+}
+
+// The fused interpreter's astype kernels between a 16-bit float and f32 (an
+// operand may be one element for all n).
+template <DType From>
+void widen_flat(const FlatOperand* in, void* out, std::size_t n) {
+  const auto* h = static_cast<const std::uint16_t*>(in[0].data);
+  auto* f = static_cast<float*>(out);
+  if (!in[0].scalar) return widen_to_f32(From, h, f, static_cast<std::int64_t>(n));
+  float x = 0;
+  widen_to_f32(From, h, &x, 1);
+  std::fill(f, f + n, x);
+}
+template <DType To>
+void narrow_flat(const FlatOperand* in, void* out, std::size_t n) {
+  const auto* f = static_cast<const float*>(in[0].data);
+  auto* h = static_cast<std::uint16_t*>(out);
+  if (!in[0].scalar) return narrow_from_f32(To, f, h, static_cast<std::int64_t>(n));
+  std::uint16_t x = 0;
+  narrow_from_f32(To, f, &x, 1);
+  std::fill(h, h + n, x);
 }
 
 bool any_16bit_float(std::span<const Array> inputs, DType out) {
@@ -182,6 +198,58 @@ std::shared_ptr<Buffer> eval_in_f32(Backend& backend, Prim p, const Params& para
   if (!is_16bit_float(out.dtype)) return backend.eval(p, params, wide, out);
   const Aval wide_out{DType::kF32, out.shape};
   return narrow(backend.eval(p, params, wide, wide_out), numel(out.shape), out.dtype);
+}
+
+FlatKernel half_astype_kernel(DType in, DType out) {
+  if (out == DType::kF32 && in == DType::kF16) return widen_flat<DType::kF16>;
+  if (out == DType::kF32 && in == DType::kBF16) return widen_flat<DType::kBF16>;
+  if (in == DType::kF32 && out == DType::kF16) return narrow_flat<DType::kF16>;
+  if (in == DType::kF32 && out == DType::kBF16) return narrow_flat<DType::kBF16>;
+  return nullptr;
+}
+
+FusedKernel computed_in_f32(const FusedKernel& k) {
+  FusedKernel w;
+  w.kind = k.kind;
+  w.shape = k.shape;
+  const Program& a = k.body;
+  Program& b = w.body;
+  b = a;
+  b.equations.clear();
+  const auto f32_aval = [&](ValueId v) { return Aval{DType::kF32, a.avals[v].shape}; };
+  const auto astype_eq = [](ValueId from, ValueId to, DType dtype) {
+    return Equation{Prim::kAstype, Params(DTypeParams{dtype}), {from}, to};
+  };
+  // The f32 copy of each 16-bit float value, made where it is first read.
+  std::vector<ValueId> wide(a.num_values(), -1);
+  const auto f32_of = [&](ValueId v) {
+    if (!is_16bit_float(b.avals[v].dtype)) return v;
+    if (wide[v] < 0) {
+      wide[v] = b.new_value(f32_aval(v));
+      b.equations.push_back(astype_eq(v, wide[v], DType::kF32));
+    }
+    return wide[v];
+  };
+  for (const Equation& eq : a.equations) {
+    if (has_trait(eq.prim, PrimTrait::kAlias)) {  // the words themselves
+      b.equations.push_back(eq);
+      continue;
+    }
+    Equation e = eq;
+    for (ValueId& in : e.inputs) in = f32_of(in);
+    const DType out = a.avals[eq.output].dtype;
+    if (!is_16bit_float(out)) {
+      b.equations.push_back(std::move(e));
+      continue;
+    }
+    // Computed in f32, then rounded into the 16-bit value itself.
+    e.output = b.new_value(f32_aval(eq.output));
+    if (e.prim == Prim::kAstype) e.params = Params(DTypeParams{DType::kF32});
+    const ValueId computed = e.output;
+    b.equations.push_back(std::move(e));
+    b.equations.push_back(astype_eq(computed, eq.output, out));
+  }
+  return w;
 }
 
 bool has_16bit_float(const FusedKernel& k) {
