@@ -458,6 +458,16 @@ std::shared_ptr<Buffer> scatter(Context& ctx, Prim p, const AxisParams& params,
   return buf;
 }
 
+// A map over `out` keeping its dims (the index kernels' bodies read them).
+MapSpec index_map(const Aval& out, std::string key) {
+  MapSpec spec;
+  spec.domain = out.shape;
+  spec.out = out.dtype;
+  spec.collapse = false;
+  spec.key = std::move(key);
+  return spec;
+}
+
 // Out-of-range indices leave their row all zero.
 std::shared_ptr<Buffer> one_hot(Context& ctx, const OneHotParams& params,
                                 std::span<const Array> inputs, const Aval& out, Keep keep = {}) {
@@ -465,11 +475,7 @@ std::shared_ptr<Buffer> one_hot(Context& ctx, const OneHotParams& params,
   if (numel(out.shape) == 0) return buf;
   const std::uint32_t addr = addressed(ctx, inputs, buf);
   launch_kept(ctx, keep, addr, [&] {
-    MapSpec spec;
-    spec.domain = out.shape;
-    spec.out = out.dtype;
-    spec.collapse = false;
-    spec.key = detail::str_cat("one_hot", cache_key(params));
+    MapSpec spec = index_map(out, detail::str_cat("one_hot", cache_key(params)));
     const Array& idx = inputs[0];
     spec.inputs = {idx.dtype()};
     View iv{0, contiguous_strides(idx.shape())};
@@ -502,11 +508,7 @@ std::shared_ptr<Buffer> gather(Context& ctx, Prim p, const AxisParams& params,
   check_indices(p, idx, params.axis, n);  // the values: on every call, kept or not
   const std::uint32_t addr = addressed(ctx, inputs, buf);
   launch_kept(ctx, keep, addr, [&] {
-    MapSpec spec;
-    spec.domain = out.shape;
-    spec.out = out.dtype;
-    spec.collapse = false;
-    spec.key = detail::str_cat(name(p), cache_key(params));
+    MapSpec spec = index_map(out, detail::str_cat(name(p), cache_key(params)));
     spec.inputs = {a.dtype(), idx.dtype()};
     const Shape astr = contiguous_strides(a.shape());
     const std::int64_t axis_stride = astr[axis];
