@@ -449,6 +449,29 @@ TEST_CASE("fused f16 and bf16 chains: comparisons, where, aliases, scalars, conv
   }
 }
 
+TEST_CASE("f16 and bf16 matmul epilogues and reduction prologues round as unfused") {
+  if (!has_f16()) return;
+  for (const DType half : {f16, bf16}) {
+    CAPTURE(name(half));
+    const Program p = trace(
+        [half](const std::vector<Array>& x) {
+          const Array a = astype(x[0], half), w = astype(x[1], half), bias = astype(x[2], half);
+          const Array y = relu(matmul(a, w) + bias) * 0.5f;      // an epilogue
+          const Array s = sum(exp(a * 0.25f) - a, {1});           // a prologue
+          return std::vector<Array>{y, s, max(tanh(y), {0})};
+        },
+        {{f32, {37, 64}}, {f32, {64, 50}}, {f32, {50}}});
+    const std::vector<Array> in = {random_array({37, 64}, f32), random_array({64, 50}, f32),
+                                   random_array({50}, f32)};
+    const std::vector<Step> steps = check_fused(p, in);
+    std::size_t anchored = 0;
+    for (const Step& st : steps) {
+      anchored += st.kernel != nullptr && st.kernel->kind != FusedKernel::Kind::kElementwise;
+    }
+    CHECK(anchored >= 2);
+  }
+}
+
 TEST_CASE("fused outputs go into a given input buffer when asked") {
   // Over several CPU chunks; out0 overwrites x0 while x0 is read by later
   // equations of the same chunk, out1 overwrites x1 (a swap-like pattern).

@@ -580,10 +580,8 @@ std::vector<std::shared_ptr<Buffer>> CpuBackend::eval_fused(
     std::span<const std::shared_ptr<Buffer>> into) {
   switch (k.kind) {
     case FusedKernel::Kind::kMatmulEpilogue:
-      if (has_16bit_float(k)) return eval_stepwise(*this, k, inputs);
       return eval_epilogue(k, inputs, into);
     case FusedKernel::Kind::kReducePrologue:
-      if (has_16bit_float(k)) return eval_stepwise(*this, k, inputs);
       return eval_prologue(k, inputs, into);
     case FusedKernel::Kind::kElementwise:
       break;

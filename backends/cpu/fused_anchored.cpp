@@ -2,7 +2,9 @@
 // epilogue runs BLAS then the elementwise group over the product; a reduction
 // prologue runs the group (the reduced value into a temporary) then the
 // reduction kernel, so both give the unfused bits. The group is the kernel's
-// elementwise part, split off once per kernel and kept in its KernelCache.
+// elementwise part, split off once per kernel and kept in its KernelCache; the
+// anchor goes through CpuBackend::eval, so 16-bit floats round as unfused (the
+// group's through computed_in_f32).
 #include <algorithm>
 #include <memory>
 #include <utility>
@@ -72,7 +74,8 @@ std::vector<std::shared_ptr<Buffer>> CpuBackend::eval_epilogue(
   };
   const Aval& pa = b.avals[mm.output];
   const Array operands[] = {input(mm.inputs[0]), input(mm.inputs[1])};
-  const Array product(pa.dtype, pa.shape, eval_matmul(mm.prim, mm.params, operands, pa));
+  // eval: a 16-bit product is computed in f32 and rounded, as unfused.
+  const Array product(pa.dtype, pa.shape, eval(mm.prim, mm.params, operands, pa));
   std::vector<ValueId> rest;
   std::vector<std::shared_ptr<Buffer>> rest_into;
   bool product_escapes = false;
@@ -132,7 +135,7 @@ std::vector<std::shared_ptr<Buffer>> CpuBackend::eval_prologue(
   std::vector<std::shared_ptr<Buffer>> outs = eval_fused(part, args, rest_into);
   const Aval& ra = b.avals[reduced];
   const Array values[] = {Array(ra.dtype, ra.shape, outs[at])};
-  std::shared_ptr<Buffer> result = eval_reduce(red.prim, red.params, values, b.avals[red.output]);
+  std::shared_ptr<Buffer> result = eval(red.prim, red.params, values, b.avals[red.output]);
   outs.resize(b.outputs.size() - 1);  // drops the temporary (when it is one)
   outs.push_back(std::move(result));
   return outs;

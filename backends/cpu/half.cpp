@@ -257,22 +257,4 @@ bool has_16bit_float(const FusedKernel& k) {
                      [](const Aval& a) { return is_16bit_float(a.dtype); });
 }
 
-std::vector<std::shared_ptr<Buffer>> eval_stepwise(Backend& backend, const FusedKernel& k,
-                                                   std::span<const Array> inputs) {
-  const Program& b = k.body;
-  std::vector<Array> env(b.num_values());
-  for (std::size_t i = 0; i < b.inputs.size(); ++i) env[b.inputs[i]] = inputs[i];
-  for (std::size_t i = 0; i < b.constants.size(); ++i) env[b.constants[i]] = b.constant_values[i];
-  std::vector<Array> args;
-  for (const Equation& eq : b.equations) {
-    args.clear();
-    for (ValueId v : eq.inputs) args.push_back(env[v]);
-    const Aval& out = b.avals[eq.output];
-    env[eq.output] = Array(out.dtype, out.shape, backend.eval(eq.prim, eq.params, args, out));
-  }
-  std::vector<std::shared_ptr<Buffer>> outs;
-  for (ValueId v : b.outputs) outs.push_back(env[v].buffer());
-  return outs;
-}
-
 }  // namespace kiln::cpu

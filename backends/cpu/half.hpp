@@ -19,9 +19,9 @@ bool computes_in_f32(Prim p, std::span<const Array> inputs, const Aval& out);
 // rounds a 16-bit float result from f32.
 std::shared_ptr<Buffer> eval_in_f32(Backend& backend, Prim p, const Params& params,
                                     std::span<const Array> inputs, const Aval& out);
-// Whether a fused group touches f16 or bf16. An elementwise one runs as
-// computed_in_f32(k); the anchored kinds run equation by equation
-// (eval_stepwise). Either way each result rounds as an unfused program's would.
+// Whether a fused group touches f16 or bf16: an elementwise one runs as
+// computed_in_f32(k) (an anchored one's group too, its anchor through eval), so
+// each result rounds as an unfused program's would.
 bool has_16bit_float(const FusedKernel& k);
 // An elementwise kernel with the same inputs and outputs that computes in f32:
 // each 16-bit float value read by arithmetic is widened (an astype to f32, once
@@ -33,7 +33,5 @@ FusedKernel computed_in_f32(const FusedKernel& k);
 // The flat kernel of astype between f16/bf16 and f32 (the conversions of
 // computed_in_f32's bodies); null for any other pair.
 FlatKernel half_astype_kernel(DType in, DType out);
-std::vector<std::shared_ptr<Buffer>> eval_stepwise(Backend& backend, const FusedKernel& k,
-                                                   std::span<const Array> inputs);
 
 }  // namespace kiln::cpu
