@@ -30,8 +30,7 @@ class Backend {
   // so nothing kept there depends on anything else. The default ignores it.
   virtual std::shared_ptr<Buffer> eval_step(Prim p, const Params& params,
                                             std::span<const Array> inputs, const Aval& out,
-                                            const KernelCache& keep) {
-    static_cast<void>(keep);
+                                            const KernelCache& /*keep*/) {
     return eval(p, params, inputs, out);
   }
   // Runs a fused elementwise group (dsl/fusion.hpp); returns one buffer per body

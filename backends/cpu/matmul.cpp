@@ -165,7 +165,7 @@ void batched_matmul(const Array& a, const Array& b, const Aval& out, T* c, bool 
   if (std::is_same_v<T, float> && gemm_lib() == GemmLib::kKiln && batch > 1 &&
       batch * m * n * k >= (std::int64_t{1} << 18)) {
     parallel_for(static_cast<std::size_t>(batch),
-                         [&](std::size_t i) { one(static_cast<std::int64_t>(i)); });
+                 [&](std::size_t i) { one(static_cast<std::int64_t>(i)); });
     return;
   }
   for (std::int64_t i = 0; i < batch; ++i) one(i);

@@ -691,8 +691,8 @@ std::shared_ptr<Buffer> VulkanBackend::eval_step(Prim p, const Params& params,
 
 // `cache`: a compiled step's (eval_step), where the launches of the families
 // with a fixed set of launches are kept (launch_kept), each in its own slot;
-// null for an eager call. The others (scan, argsort, scatter) look their
-// kernels up on every call.
+// null for an eager call. The others (scan, argsort, the 16-bit scatter-adds)
+// look their kernels up on every call.
 std::shared_ptr<Buffer> VulkanBackend::run(Prim p, const Params& params,
                                            std::span<const Array> inputs, const Aval& out,
                                            const KernelCache* cache) {
