@@ -43,6 +43,9 @@ class Backend {
   virtual std::vector<std::shared_ptr<Buffer>> eval_fused(
       const FusedKernel& kernel, std::span<const Array> inputs,
       std::span<const std::shared_ptr<Buffer>> into);
+  // Whether eval_fused runs kUnfoldMatmul and kMatmulFold kernels (fusion.hpp)
+  // itself; fusion forms them only for a backend that does.
+  virtual bool fuses_windows() const { return false; }
   // Copies a host array onto this device (identity for the CPU backend).
   virtual Array from_host(const Array& host) = 0;
   // Bracket one call of a compiled program (Executable::run): every eval /

@@ -16,7 +16,9 @@ namespace kiln {
 Executable::Executable(Program program, Device device, std::string name,
                        const FusionOptions& options)
     : program_(std::move(program)), device_(device), name_(std::move(name)) {
-  steps_ = fuse(program_, options);
+  FusionOptions fusion = options;
+  fusion.windows = fusion.windows && fusion.enabled && backend_for(device_).fuses_windows();
+  steps_ = fuse(program_, fusion);
   subs_.resize(steps_.size());
   for (std::size_t s = 0; s < steps_.size(); ++s) {
     const Equation* eq = steps_[s].equation;

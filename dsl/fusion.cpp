@@ -8,13 +8,17 @@
 // member. Then a group may take one anchor: the matmul whose result it reads
 // (an epilogue: bias, activation) or a reduction of one of its values (a
 // prologue). Values a group computes that are read outside it (or are program
-// outputs) become its outputs; the rest never leave the kernel.
+// outputs) become its outputs; the rest never leave the kernel. Before the
+// anchors, where the backend runs them, a convolution's unfold and fold go
+// into the matmuls next to them (find_windows: implicit GEMM).
 #include "kiln/dsl/fusion.hpp"
 
 #include <algorithm>
+#include <optional>
 #include <sstream>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
 #include "kiln/dsl/backend.hpp"
 #include "kiln/runtime/strings.hpp"
 
@@ -36,6 +40,17 @@ std::shared_ptr<const void> KernelCache::insert(std::uint64_t key,
   }
   entries_.emplace_back(key, value);
   return value;
+}
+
+const char* name(FusedKernel::Kind kind) {
+  switch (kind) {
+    case FusedKernel::Kind::kElementwise: return "";
+    case FusedKernel::Kind::kMatmulEpilogue: return "matmul_epilogue";
+    case FusedKernel::Kind::kReducePrologue: return "reduce_prologue";
+    case FusedKernel::Kind::kUnfoldMatmul: return "unfold_matmul";
+    case FusedKernel::Kind::kMatmulFold: return "matmul_fold";
+  }
+  return "?";
 }
 
 bool fusible(Prim prim) {
@@ -66,6 +81,139 @@ struct Group {
 };
 
 bool is_reduction(Prim p) { return p == Prim::kSum || p == Prim::kMax || p == Prim::kMin; }
+
+// The step of a kernel made of equations `order` of `p` (in order), of kind
+// `kind` and iteration shape `shape`, whose body outputs are the values
+// `leaves(v)` selects.
+template <class Leaves>
+Step kernel_step(const Program& p, const std::vector<std::size_t>& order, FusedKernel::Kind kind,
+                 const Shape& shape, Leaves&& leaves) {
+  auto kernel = std::make_shared<FusedKernel>();
+  kernel->shape = shape;
+  kernel->kind = kind;
+  Program& body = kernel->body;
+  absl::flat_hash_map<ValueId, ValueId> local;
+  Step s;
+  auto local_of = [&](ValueId v) {
+    auto it = local.find(v);
+    if (it != local.end()) return it->second;
+    const ValueId id = body.new_value(p.avals[v]);
+    body.inputs.push_back(id);
+    s.inputs.push_back(v);
+    local.emplace(v, id);
+    return id;
+  };
+  for (std::size_t m : order) {
+    const Equation& member = p.equations[m];
+    Equation copy{member.prim, member.params, {}, 0};
+    for (ValueId in : member.inputs) copy.inputs.push_back(local_of(in));
+    const ValueId out = body.new_value(p.avals[member.output]);
+    copy.output = out;
+    local.emplace(member.output, out);
+    body.equations.push_back(std::move(copy));
+    if (leaves(member.output)) {
+      body.outputs.push_back(out);
+      s.outputs.push_back(member.output);
+    }
+  }
+  s.kernel = std::move(kernel);
+  return s;
+}
+
+// The equations an implicit-GEMM kernel run at one equation takes in: an
+// unfold and its reshape before a matmul, or a matmul and its reshape before
+// a fold.
+struct Window {
+  std::optional<FusedKernel::Kind> kind;
+  absl::InlinedVector<std::size_t, 2> taken;  // in program order
+};
+
+bool is_output(const Program& p, ValueId v) {
+  return std::find(p.outputs.begin(), p.outputs.end(), v) != p.outputs.end();
+}
+
+// kUnfoldMatmul: an unfold whose columns (directly or through reshapes that
+// only matmuls read) are read only by matmuls, each through one operand, goes
+// into every one of those matmuls' kernels. kMatmulFold: a matmul whose
+// result (directly or through one reshape) only a fold reads goes into the
+// fold's kernel. Nothing absorbed is a program output, and a matmul takes at
+// most one unfold and is never both kinds.
+void find_windows(const Program& p, const std::vector<std::vector<std::size_t>>& readers,
+                  const std::vector<int>& producer, std::vector<Window>& windows,
+                  std::vector<bool>& absorbed) {
+  const std::size_t n = p.equations.size();
+  const auto reads_once = [&](std::size_t m, ValueId v) {
+    const Equation& eq = p.equations[m];
+    return eq.prim == Prim::kMatmul && (eq.inputs[0] == v) != (eq.inputs[1] == v) &&
+           !windows[m].kind;
+  };
+  for (std::size_t u = 0; u < n; ++u) {
+    const Equation& eq = p.equations[u];
+    if (eq.prim != Prim::kUnfold || is_output(p, eq.output) || readers[eq.output].empty()) {
+      continue;
+    }
+    // (matmul, reshape or -1) for every reader of the columns.
+    std::vector<std::pair<std::size_t, int>> uses;
+    bool ok = true;
+    for (std::size_t r : readers[eq.output]) {
+      const Equation& re = p.equations[r];
+      if (reads_once(r, eq.output)) {
+        uses.emplace_back(r, -1);
+        continue;
+      }
+      ok = re.prim == Prim::kReshape && !is_output(p, re.output) && !readers[re.output].empty();
+      if (!ok) break;
+      for (std::size_t m : readers[re.output]) {
+        ok = ok && reads_once(m, re.output);
+        uses.emplace_back(m, static_cast<int>(r));
+      }
+      if (!ok) break;
+    }
+    // A matmul reading the columns twice (through two reshapes) keeps them.
+    for (std::size_t a = 0; ok && a < uses.size(); ++a) {
+      for (std::size_t b = a + 1; b < uses.size(); ++b) ok = ok && uses[a].first != uses[b].first;
+    }
+    if (!ok) continue;
+    absorbed[u] = true;
+    for (const auto& [m, r] : uses) {
+      windows[m].kind = FusedKernel::Kind::kUnfoldMatmul;
+      windows[m].taken = {u};
+      if (r >= 0) {
+        absorbed[static_cast<std::size_t>(r)] = true;
+        windows[m].taken.push_back(static_cast<std::size_t>(r));
+      }
+    }
+  }
+  const auto only_reader = [&](ValueId v, std::size_t e) {
+    return !is_output(p, v) && readers[v].size() == 1 && readers[v][0] == e;
+  };
+  for (std::size_t f = 0; f < n; ++f) {
+    const Equation& eq = p.equations[f];
+    if (eq.prim != Prim::kFold) continue;
+    ValueId v = eq.inputs[0];
+    std::size_t reader = f;
+    int j = producer[v];
+    int reshape = -1;
+    if (j >= 0 && p.equations[static_cast<std::size_t>(j)].prim == Prim::kReshape &&
+        only_reader(v, f)) {
+      reshape = j;
+      reader = static_cast<std::size_t>(j);
+      v = p.equations[static_cast<std::size_t>(j)].inputs[0];
+      j = producer[v];
+    }
+    if (j < 0 || p.equations[static_cast<std::size_t>(j)].prim != Prim::kMatmul ||
+        windows[static_cast<std::size_t>(j)].kind || !only_reader(v, reader)) {
+      continue;
+    }
+    windows[f].kind = FusedKernel::Kind::kMatmulFold;
+    windows[f].taken = {static_cast<std::size_t>(j)};
+    absorbed[static_cast<std::size_t>(j)] = true;
+    if (reshape >= 0) {
+      windows[f].taken.push_back(static_cast<std::size_t>(reshape));
+      absorbed[static_cast<std::size_t>(reshape)] = true;
+    }
+  }
+}
 
 }  // namespace
 
@@ -117,13 +265,19 @@ std::vector<Step> fuse(const Program& p, const FusionOptions& options) {
       }
     }
   }
+  std::vector<std::vector<std::size_t>> readers(p.num_values());
+  std::vector<int> producer(p.num_values(), -1);
+  for (std::size_t i = 0; i < n; ++i) {
+    for (ValueId in : p.equations[i].inputs) readers[in].push_back(i);
+    producer[p.equations[i].output] = static_cast<int>(i);
+  }
+  // Implicit-GEMM halves (kUnfoldMatmul, kMatmulFold): windows[i] names the
+  // equations the kernel run at equation i takes in; absorbed equations run
+  // only inside those kernels.
+  std::vector<Window> windows(n);
+  std::vector<bool> absorbed(n, false);
+  if (options.enabled && options.windows) find_windows(p, readers, producer, windows, absorbed);
   if (options.enabled && options.anchors) {
-    std::vector<std::vector<std::size_t>> readers(p.num_values());
-    std::vector<int> producer(p.num_values(), -1);
-    for (std::size_t i = 0; i < n; ++i) {
-      for (ValueId in : p.equations[i].inputs) readers[in].push_back(i);
-      producer[p.equations[i].output] = static_cast<int>(i);
-    }
     // Matmul epilogues: a group takes the matmul whose result it reads (with the
     // group's shape) when every other reader of that result comes after the
     // group's last member, where the kernel now runs.
@@ -135,7 +289,7 @@ std::vector<Step> fuse(const Program& p, const FusionOptions& options) {
         for (ValueId in : p.equations[grp.members[m]].inputs) {
           const int j = producer[in];
           if (j < 0 || p.equations[j].prim != Prim::kMatmul || group_of_eq[j] >= 0 ||
-              p.avals[in].shape != grp.shape) {
+              absorbed[j] || windows[j].kind || p.avals[in].shape != grp.shape) {
             continue;
           }
           bool ok = true;
@@ -185,6 +339,14 @@ std::vector<Step> fuse(const Program& p, const FusionOptions& options) {
   for (std::size_t i = 0; i < n; ++i) {
     const Equation& eq = p.equations[i];
     const int g = group_of_eq[i];
+    if (absorbed[i]) continue;
+    if (windows[i].kind) {
+      order.assign(windows[i].taken.begin(), windows[i].taken.end());
+      order.push_back(i);
+      steps.push_back(kernel_step(p, order, *windows[i].kind, p.avals[eq.output].shape,
+                                  [&](ValueId v) { return v == eq.output; }));
+      continue;
+    }
     if (g < 0 || (groups[g].members.size() == 1 && groups[g].anchor < 0)) {
       Step s;
       s.equation = &eq;
@@ -203,36 +365,8 @@ std::vector<Step> fuse(const Program& p, const FusionOptions& options) {
     if (grp.kind == FusedKernel::Kind::kMatmulEpilogue) order.push_back(grp.anchor);
     order.insert(order.end(), grp.members.begin(), grp.members.end());
     if (grp.kind == FusedKernel::Kind::kReducePrologue) order.push_back(grp.anchor);
-    auto kernel = std::make_shared<FusedKernel>();
-    kernel->shape = grp.shape;
-    kernel->kind = grp.kind;
-    Program& body = kernel->body;
-    absl::flat_hash_map<ValueId, ValueId> local;
-    Step s;
-    auto local_of = [&](ValueId v) {
-      auto it = local.find(v);
-      if (it != local.end()) return it->second;
-      const ValueId id = body.new_value(p.avals[v]);
-      body.inputs.push_back(id);
-      s.inputs.push_back(v);
-      local.emplace(v, id);
-      return id;
-    };
-    for (std::size_t m : order) {
-      const Equation& member = p.equations[m];
-      Equation copy{member.prim, member.params, {}, 0};
-      for (ValueId in : member.inputs) copy.inputs.push_back(local_of(in));
-      const ValueId out = body.new_value(p.avals[member.output]);
-      copy.output = out;
-      local.emplace(member.output, out);
-      body.equations.push_back(std::move(copy));
-      if (escapes[member.output]) {
-        body.outputs.push_back(out);
-        s.outputs.push_back(member.output);
-      }
-    }
-    s.kernel = std::move(kernel);
-    steps.push_back(std::move(s));
+    steps.push_back(kernel_step(p, order, grp.kind, grp.shape,
+                                [&](ValueId v) { return escapes[v]; }));
   }
   return steps;
 }
@@ -253,10 +387,9 @@ std::string to_string(const Program& p, const std::vector<Step>& steps) {
       os << text.substr(text.find("let\n") + 4, text.find("\n  in") - text.find("let\n") - 4)
          << "\n";
     } else {
-      const char* kind = s.kernel->kind == FusedKernel::Kind::kMatmulEpilogue ? " matmul_epilogue"
-                         : s.kernel->kind == FusedKernel::Kind::kReducePrologue ? " reduce_prologue"
-                                                                                 : "";
-      os << "fused[shape=(" << detail::join(s.kernel->shape, ", ") << ")" << kind << "] "
+      const char* kind = name(s.kernel->kind);
+      os << "fused[shape=(" << detail::join(s.kernel->shape, ", ") << ")" << (*kind ? " " : "")
+         << kind << "] "
          << to_string(s.kernel->body) << "\n";
     }
   }

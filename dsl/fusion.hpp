@@ -32,6 +32,17 @@ namespace kiln {
 // - kReducePrologue: the last body equation is a sum/max/min of a value the
 //   group computes (shape `shape`); its result is a body output of its own
 //   shape, after the group's escaping values.
+// Two more kinds have no elementwise group: an implicit-GEMM convolution's
+// halves, which a backend forms only when it runs them itself
+// (Backend::fuses_windows), since evaluated one equation at a time they would
+// only repeat work. `shape` is the shape of the kernel's one output.
+// - kUnfoldMatmul: unfold, an optional reshape of its columns, and a matmul
+//   reading them as one operand. The columns never reach memory whole: the
+//   backend builds each product's part next to the product. An unfold read
+//   only by matmuls is copied into each of their kernels (a convolution's
+//   forward product and its weight gradient both read the columns).
+// - kMatmulFold: a matmul, an optional reshape, and the fold of its result,
+//   which nothing else reads (a convolution's input gradient).
 // Backend::eval_fused's default evaluates any kind equation by equation; a
 // backend that fuses only some kinds hands the others to it.
 // What a backend prepares for a kernel on its first run (the CPU's block plan and
@@ -63,7 +74,14 @@ class KernelCache {
 };
 
 struct FusedKernel {
-  enum class Kind : std::uint8_t { kElementwise, kMatmulEpilogue, kReducePrologue };
+  enum class Kind : std::uint8_t {
+    kElementwise,
+    kMatmulEpilogue,
+    kReducePrologue,
+    kUnfoldMatmul,
+    kMatmulFold,
+  };
+  static constexpr int kNumKinds = 5;  // the harness in tests/test_fusion.cpp covers each
   Program body;
   Shape shape;
   Kind kind = Kind::kElementwise;
@@ -83,6 +101,9 @@ struct Step {
 struct FusionOptions {
   bool enabled = true;  // KILN_FUSION=0 turns fusion off (one step per equation)
   bool anchors = true;  // fuse matmul epilogues and reduction prologues
+  // Form kUnfoldMatmul and kMatmulFold kernels. Executable clears it for a
+  // backend that does not run them itself (Backend::fuses_windows).
+  bool windows = true;
 };
 
 // The launch steps of `p`, in an order that respects dependencies. `p` must
@@ -92,6 +113,9 @@ std::vector<Step> fuse(const Program& p, const FusionOptions& options = {});
 // The program with its kernel boundaries, for debugging:
 //   fused[shape=(128,256)] { lambda ; a:f32[128,256] b:f32[256]. let ... }
 std::string to_string(const Program& p, const std::vector<Step>& steps);
+
+// The kind's name as to_string prints it ("" for kElementwise).
+const char* name(FusedKernel::Kind kind);
 
 // Whether `prim` can be part of a fused elementwise group.
 bool fusible(Prim prim);

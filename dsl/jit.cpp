@@ -217,6 +217,9 @@ JitOptions with_environment(JitOptions options) {
   if (const char* v = std::getenv("KILN_FUSION")) {
     if (std::string_view(v) == "0") options.fusion.enabled = false;
     if (std::string_view(v) == "elementwise") options.fusion.anchors = false;
+    if (std::string_view(v) == "elementwise" || std::string_view(v) == "anchors") {
+      options.fusion.windows = false;
+    }
   }
   return options;
 }

@@ -45,7 +45,7 @@ namespace kiln {
 struct JitOptions {
   std::string name = "filter_jit";     // shown in errors and explanations
   std::vector<std::string> arg_names = {};  // default: arg0, arg1, ...
-  FusionOptions fusion = {};           // default: KILN_FUSION (on unless "0")
+  FusionOptions fusion = {};           // default: KILN_FUSION (on unless "0"; README)
   // Most compiled entries kept for this function: past it the least recently
   // used is evicted (its program, kernels and memory freed) and a warning says
   // the function retraces too often, once. 0: KILN_JIT_CACHE_LIMIT, else 64.

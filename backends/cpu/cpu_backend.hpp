@@ -21,6 +21,8 @@ class CpuBackend final : public Backend {
   std::vector<std::shared_ptr<Buffer>> eval_fused(
       const FusedKernel& kernel, std::span<const Array> inputs,
       std::span<const std::shared_ptr<Buffer>> into) override;
+  // Convolutions' implicit-GEMM kernels (implicit_gemm.cpp).
+  bool fuses_windows() const override { return true; }
   Array from_host(const Array& host) override { return host; }
 
  private:
@@ -30,6 +32,8 @@ class CpuBackend final : public Backend {
   std::vector<std::shared_ptr<Buffer>> eval_prologue(
       const FusedKernel& kernel, std::span<const Array> inputs,
       std::span<const std::shared_ptr<Buffer>> into);
+  std::vector<std::shared_ptr<Buffer>> eval_implicit_gemm(const FusedKernel& kernel,
+                                                          std::span<const Array> inputs);
 };
 
 using EvalFn = std::shared_ptr<Buffer>(Prim, const Params&,

@@ -583,6 +583,9 @@ std::vector<std::shared_ptr<Buffer>> CpuBackend::eval_fused(
       return eval_epilogue(k, inputs, into);
     case FusedKernel::Kind::kReducePrologue:
       return eval_prologue(k, inputs, into);
+    case FusedKernel::Kind::kUnfoldMatmul:
+    case FusedKernel::Kind::kMatmulFold:
+      return eval_implicit_gemm(k, inputs);
     case FusedKernel::Kind::kElementwise:
       break;
   }

@@ -1,6 +1,7 @@
 // CPU kernel for batched matmul: one BLAS gemm per batch element, called
 // directly on the arrays' buffers (cblas from OpenBLAS, the library
-// xtensor-blas wraps), so no operand is copied. Broadcast batch dims are walked
+// xtensor-blas wraps), so no operand is copied. Its parts (matmul.hpp) also run
+// the implicit-GEMM kernels' products. Broadcast batch dims are walked
 // with stride 0 rather than materialised. f32 goes to kiln's own kernels by
 // default (gemm_kernels.cpp), or to the library KILN_GEMM names (gemm.hpp).
 #include <cblas.h>
@@ -12,6 +13,7 @@
 
 #include "kiln/backends/cpu/cpu_backend.hpp"
 #include "kiln/backends/cpu/gemm.hpp"
+#include "kiln/backends/cpu/matmul.hpp"
 #include "kiln/backends/cpu/simd.hpp"
 #include "kiln/runtime/error.hpp"
 #include "kiln/runtime/strings.hpp"
@@ -77,8 +79,6 @@ std::string gemm_name() {
                          " kernels)");
 }
 
-namespace {
-
 // C (m x n) = op(A) (m x k) * op(B) (k x n), row-major and contiguous; op
 // transposes an operand stored transposed (A as k x m, B as n x k).
 template <class T>
@@ -104,6 +104,12 @@ void gemm(std::int64_t m, std::int64_t n, std::int64_t k, const T* a, const T* b
     cblas_dgemm(CblasRowMajor, opa, opb, bm, bn, bk, 1.0, a, lda, b, ldb, 0.0, c, ldc);
   }
 }
+template void gemm(std::int64_t, std::int64_t, std::int64_t, const float*, const float*, float*,
+                   bool, bool);
+template void gemm(std::int64_t, std::int64_t, std::int64_t, const double*, const double*,
+                   double*, bool, bool);
+
+namespace {
 
 // Per-batch-dim strides (in matrices) of an operand whose batch dims are
 // right-aligned against `out_batch`; size-1 (broadcast) dims get stride 0.
@@ -120,55 +126,78 @@ Shape batch_strides(const Shape& shape, const Shape& out_batch) {
   return strides;
 }
 
-template <class T>
-void batched_matmul(const Array& a, const Array& b, const Aval& out, T* c, bool ta, bool tb) {
-  const Shape& as = a.shape();
-  const Shape& bs = b.shape();
-  const std::int64_t m = out.shape[out.shape.size() - 2];
-  const std::int64_t n = out.shape[out.shape.size() - 1];
-  const std::int64_t k = as[as.size() - (ta ? 2 : 1)];
-  const Shape out_batch(out.shape.begin(), out.shape.end() - 2);
-  const std::int64_t batch = numel(out_batch);
-  const T* pa = a.data<T>();
-  const T* pb = b.data<T>();
-  if (k == 0) {  // an empty sum: BLAS may not write C at all
-    std::fill_n(c, batch * m * n, T{0});
-    return;
-  }
+}  // namespace
+
+MatmulGeometry matmul_geometry(const Shape& as, const Shape& bs, const Shape& out, bool ta,
+                               bool tb) {
+  MatmulGeometry g;
+  g.m = out[out.size() - 2];
+  g.n = out[out.size() - 1];
+  g.k = as[as.size() - (ta ? 2 : 1)];
+  g.ta = ta;
+  g.tb = tb;
+  g.out_batch.assign(out.begin(), out.end() - 2);
+  g.batch = numel(g.out_batch);
+  g.sa = batch_strides(as, g.out_batch);
+  g.sb = batch_strides(bs, g.out_batch);
   // A single shared right operand and an unbroadcast left one: the batch folds
   // into the rows of one large gemm, which BLAS runs far better than many
   // small.
-  if (!ta && numel(Shape(bs.begin(), bs.end() - 2)) == 1 && a.size() == batch * m * k) {
-    gemm<T>(batch * m, n, k, pa, pb, c, false, tb);
-    return;
+  g.fold_batch = !ta && numel(Shape(bs.begin(), bs.end() - 2)) == 1 &&
+                 numel(Shape(as.begin(), as.end() - 2)) == g.batch;
+  return g;
+}
+
+std::pair<std::int64_t, std::int64_t> MatmulGeometry::offsets(std::int64_t i) const {
+  std::int64_t off_a = 0, off_b = 0;
+  for (std::size_t d = out_batch.size(); d-- > 0;) {
+    const std::int64_t pos = i % out_batch[d];
+    i /= out_batch[d];
+    off_a += pos * sa[d];
+    off_b += pos * sb[d];
   }
-  const Shape sa = batch_strides(as, out_batch);
-  const Shape sb = batch_strides(bs, out_batch);
-  const std::size_t rank = out_batch.size();
-  // Matrix i of the batch: its operands' offsets (in matrices).
-  const auto product = [&](std::int64_t i) {
-    std::int64_t off_a = 0, off_b = 0;
-    for (std::size_t d = rank; d-- > 0;) {
-      const std::int64_t pos = i % out_batch[d];
-      i /= out_batch[d];
-      off_a += pos * sa[d];
-      off_b += pos * sb[d];
-    }
-    return std::pair{off_a, off_b};
-  };
-  const auto one = [&](std::int64_t i) {
-    const auto [off_a, off_b] = product(i);
-    gemm<T>(m, n, k, pa + off_a * m * k, pb + off_b * k * n, c + i * m * n, ta, tb);
-  };
+  return {off_a, off_b};
+}
+
+void for_each_product(const MatmulGeometry& g, DType dtype,
+                      absl::FunctionRef<void(std::int64_t, std::int64_t)> run) {
   // kiln's kernels run on kiln's pool: a batch of small products is split by
-  // matrix (each one's bits are those of a one-thread run, see gemm.hpp).
-  if (std::is_same_v<T, float> && gemm_lib() == GemmLib::kKiln && batch > 1 &&
-      batch * m * n * k >= (std::int64_t{1} << 18)) {
-    parallel_for(static_cast<std::size_t>(batch),
-                 [&](std::size_t i) { one(static_cast<std::int64_t>(i)); });
+  // matrix (each one's bits are those of a one-thread run, see gemm.hpp), in
+  // ranges small enough to balance a thread that the machine runs slower.
+  if (dtype == DType::kF32 && gemm_lib() == GemmLib::kKiln && g.batch > 1 &&
+      g.batch * g.m * g.n * g.k >= (std::int64_t{1} << 18)) {
+    const std::int64_t tasks = std::min<std::int64_t>(g.batch, 16 * num_threads());
+    parallel_for(static_cast<std::size_t>(tasks), [&](std::size_t t) {
+      const auto i = static_cast<std::int64_t>(t);
+      run(g.batch * i / tasks, g.batch * (i + 1) / tasks);
+    });
     return;
   }
-  for (std::int64_t i = 0; i < batch; ++i) one(i);
+  run(0, g.batch);
+}
+
+namespace {
+
+template <class T>
+void batched_matmul(const Array& a, const Array& b, const Aval& out, T* c, bool ta, bool tb) {
+  const MatmulGeometry g = matmul_geometry(a.shape(), b.shape(), out.shape, ta, tb);
+  const T* pa = a.data<T>();
+  const T* pb = b.data<T>();
+  if (g.k == 0) {  // an empty sum: BLAS may not write C at all
+    std::fill_n(c, g.batch * g.m * g.n, T{0});
+    return;
+  }
+  if (g.fold_batch) {
+    gemm<T>(g.batch * g.m, g.n, g.k, pa, pb, c, false, tb);
+    return;
+  }
+  for_each_product(g, out.dtype, [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t i = begin; i < end; ++i) {
+      const auto [off_a, off_b] = g.offsets(i);
+      gemm<T>(g.m, g.n, g.k, pa + off_a * g.m * g.k, pb + off_b * g.k * g.n, c + i * g.m * g.n,
+              ta, tb);
+    }
+  });
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include "kiln/backends/cpu/bits.hpp"
 #include "kiln/backends/cpu/cpu_backend.hpp"
 #include "kiln/backends/cpu/parallel.hpp"
+#include "kiln/backends/cpu/window.hpp"
 #include "kiln/runtime/dtype_inl.hpp"
 #include "kiln/runtime/half.hpp"
 
@@ -27,24 +28,11 @@ std::int64_t ceil_div(std::int64_t a, std::int64_t b) {  // b > 0
   return a >= 0 ? (a + b - 1) / b : -((-a) / b);
 }
 
-struct Plan {
-  std::int64_t image = 1;      // elements of one image
-  std::int64_t taps = 1;       // T
-  std::int64_t positions = 1;  // L
-  std::int64_t width = 1;      // output positions along the last axis
-  std::int64_t rows = 1;       // L / width
-  std::int64_t stride = 1;     // along the last axis
-  // Per tap: positions [lo, hi) of every row read the image; the others are
-  // padding.
-  std::vector<std::int64_t> lo, hi;
-  // start[t * rows + q]: the image element position lo of row q reads, or -1
-  // when the row is all padding.
-  std::vector<std::int64_t> start;
-};
+}  // namespace
 
-Plan plan(const WindowParams& p) {
+WindowPlan window_plan(const WindowParams& p) {
   const std::size_t r = p.window.size(), last = r - 1;
-  Plan pl;
+  WindowPlan pl;
   const Shape out = window_extents(p);
   Shape img_strides(r), tap_div(r);
   for (std::size_t a = r; a-- > 0;) {
@@ -90,8 +78,10 @@ Plan plan(const WindowParams& p) {
   return pl;
 }
 
+namespace {
+
 template <class T>
-void unfold_image(const Plan& pl, const T* image, std::int64_t t, T pad, T* col) {
+void unfold_image(const WindowPlan& pl, const T* image, std::int64_t t, T pad, T* col) {
   const std::int64_t lo = pl.lo[static_cast<std::size_t>(t)];
   const std::int64_t hi = pl.hi[static_cast<std::size_t>(t)];
   const std::int64_t w = pl.width, s = pl.stride;
@@ -116,7 +106,7 @@ void unfold_image(const Plan& pl, const T* image, std::int64_t t, T pad, T* col)
 }
 
 template <class T>
-void fold_image(const Plan& pl, const T* cols, T* image) {
+void fold_image(const WindowPlan& pl, const T* cols, T* image) {
   const std::int64_t w = pl.width, s = pl.stride;
   for (std::int64_t t = 0; t < pl.taps; ++t) {
     const std::int64_t lo = pl.lo[static_cast<std::size_t>(t)];
@@ -137,6 +127,33 @@ void fold_image(const Plan& pl, const T* cols, T* image) {
     }
   }
 }
+
+}  // namespace
+
+template <class T>
+void unfold_units(const WindowPlan& pl, const T* src, std::int64_t u0, std::int64_t u1, T pad,
+                  T* dst) {
+  for (std::int64_t u = u0; u < u1; ++u) {
+    unfold_image(pl, src + u / pl.taps * pl.image, u % pl.taps, pad, dst + (u - u0) * pl.positions);
+  }
+}
+
+template <class T>
+void fold_images(const WindowPlan& pl, const T* cols, std::int64_t v0, std::int64_t v1, T* dst) {
+  std::fill(dst + v0 * pl.image, dst + v1 * pl.image, T{0});
+  for (std::int64_t v = v0; v < v1; ++v) {
+    fold_image(pl, cols + (v - v0) * pl.taps * pl.positions, dst + v * pl.image);
+  }
+}
+
+template void unfold_units(const WindowPlan&, const float*, std::int64_t, std::int64_t, float,
+                           float*);
+template void unfold_units(const WindowPlan&, const double*, std::int64_t, std::int64_t, double,
+                           double*);
+template void fold_images(const WindowPlan&, const float*, std::int64_t, std::int64_t, float*);
+template void fold_images(const WindowPlan&, const double*, std::int64_t, std::int64_t, double*);
+
+namespace {
 
 // The pad value as the bits of one `dtype` element, in the unsigned word U of
 // that size (f16 and bf16 rounded as narrowing an f32 result would).
@@ -160,7 +177,7 @@ U pad_bits(DType dtype, double value) {
 std::shared_ptr<Buffer> unfold(const WindowParams& p, const Array& in, const Aval& out) {
   auto buf = allocate(out);
   if (numel(out.shape) == 0) return buf;
-  const Plan pl = plan(p);
+  const WindowPlan pl = window_plan(p);
   const std::int64_t units = numel(out.shape) / pl.positions;  // (image, tap) pairs
   visit_element_size(out.dtype, [&](auto zero) {
     using U = decltype(zero);
@@ -169,11 +186,9 @@ std::shared_ptr<Buffer> unfold(const WindowParams& p, const Array& in, const Ava
     U* dst = static_cast<U*>(buf->host_data());
     parallel_ranges(static_cast<std::size_t>(units), static_cast<std::size_t>(pl.positions),
                     [&](std::size_t u0, std::size_t u1) {
-                      for (auto u = static_cast<std::int64_t>(u0);
-                           u < static_cast<std::int64_t>(u1); ++u) {
-                        unfold_image(pl, src + u / pl.taps * pl.image, u % pl.taps, pad,
-                                     dst + u * pl.positions);
-                      }
+                      const auto lo = static_cast<std::int64_t>(u0);
+                      unfold_units(pl, src, lo, static_cast<std::int64_t>(u1), pad,
+                                   dst + lo * pl.positions);
                     });
   });
   return buf;
@@ -182,9 +197,11 @@ std::shared_ptr<Buffer> unfold(const WindowParams& p, const Array& in, const Ava
 std::shared_ptr<Buffer> fold(const WindowParams& p, const Array& in, const Aval& out) {
   auto buf = allocate(out);
   if (numel(out.shape) == 0) return buf;
-  std::memset(buf->host_data(), 0, buf->nbytes());
-  const Plan pl = plan(p);
-  if (pl.image == 0) return buf;
+  const WindowPlan pl = window_plan(p);
+  if (pl.image == 0) {
+    std::memset(buf->host_data(), 0, buf->nbytes());
+    return buf;
+  }
   const std::int64_t images = numel(out.shape) / pl.image;
   visit_dtype(out.dtype, [&](auto zero) {
     using T = decltype(zero);
@@ -194,10 +211,9 @@ std::shared_ptr<Buffer> fold(const WindowParams& p, const Array& in, const Aval&
       parallel_ranges(static_cast<std::size_t>(images),
                       static_cast<std::size_t>(pl.taps * pl.positions),
                       [&](std::size_t v0, std::size_t v1) {
-                        for (auto v = static_cast<std::int64_t>(v0);
-                             v < static_cast<std::int64_t>(v1); ++v) {
-                          fold_image(pl, src + v * pl.taps * pl.positions, dst + v * pl.image);
-                        }
+                        const auto lo = static_cast<std::int64_t>(v0);
+                        fold_images(pl, src + lo * pl.taps * pl.positions, lo,
+                                    static_cast<std::int64_t>(v1), dst);
                       });
     }
   });

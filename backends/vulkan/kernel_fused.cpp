@@ -196,6 +196,10 @@ Launch fused_kernel(Context& ctx, const FusedKernel& kernel, std::uint32_t addre
       return epilogue_kernel(ctx, kernel, addressed);
     case FusedKernel::Kind::kReducePrologue:
       return prologue_kernel(ctx, kernel, addressed);
+    case FusedKernel::Kind::kUnfoldMatmul:
+    case FusedKernel::Kind::kMatmulFold:
+      // plan_fused runs these unfused (Backend::eval_fused).
+      throw Error(detail::str_cat("[fused] no Vulkan kernel for a ", name(kernel.kind), " kernel"));
     case FusedKernel::Kind::kElementwise:
       break;
   }

@@ -652,10 +652,12 @@ FusedPlan plan_fused(const Context& ctx, const FusedKernel& k) {
     ctx.require_dtype(body.avals[eq.output].dtype, what.c_str());
   }
   plan.order = fused_inputs(k);
-  // Unfused (one kernel per equation): more operands than a kernel binds, and
+  // Unfused (one kernel per equation): the implicit-GEMM kinds (fuses_windows
+  // is false, so only a hand-made kernel has them), more operands than a kernel binds, and
   // the anchors' edge cases: empty shapes (a sum over an empty axis still has
   // values), matmul over k == 0 (zeros).
   plan.unfused =
+      k.kind == FusedKernel::Kind::kUnfoldMatmul || k.kind == FusedKernel::Kind::kMatmulFold ||
       plan.order.size() + body.outputs.size() > ctx.caps().max_bindings ||
       (k.kind != FusedKernel::Kind::kElementwise && numel(k.shape) == 0) ||
       (k.kind == FusedKernel::Kind::kMatmulEpilogue &&
