@@ -100,7 +100,7 @@ auto conv_step(Conv conv) {
 
 TEST_CASE("implicit GEMM: every conv's forward and gradients equal the unfused program") {
   for (const ConvCase& c : conv_cases()) {
-    for (DType dtype : {f32, f64, f16}) {
+    for (DType dtype : {f32, f64, f16, bf16}) {
       if (!supports(dtype)) continue;
       CAPTURE(c.name);
       CAPTURE(name(dtype));

@@ -7,19 +7,24 @@
 //   from there into its images.
 // Both run the unfused program's products (matmul.hpp: the same geometry,
 // the same GEMM calls, the same split over the pool) on the same columns, and
-// fold adds in the same order, so the results have the unfused bits. f32 and
-// f64 only: other dtypes, and the cases the per-product split does not cover
-// (columns broadcast over the batch, an empty contraction), run the body one
-// equation at a time (Backend::eval_fused).
+// fold adds in the same order, so the results have the unfused bits. f16 and
+// bf16 compute in f32 and round where the unfused program stores them. The
+// cases the per-product split does not cover (columns broadcast over the
+// batch, an empty contraction) run the body one equation at a time
+// (Backend::eval_fused).
 #include <algorithm>
+#include <cstdint>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "kiln/backends/cpu/cpu_backend.hpp"
 #include "kiln/backends/cpu/gemm.hpp"
+#include "kiln/backends/cpu/half.hpp"
 #include "kiln/backends/cpu/matmul.hpp"
 #include "kiln/backends/cpu/window.hpp"
 #include "kiln/dsl/fusion.hpp"
+#include "kiln/runtime/half.hpp"
 
 namespace kiln::cpu {
 namespace {
@@ -57,8 +62,13 @@ Plan make_plan(const FusedKernel& k) {
   plan.products = matmul_geometry(as, bs, product.shape, mp.transpose_a, mp.transpose_b);
   plan.geometry = window_plan(plan.window->params.as<WindowParams>());
   const MatmulGeometry& g = plan.products;
-  const bool exact_split = product.dtype == DType::kF32 && gemm_lib() == GemmLib::kKiln;
-  if ((product.dtype != DType::kF32 && product.dtype != DType::kF64) || g.k == 0 ||
+  // 16-bit floats compute in f32 (eval_in_f32), so their products are f32's.
+  const bool exact_split = product.dtype != DType::kF64 && gemm_lib() == GemmLib::kKiln;
+  bool one_dtype = true;
+  for (const Equation& eq : b.equations) {
+    for (ValueId v : eq.inputs) one_dtype = one_dtype && b.avals[v].dtype == product.dtype;
+  }
+  if (!one_dtype || !is_inexact(product.dtype) || g.k == 0 ||
       numel(product.shape) == 0 || (g.fold_batch && !exact_split)) {
     return plan;
   }
@@ -82,54 +92,126 @@ Plan make_plan(const FusedKernel& k) {
   return plan;
 }
 
+// Elements stored as `dtype`: f32 and f64 computed as themselves; f16 and bf16
+// (16-bit words) computed in f32, widened where read and rounded where the
+// unfused program stores a 16-bit value, as eval_in_f32 does (half.hpp).
+struct Storage {
+  DType dtype;
+  FlatKernel widen = nullptr;   // words -> f32 (16-bit only)
+  FlatKernel narrow = nullptr;  // f32 -> words
+  bool half() const { return widen != nullptr; }
+};
+
+void convert(FlatKernel k, const void* in, void* out, std::int64_t n) {
+  const FlatOperand operand{in, false};
+  k(&operand, out, static_cast<std::size_t>(n));
+}
+
 template <class T>
-void unfold_matmul(const Plan& plan, DType dtype, const T* image, const T* other, T* c) {
+std::unique_ptr<T[]> buffer(std::int64_t n) {
+  return std::make_unique_for_overwrite<T[]>(static_cast<std::size_t>(n));
+}
+
+// The pad value of `dtype` (16-bit: as its word).
+template <class T>
+T pad_of(const Plan& plan) {
+  const double v = plan.window->params.as<WindowParams>().pad_value;
+  return static_cast<T>(v);
+}
+std::uint16_t pad_word(const Plan& plan, DType dtype) {
+  const auto v = static_cast<float>(plan.window->params.as<WindowParams>().pad_value);
+  return dtype == DType::kF16 ? float_to_half(v) : float_to_bf16(v);
+}
+
+// T: the compute type. `image` and `c` are stored as st.dtype, `other` is in T.
+template <class T>
+void unfold_matmul(const Plan& plan, const Storage& st, const void* image, const T* other,
+                   void* c) {
   const MatmulGeometry& g = plan.products;
   const WindowPlan& geo = plan.geometry;
-  const T pad = static_cast<T>(plan.window->params.as<WindowParams>().pad_value);
-  const std::int64_t per = plan.per_product;
-  for_each_product(g, dtype, [&](std::int64_t begin, std::int64_t end) {
-    const auto cols =
-        std::make_unique_for_overwrite<T[]>(static_cast<std::size_t>(per * geo.positions));
+  const std::int64_t per = plan.per_product, cols_n = per * geo.positions, prod_n = g.m * g.n;
+  for_each_product(g, std::is_same_v<T, float> ? DType::kF32 : DType::kF64,
+                   [&](std::int64_t begin, std::int64_t end) {
+    const auto cols = buffer<T>(cols_n);
+    std::unique_ptr<std::uint16_t[]> words;
+    std::unique_ptr<T[]> product;
+    if (st.half()) {
+      words = buffer<std::uint16_t>(cols_n);
+      product = buffer<T>(prod_n);
+    }
     for (std::int64_t i = begin; i < end; ++i) {
       const auto [off_a, off_b] = g.offsets(i);
       const std::int64_t at = (plan.cols_side == 0 ? off_a : off_b) * per;
-      unfold_units(geo, image, at, at + per, pad, cols.get());
+      if (st.half()) {
+        unfold_units(geo, static_cast<const std::uint16_t*>(image), at, at + per,
+                     pad_word(plan, st.dtype), words.get());
+        convert(st.widen, words.get(), cols.get(), cols_n);
+      } else {
+        unfold_units(geo, static_cast<const T*>(image), at, at + per, pad_of<T>(plan), cols.get());
+      }
       const T* a = plan.cols_side == 0 ? cols.get() : other + off_a * g.m * g.k;
       const T* b = plan.cols_side == 1 ? cols.get() : other + off_b * g.k * g.n;
-      gemm<T>(g.m, g.n, g.k, a, b, c + i * g.m * g.n, g.ta, g.tb);
+      T* ci = st.half() ? product.get() : static_cast<T*>(c) + i * prod_n;
+      gemm<T>(g.m, g.n, g.k, a, b, ci, g.ta, g.tb);
+      if (st.half()) convert(st.narrow, ci, static_cast<std::uint16_t*>(c) + i * prod_n, prod_n);
     }
   });
 }
 
+// `a` and `b` are in T, `image` stored as st.dtype.
 template <class T>
-void matmul_fold(const Plan& plan, DType dtype, const T* a, const T* b, T* image) {
+void matmul_fold(const Plan& plan, const Storage& st, const T* a, const T* b, void* image) {
   const MatmulGeometry& g = plan.products;
-  const std::int64_t per = plan.per_product;
-  for_each_product(g, dtype, [&](std::int64_t begin, std::int64_t end) {
-    const auto product =
-        std::make_unique_for_overwrite<T[]>(static_cast<std::size_t>(g.m * g.n));
+  const WindowPlan& geo = plan.geometry;
+  const std::int64_t per = plan.per_product, prod_n = g.m * g.n, image_n = per * geo.image;
+  for_each_product(g, std::is_same_v<T, float> ? DType::kF32 : DType::kF64,
+                   [&](std::int64_t begin, std::int64_t end) {
+    const auto product = buffer<T>(prod_n);
+    std::unique_ptr<std::uint16_t[]> words;
+    std::unique_ptr<T[]> images;
+    if (st.half()) {
+      words = buffer<std::uint16_t>(prod_n);
+      images = buffer<T>(image_n);
+    }
     for (std::int64_t i = begin; i < end; ++i) {
       const auto [off_a, off_b] = g.offsets(i);
       gemm<T>(g.m, g.n, g.k, a + off_a * g.m * g.k, b + off_b * g.k * g.n, product.get(), g.ta,
               g.tb);
-      fold_images(plan.geometry, product.get(), i * per, (i + 1) * per, image);
+      if (!st.half()) {
+        fold_images(geo, product.get(), i * per, (i + 1) * per, static_cast<T*>(image));
+        continue;
+      }
+      // The unfused product is stored rounded; its fold sums in f32.
+      convert(st.narrow, product.get(), words.get(), prod_n);
+      convert(st.widen, words.get(), product.get(), prod_n);
+      fold_images(geo, product.get(), 0, per, images.get());
+      convert(st.narrow, images.get(), static_cast<std::uint16_t*>(image) + i * image_n, image_n);
     }
   });
 }
 
+// T: the compute type (float for 16-bit storage).
 template <class T>
-void run_direct(const FusedKernel& k, const Plan& plan, std::span<const Array> inputs,
-                T* out) {
+void run_direct(const FusedKernel& k, const Plan& plan, const Storage& st,
+                std::span<const Array> inputs, void* out) {
   const Program& b = k.body;
-  const auto operand = [&](ValueId v) { return inputs[input_index(b, v)].data<T>(); };
-  const DType dtype = b.avals[plan.matmul->output].dtype;
+  std::vector<std::vector<T>> wide;  // 16-bit operands widened whole, as eval_in_f32
+  wide.reserve(2);
+  const auto operand = [&](ValueId v) -> const T* {
+    const Array& a = inputs[input_index(b, v)];
+    if (!st.half()) return a.data<T>();
+    std::vector<T>& w = wide.emplace_back(static_cast<std::size_t>(a.size()));
+    convert(st.widen, a.buffer()->host_data(), w.data(), a.size());
+    return w.data();
+  };
   if (k.kind == FusedKernel::Kind::kUnfoldMatmul) {
     const ValueId other = plan.matmul->inputs[1 - plan.cols_side];
-    unfold_matmul(plan, dtype, operand(plan.window->inputs[0]), operand(other), out);
+    const void* image = inputs[input_index(b, plan.window->inputs[0])].buffer()->host_data();
+    unfold_matmul(plan, st, image, operand(other), out);
   } else {
-    matmul_fold(plan, dtype, operand(plan.matmul->inputs[0]), operand(plan.matmul->inputs[1]),
-                out);
+    const T* pa = operand(plan.matmul->inputs[0]);
+    const T* pb = operand(plan.matmul->inputs[1]);
+    matmul_fold(plan, st, pa, pb, out);
   }
 }
 
@@ -142,10 +224,12 @@ std::vector<std::shared_ptr<Buffer>> CpuBackend::eval_implicit_gemm(
   if (!plan->direct) return Backend::eval_fused(k, inputs, {});
   const Aval& out = k.body.avals[k.body.outputs.front()];
   auto buf = allocate(out);
-  if (out.dtype == DType::kF32) {
-    run_direct(k, *plan, inputs, static_cast<float*>(buf->host_data()));
+  const Storage st{out.dtype, half_astype_kernel(out.dtype, DType::kF32),
+                   half_astype_kernel(DType::kF32, out.dtype)};
+  if (out.dtype == DType::kF64) {
+    run_direct<double>(k, *plan, st, inputs, buf->host_data());
   } else {
-    run_direct(k, *plan, inputs, static_cast<double*>(buf->host_data()));
+    run_direct<float>(k, *plan, st, inputs, buf->host_data());
   }
   return {buf};
 }

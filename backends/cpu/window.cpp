@@ -150,6 +150,8 @@ template void unfold_units(const WindowPlan&, const float*, std::int64_t, std::i
                            float*);
 template void unfold_units(const WindowPlan&, const double*, std::int64_t, std::int64_t, double,
                            double*);
+template void unfold_units(const WindowPlan&, const std::uint16_t*, std::int64_t, std::int64_t,
+                           std::uint16_t, std::uint16_t*);
 template void fold_images(const WindowPlan&, const float*, std::int64_t, std::int64_t, float*);
 template void fold_images(const WindowPlan&, const double*, std::int64_t, std::int64_t, double*);
 

@@ -33,7 +33,7 @@ WindowPlan window_plan(const WindowParams& p);
 
 // Units [u0, u1) of the unfold of `src` (all of the input) into `dst`
 // ((u1 - u0) * positions elements), `pad` in the padding. T is any element
-// type up to 8 bytes (window.cpp instantiates float and double).
+// type up to 8 bytes (window.cpp instantiates float, double and 16-bit words).
 template <class T>
 void unfold_units(const WindowPlan& pl, const T* src, std::int64_t u0, std::int64_t u1, T pad,
                   T* dst);
