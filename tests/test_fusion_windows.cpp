@@ -99,9 +99,13 @@ auto conv_step(Conv conv) {
 }  // namespace
 
 TEST_CASE("implicit GEMM: every conv's forward and gradients equal the unfused program") {
-  for (const ConvCase& c : conv_cases()) {
+  const std::vector<ConvCase> cases = conv_cases();
+  for (const ConvCase& c : cases) {
     for (DType dtype : {f32, f64, f16, bf16}) {
       if (!supports(dtype)) continue;
+      // Elsewhere fusion leaves the kinds out (both programs are the same):
+      // one case shows it.
+      if (!on_cpu() && (dtype != f32 || &c != &cases.front())) continue;
       CAPTURE(c.name);
       CAPTURE(name(dtype));
       const Shape y_shape = c.conv(values(c.x, f32, 0), values(c.w, f32, 0)).shape();
