@@ -26,8 +26,11 @@
 #include "kiln/backends/cpu/simd.hpp"
 #include "kiln/backends/vulkan/context.hpp"
 #include "kiln/backends/vulkan/pipeline.hpp"
+#include "fusion_util.hpp"
 
 using namespace kiln;
+using kiln::fusion_test::bytes_of;
+using kiln::fusion_test::trace;
 
 namespace {
 
@@ -88,12 +91,6 @@ Array random_array(const Shape& shape, DType dtype, double lo = -3, double hi = 
   return on_device(host_random(shape, dtype, lo, hi));
 }
 
-std::vector<std::byte> bytes_of(const Array& a) {
-  std::vector<std::byte> out(a.nbytes());
-  if (!out.empty()) a.buffer()->read(out.data());
-  return out;
-}
-
 // ulps between two floats of the same sign class (NaN == NaN).
 template <class F, class I>
 std::int64_t ulps(F a, F b) {
@@ -143,21 +140,6 @@ void check_equal(const Array& got, const Array& want, std::int64_t max_ulps = 0)
   }
   CAPTURE(at);
   CHECK(worst <= max_ulps);
-}
-
-// Traces `f` on inputs with `avals` (named x0, x1, ...) and optimizes the
-// program the way filter_jit does.
-template <class F>
-Program trace(F f, const std::vector<Aval>& avals) {
-  Trace t;
-  std::vector<Array> xs;
-  for (std::size_t i = 0; i < avals.size(); ++i) {
-    xs.push_back(t.input(avals[i], dev(), "x" + std::to_string(i)));
-  }
-  const std::vector<Array> outs = f(xs);
-  Program p = t.finish(outs);
-  optimize(p);
-  return p;
 }
 
 std::size_t fused_steps(const std::vector<Step>& steps) {

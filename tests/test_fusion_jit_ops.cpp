@@ -26,8 +26,10 @@
 
 #include "kiln/backends/cpu/jit.hpp"
 #include "kiln/backends/cpu/simd.hpp"
+#include "fusion_util.hpp"
 
 using namespace kiln;
+using kiln::fusion_test::bytes_of;
 
 namespace {
 
@@ -74,12 +76,6 @@ Array make(DType d, const Shape& s, std::uint32_t seed) {
   auto buf = HostBuffer::allocate(v.size());
   if (!v.empty()) std::memcpy(buf->host_data(), v.data(), v.size());
   return to_device(Array(d, s, std::move(buf)), dev());
-}
-
-std::vector<std::byte> bytes_of(const Array& a) {
-  std::vector<std::byte> out(a.nbytes());
-  if (!out.empty()) a.buffer()->read(out.data());
-  return out;
 }
 
 // Equal bytes, or (f32) equal but for the sign and payload of NaNs: which

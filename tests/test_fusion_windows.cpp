@@ -19,18 +19,16 @@
 #include <tuple>
 #include <vector>
 
+#include "fusion_util.hpp"
+
 using namespace kiln;
+using kiln::fusion_test::bytes_of;
+using kiln::fusion_test::trace;
 
 namespace {
 
 Device dev() { return default_device(); }
 bool on_cpu() { return dev().kind == Device::Kind::kCpu; }
-
-std::vector<std::byte> bytes_of(const Array& a) {
-  std::vector<std::byte> out(a.nbytes());
-  if (!out.empty()) a.buffer()->read(out.data());
-  return out;
-}
 
 // Deterministic values in [-1, 1) of `dtype` on the device.
 Array values(const Shape& shape, DType dtype, std::uint32_t seed) {
@@ -140,18 +138,6 @@ TEST_CASE("implicit GEMM: every conv's forward and gradients equal the unfused p
 }
 
 namespace {
-
-template <class F>
-Program trace(F f, const std::vector<Aval>& avals) {
-  Trace t;
-  std::vector<Array> xs;
-  for (std::size_t i = 0; i < avals.size(); ++i) {
-    xs.push_back(t.input(avals[i], dev(), "x" + std::to_string(i)));
-  }
-  Program p = t.finish(f(xs));
-  optimize(p);
-  return p;
-}
 
 std::size_t kinds(const std::vector<Step>& steps, FusedKernel::Kind kind) {
   std::size_t n = 0;

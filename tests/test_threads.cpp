@@ -399,3 +399,31 @@ TEST_CASE("large kernels split over threads give the one-thread bits") {
   CHECK(max_diff(one_eager, many_eager) == 0.0f);
   CHECK(max_diff(one_fused, std::get<0>(f(x, b))) == 0.0f);  // and the unfused ops
 }
+
+TEST_CASE("a jitted convolution's gradients (implicit GEMM) on many threads and pool sizes") {
+  // 16 images: the products split over the pool, each task unfolding its own
+  // columns (backends/cpu/implicit_gemm.cpp); other devices run the same
+  // program from several threads.
+  std::vector<float> xv(16 * 4 * 12 * 12), wv(6 * 4 * 3 * 3);
+  for (std::size_t i = 0; i < xv.size(); ++i) xv[i] = std::sin(0.37f * static_cast<float>(i));
+  for (std::size_t i = 0; i < wv.size(); ++i) wv[i] = std::cos(0.11f * static_cast<float>(i));
+  const Array x = array<float>(xv, {16, 4, 12, 12}), w = array<float>(wv, {6, 4, 3, 3});
+  auto jf = filter_jit([](const Array& x, const Array& w) {
+    auto [l, g] = value_and_grad([](const std::vector<Array>& p) {
+      return sum(square(nn::conv2d(p[0], p[1], {.padding = 1})));
+    })(std::vector<Array>{x, w});
+    return std::tuple{l, g[0], g[1]};
+  });
+  const int before = num_threads();
+  set_num_threads(1);
+  const auto [l1, dx1, dw1] = jf(x, w);
+  set_num_threads(3);
+  std::vector<float> worst(kThreads, 0);
+  check_no_errors(run_threads(kThreads, [&](int t) {
+    const auto [l, dx, dw] = jf(x, w);
+    worst[t] = std::max({max_diff(l, l1), max_diff(dx, dx1), max_diff(dw, dw1)});
+  }));
+  set_num_threads(before);
+  CHECK(jf.trace_count() == 1);
+  for (int t = 0; t < kThreads; ++t) CHECK(worst[t] == 0.0f);
+}
