@@ -80,7 +80,7 @@ Plan make_plan(const FusedKernel& k) {
     const Shape& cs = plan.cols_side == 0 ? as : bs;
     const std::int64_t matrix = cs[cs.size() - 2] * cs[cs.size() - 1];
     const std::int64_t units = plan.geometry.positions;
-    if (numel(cs) != g.batch * matrix || matrix % units != 0) return plan;
+    if (units == 0 || numel(cs) != g.batch * matrix || matrix % units != 0) return plan;
     plan.per_product = matrix / units;
   } else {
     const std::int64_t block = plan.geometry.taps * plan.geometry.positions;
