@@ -271,3 +271,56 @@ TEST_CASE("every fused kernel kind appears in a CNN training program and runs bi
     CHECK(seen[static_cast<std::size_t>(k)] > 0);
   }
 }
+
+TEST_CASE("implicit GEMM with the batch folded into rows, and its fallbacks, give eager's bits") {
+  // A shared right operand folds the batch into one product's rows
+  // (matmul.cpp): the implicit kernels split it per image where kiln's f32
+  // GEMM gives the same bits, and elsewhere (f64), like columns broadcast over
+  // the batch, run their equations one at a time. All of them form (fusion
+  // does not look at dtypes or batches) and give the values of eager and of
+  // the program without them.
+  struct Case {
+    const char* name;
+    std::vector<Shape> shapes;
+    std::function<Array(const std::vector<Array>&)> f;
+  };
+  const std::vector<Case> cases = {
+      {"one image's columns, broadcast over a batch of weights",
+       {{1, 3, 6, 6}, {2, 4, 27}},
+       [](const std::vector<Array>& x) {
+         return matmul(x[1], reshape(unfold(x[0], kWindow), {27, 36}));
+       }},
+      {"batched columns times a shared right operand",
+       {{2, 3, 6, 6}, {36, 5}},
+       [](const std::vector<Array>& x) {
+         return matmul(reshape(unfold(x[0], kWindow), {2, 27, 36}), x[1]);
+       }},
+      {"a batched left operand times a shared right one, folded",
+       {{2, 27, 4}, {4, 36}},
+       [](const std::vector<Array>& x) {
+         return fold(reshape(matmul(x[0], x[1]), {2, 3, 9, 36}), {6, 6}, kWindow);
+       }},
+  };
+  for (const Case& c : cases) {
+    for (DType dtype : {f32, f64}) {
+      if (!supports(dtype)) continue;
+      CAPTURE(c.name);
+      CAPTURE(name(dtype));
+      std::vector<Array> inputs;
+      for (std::size_t i = 0; i < c.shapes.size(); ++i) {
+        inputs.push_back(values(c.shapes[i], dtype, static_cast<std::uint32_t>(i + 1)));
+      }
+      FusionOptions without;
+      without.windows = false;
+      auto fused = filter_jit(c.f, {.name = "folded"});
+      auto plain = filter_jit(c.f, {.name = "folded", .fusion = without});
+      const Array want = c.f(inputs);
+      CHECK(bytes_of(fused(inputs)) == bytes_of(want));
+      CHECK(bytes_of(plain(inputs)) == bytes_of(want));
+      const std::string text = fused.compiled_text();
+      CAPTURE(text);
+      const std::size_t kernels = count(text, "unfold_matmul]") + count(text, "matmul_fold]");
+      CHECK(kernels == (on_cpu() ? 1u : 0u));
+    }
+  }
+}
