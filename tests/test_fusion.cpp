@@ -30,6 +30,8 @@
 
 using namespace kiln;
 using kiln::fusion_test::bytes_of;
+using kiln::fusion_test::check_equal;
+using kiln::fusion_test::check_fused;
 using kiln::fusion_test::trace;
 
 namespace {
@@ -91,84 +93,10 @@ Array random_array(const Shape& shape, DType dtype, double lo = -3, double hi = 
   return on_device(host_random(shape, dtype, lo, hi));
 }
 
-// ulps between two floats of the same sign class (NaN == NaN).
-template <class F, class I>
-std::int64_t ulps(F a, F b) {
-  if (std::isnan(a) && std::isnan(b)) return 0;
-  I ia, ib;
-  std::memcpy(&ia, &a, sizeof(F));
-  std::memcpy(&ib, &b, sizeof(F));
-  if ((ia < 0) != (ib < 0)) return a == b ? 0 : std::numeric_limits<std::int64_t>::max();
-  return ia > ib ? static_cast<std::int64_t>(ia - ib) : static_cast<std::int64_t>(ib - ia);
-}
-
-// `got` equals `want` bit for bit, or within `max_ulps` for f32/f64.
-void check_equal(const Array& got, const Array& want, std::int64_t max_ulps = 0) {
-  REQUIRE(got.dtype() == want.dtype());
-  REQUIRE(got.shape() == want.shape());
-  const auto g = bytes_of(got), w = bytes_of(want);
-  if (g == w) return;
-  // Otherwise element by element: NaN equals NaN whatever its sign and payload
-  // (which operand's NaN an add returns is the compiler's choice: it may swap
-  // the operands of a commutative instruction), all else exactly or within
-  // max_ulps.
-  std::int64_t worst = 0;
-  std::size_t at = 0;
-  const std::size_t n = static_cast<std::size_t>(got.size());
-  for (std::size_t i = 0; i < n; ++i) {
-    std::int64_t d = 0;
-    if (got.dtype() == f32) {
-      float a, b;
-      std::memcpy(&a, &g[i * 4], 4);
-      std::memcpy(&b, &w[i * 4], 4);
-      d = ulps<float, std::int32_t>(a, b);
-    } else if (got.dtype() == f64) {
-      double a, b;
-      std::memcpy(&a, &g[i * 8], 8);
-      std::memcpy(&b, &w[i * 8], 8);
-      d = ulps<double, std::int64_t>(a, b);
-    } else {
-      d = std::memcmp(&g[i * size_of(got.dtype())], &w[i * size_of(got.dtype())],
-                      size_of(got.dtype())) == 0
-              ? 0
-              : std::numeric_limits<std::int64_t>::max();
-    }
-    if (d > worst) {
-      worst = d;
-      at = i;
-    }
-  }
-  CAPTURE(at);
-  CHECK(worst <= max_ulps);
-}
-
 std::size_t fused_steps(const std::vector<Step>& steps) {
   std::size_t n = 0;
   for (const Step& s : steps) n += s.kernel != nullptr;
   return n;
-}
-
-// Runs every fused step of fuse(p) through the device's eval_fused on the values
-// eval_all computes one equation at a time, and compares each output with the
-// unfused value. Returns the steps.
-std::vector<Step> check_fused(const Program& p, const std::vector<Array>& inputs,
-                              std::int64_t max_ulps = 0) {
-  const std::vector<Array> env = eval_all(p, inputs);
-  std::vector<Step> steps = fuse(p);
-  Backend& backend = backend_for(dev());
-  for (const Step& s : steps) {
-    if (s.kernel == nullptr) continue;
-    std::vector<Array> args;
-    for (ValueId v : s.inputs) args.push_back(env[v]);
-    const auto bufs = backend.eval_fused(*s.kernel, args, {});
-    REQUIRE(bufs.size() == s.outputs.size());
-    for (std::size_t o = 0; o < bufs.size(); ++o) {
-      const Aval& a = p.avals[s.outputs[o]];
-      CAPTURE(o);
-      check_equal(Array(a.dtype, a.shape, bufs[o]), env[s.outputs[o]], max_ulps);
-    }
-  }
-  return steps;
 }
 
 bool has_f16() {

@@ -23,6 +23,7 @@
 
 using namespace kiln;
 using kiln::fusion_test::bytes_of;
+using kiln::fusion_test::check_fused;
 using kiln::fusion_test::trace;
 
 namespace {
@@ -249,22 +250,10 @@ TEST_CASE("every fused kernel kind appears in a CNN training program and runs bi
     inputs.push_back(values(avals[i].shape, f32, static_cast<std::uint32_t>(i)));
   }
   inputs.push_back(to_device(array<std::int32_t>({1, 4, 0}, {3}), dev()));
-  const std::vector<Array> env = eval_all(p, inputs);
-  const std::vector<Step> steps = fuse(p);
+  const std::vector<Step> steps = check_fused(p, inputs);
   std::array<std::size_t, FusedKernel::kNumKinds> seen{};
-  Backend& backend = backend_for(dev());
   for (const Step& s : steps) {
-    if (s.kernel == nullptr) continue;
-    ++seen[static_cast<std::size_t>(s.kernel->kind)];
-    std::vector<Array> args;
-    for (ValueId v : s.inputs) args.push_back(env[v]);
-    const auto bufs = backend.eval_fused(*s.kernel, args, {});
-    REQUIRE(bufs.size() == s.outputs.size());
-    for (std::size_t o = 0; o < bufs.size(); ++o) {
-      const Aval& a = p.avals[s.outputs[o]];
-      CAPTURE(name(s.kernel->kind));
-      CHECK(bytes_of(Array(a.dtype, a.shape, bufs[o])) == bytes_of(env[s.outputs[o]]));
-    }
+    if (s.kernel != nullptr) ++seen[static_cast<std::size_t>(s.kernel->kind)];
   }
   for (int k = 0; k < FusedKernel::kNumKinds; ++k) {
     CAPTURE(name(static_cast<FusedKernel::Kind>(k)));
