@@ -79,8 +79,8 @@ Plan make_plan(const FusedKernel& k) {
     plan.cols_side = plan.matmul->inputs[0] == cols ? 0 : 1;
     const Shape& cs = plan.cols_side == 0 ? as : bs;
     const std::int64_t matrix = cs[cs.size() - 2] * cs[cs.size() - 1];
-    const std::int64_t units = plan.geometry.positions;
-    if (units == 0 || numel(cs) != g.batch * matrix || matrix % units != 0) return plan;
+    const std::int64_t units = plan.geometry.positions;  // >= 1: unfold rejects none
+    if (numel(cs) != g.batch * matrix || matrix % units != 0) return plan;
     plan.per_product = matrix / units;
   } else {
     const std::int64_t block = plan.geometry.taps * plan.geometry.positions;
