@@ -113,4 +113,20 @@ const Device* creation_device(const Params& p) {
   return nullptr;
 }
 
+bool operator==(const Params& a, const Params& b) {
+  if (a.v_.index() != b.v_.index()) return false;
+  return std::visit(
+      [&](const auto& x) {
+        using T = std::remove_cvref_t<decltype(x)>;
+        const T& y = std::get<T>(b.v_);
+        constexpr std::size_t n = detail::kFieldCount<T>;
+        return detail::with_fields<n>(x, [&](auto, const auto&... fx) {
+          return detail::with_fields<n>(y, [&](auto, const auto&... fy) {
+            return ((detail::param_key(fx) == detail::param_key(fy)) && ...);
+          });
+        });
+      },
+      a.v_);
+}
+
 }  // namespace kiln

@@ -232,21 +232,9 @@ class Params {
   std::size_t index() const { return v_.index(); }
   const ParamsVariant& variant() const { return v_; }
 
-  friend bool operator==(const Params& a, const Params& b) {
-    if (a.v_.index() != b.v_.index()) return false;
-    return std::visit(
-        [&](const auto& x) {
-          using T = std::remove_cvref_t<decltype(x)>;
-          const T& y = std::get<T>(b.v_);
-          constexpr std::size_t n = detail::kFieldCount<T>;
-          return detail::with_fields<n>(x, [&](auto, const auto&... fx) {
-            return detail::with_fields<n>(y, [&](auto, const auto&... fy) {
-              return ((detail::param_key(fx) == detail::param_key(fy)) && ...);
-            });
-          });
-        },
-        a.v_);
-  }
+  // Field by field (params.cpp: out of line, so that a program including this
+  // header does not instantiate the comparison of every parameter struct).
+  friend bool operator==(const Params& a, const Params& b);
   template <class H>
   friend H AbslHashValue(H h, const Params& p) {
     h = H::combine(std::move(h), p.v_.index());

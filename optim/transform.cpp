@@ -157,6 +157,11 @@ std::ostream& operator<<(std::ostream& os, const GradientTransformation& t) {
   return os << "chain(" << kiln::detail::join(t.stages(), ", ") << ")";
 }
 
+bool operator==(const Stage&, const Stage&) = default;
+GradientTransformation::GradientTransformation(std::vector<Stage> stages)
+    : stages_(std::move(stages)) {}
+bool operator==(const GradientTransformation&, const GradientTransformation&) = default;
+
 GradientTransformation identity() { return GradientTransformation(); }
 
 GradientTransformation chain(const std::vector<GradientTransformation>& parts) {

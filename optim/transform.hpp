@@ -242,7 +242,9 @@ struct Stage {
   std::vector<std::string> dynamic;
 
   std::string_view name() const;
-  friend bool operator==(const Stage&, const Stage&) = default;
+  // Defaulted in transform.cpp: inline, every program including kiln.hpp would
+  // instantiate the comparison of all the stage types.
+  friend bool operator==(const Stage&, const Stage&);
   template <class H>
   friend H AbslHashValue(H h, const Stage& s) {
     h = H::combine(std::move(h), s.op.index(), s.masks, s.dynamic);
@@ -273,8 +275,7 @@ class GradientTransformation {
   // Owns its stages by value, and == and the hash cover them: a static value.
   KILN_STATIC_VALUE(GradientTransformation);
   GradientTransformation() = default;  // the identity
-  explicit GradientTransformation(std::vector<Stage> stages)
-      : stages_(std::move(stages)) {}
+  explicit GradientTransformation(std::vector<Stage> stages);
 
   // State for gradients shaped like `gradient_template` (use
   // optim::gradient_template(model); a tree shaped like the params instead is
@@ -311,7 +312,7 @@ class GradientTransformation {
   const std::vector<Stage>& stages() const { return stages_; }
 
   friend bool operator==(const GradientTransformation&,
-                         const GradientTransformation&) = default;
+                         const GradientTransformation&);  // transform.cpp
   template <class H>
   friend H AbslHashValue(H h, const GradientTransformation& t) {
     return H::combine(std::move(h), t.stages_);
