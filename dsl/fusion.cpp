@@ -123,7 +123,7 @@ Step kernel_step(const Program& p, const std::vector<std::size_t>& order, FusedK
 // The equations an implicit-GEMM kernel run at one equation takes in: an
 // unfold and its reshape before a matmul, or a matmul and its reshape before
 // a fold.
-struct Window {
+struct GemmWindow {
   std::optional<FusedKernel::Kind> kind;
   absl::InlinedVector<std::size_t, 2> taken;  // in program order
 };
@@ -139,7 +139,7 @@ bool is_output(const Program& p, ValueId v) {
 // fold's kernel. Nothing absorbed is a program output, and a matmul takes at
 // most one unfold and is never both kinds.
 void find_windows(const Program& p, const std::vector<std::vector<std::size_t>>& readers,
-                  const std::vector<int>& producer, std::vector<Window>& windows,
+                  const std::vector<int>& producer, std::vector<GemmWindow>& windows,
                   std::vector<bool>& absorbed) {
   const std::size_t n = p.equations.size();
   const auto reads_once = [&](std::size_t m, ValueId v) {
@@ -274,7 +274,7 @@ std::vector<Step> fuse(const Program& p, const FusionOptions& options) {
   // Implicit-GEMM halves (kUnfoldMatmul, kMatmulFold): windows[i] names the
   // equations the kernel run at equation i takes in; absorbed equations run
   // only inside those kernels.
-  std::vector<Window> windows(n);
+  std::vector<GemmWindow> windows(n);
   std::vector<bool> absorbed(n, false);
   if (options.enabled && options.windows) find_windows(p, readers, producer, windows, absorbed);
   if (options.enabled && options.anchors) {

@@ -71,17 +71,11 @@ std::array<std::array<std::int64_t, 2>, 2> checked_padding(const char* module,
   return p.arr();
 }
 
-void check_positive(const char* module, const char* what, Int2 v) {
-  if (v.h < 1 || v.w < 1) {
-    throw ValueError(str_cat("[", module, "] ", what, " must be >= 1, got (", v.h, ", ",
-                             v.w, ")"));
-  }
-}
 
 void check_conv_sizes(const char* module, Int2 kernel, Int2 stride, Int2 dilation) {
-  check_positive(module, "kernel size", kernel);
-  check_positive(module, "stride", stride);
-  check_positive(module, "dilation", dilation);
+  detail::check_positive(module, "kernel size", kernel);
+  detail::check_positive(module, "stride", stride);
+  detail::check_positive(module, "dilation", dilation);
 }
 
 Int2 int2(const std::array<std::int64_t, 2>& a) { return {a[0], a[1]}; }
@@ -205,7 +199,7 @@ Array ConvTranspose2d::operator()(const Array& x) const {
 }
 
 AdaptiveAvgPool2d::AdaptiveAvgPool2d(Int2 target) : target_shape(target.arr()) {
-  check_positive("nn.AdaptiveAvgPool2d", "target shape", target);
+  detail::check_positive("nn.AdaptiveAvgPool2d", "target shape", target);
 }
 
 Array AdaptiveAvgPool2d::operator()(const Array& x) const {
@@ -216,8 +210,8 @@ Array AdaptiveAvgPool2d::operator()(const Array& x) const {
 MaxPool2d::MaxPool2d(Int2 k, const PoolOptions& o)
     : kernel_size(k.arr()), stride(o.stride.arr()),
       padding(checked_padding("nn.MaxPool2d", o.padding)) {
-  check_positive("nn.MaxPool2d", "kernel size", k);
-  check_positive("nn.MaxPool2d", "stride", o.stride);
+  detail::check_positive("nn.MaxPool2d", "kernel size", k);
+  detail::check_positive("nn.MaxPool2d", "stride", o.stride);
 }
 
 Array MaxPool2d::operator()(const Array& x) const {
@@ -229,8 +223,8 @@ Array MaxPool2d::operator()(const Array& x) const {
 AvgPool2d::AvgPool2d(Int2 k, const PoolOptions& o)
     : kernel_size(k.arr()), stride(o.stride.arr()),
       padding(checked_padding("nn.AvgPool2d", o.padding)) {
-  check_positive("nn.AvgPool2d", "kernel size", k);
-  check_positive("nn.AvgPool2d", "stride", o.stride);
+  detail::check_positive("nn.AvgPool2d", "kernel size", k);
+  detail::check_positive("nn.AvgPool2d", "stride", o.stride);
 }
 
 Array AvgPool2d::operator()(const Array& x) const {

@@ -16,23 +16,17 @@ namespace kiln::nn {
 namespace {
 
 void check_nchw(const char* op, const Array& x, const char* what) {
-  if (x.is_null()) throw ValueError(detail::str_cat("[", op, "] ", what, " is None"));
+  if (x.is_null()) throw ValueError(kiln::detail::str_cat("[", op, "] ", what, " is None"));
   if (x.ndim() != 4) {
-    throw ShapeError(detail::str_cat("[", op, "] expected ", what, " (N, C, H, W), got ",
+    throw ShapeError(kiln::detail::str_cat("[", op, "] expected ", what, " (N, C, H, W), got ",
                                      to_string(x.shape())));
   }
   if (!is_inexact(x.dtype())) {
-    throw DTypeError(detail::str_cat("[", op, "] requires a floating ", what, ", got ",
+    throw DTypeError(kiln::detail::str_cat("[", op, "] requires a floating ", what, ", got ",
                                      name(x.dtype()), " of shape ", to_string(x.shape())));
   }
 }
 
-void check_positive(const char* op, const char* what, Int2 v) {
-  if (v.h < 1 || v.w < 1) {
-    throw ValueError(detail::str_cat("[", op, "] ", what, " must be >= 1, got (", v.h,
-                                     ", ", v.w, ")"));
-  }
-}
 
 struct Columns {
   Array cols;  // (N, C, KH*KW, Ho*Wo)
@@ -57,8 +51,8 @@ template <class Reduce>
 Array pool(const char* op, const Array& x, Int2 k, const PoolOptions& o, double pad_value,
            Reduce reduce) {
   check_nchw(op, x, "input");
-  check_positive(op, "kernel size", k);
-  check_positive(op, "stride", o.stride);
+  detail::check_positive(op, "kernel size", k);
+  detail::check_positive(op, "stride", o.stride);
   const Shape& sh = x.shape();
   Columns c = im2col(op, x, k, o.stride, o.padding, Int2(1), pad_value);
   return reshape(reduce(c.cols, Axes{2}), Shape{sh[0], sh[1], c.ho, c.wo});
@@ -104,7 +98,7 @@ Array pad(const Array& x, const std::vector<std::array<std::int64_t, 2>>& widths
           double value) {
   if (x.is_null()) throw ValueError("[pad] the input is None");
   if (static_cast<std::int64_t>(widths.size()) > x.ndim()) {
-    throw ShapeError(detail::str_cat("[pad] ", widths.size(),
+    throw ShapeError(kiln::detail::str_cat("[pad] ", widths.size(),
                                      " (before, after) pairs for an input of shape ",
                                      to_string(x.shape())));
   }
@@ -112,7 +106,7 @@ Array pad(const Array& x, const std::vector<std::array<std::int64_t, 2>>& widths
   for (std::size_t ax = 0; ax < widths.size(); ++ax) {
     const auto [lo, hi] = widths[ax];
     if (lo < 0 || hi < 0) {
-      throw ValueError(detail::str_cat("[pad] widths must be >= 0, got (", lo, ", ", hi,
+      throw ValueError(kiln::detail::str_cat("[pad] widths must be >= 0, got (", lo, ", ", hi,
                                        ") for axis ", ax));
     }
     if (lo == 0 && hi == 0) continue;
@@ -135,19 +129,19 @@ Array pad(const Array& x, const std::vector<std::array<std::int64_t, 2>>& widths
 Array conv2d(const Array& x, const Array& w, const ConvOptions& o) {
   check_nchw("conv2d", x, "input");
   check_nchw("conv2d", w, "kernel");
-  check_positive("conv2d", "stride", o.stride);
-  check_positive("conv2d", "dilation", o.dilation);
+  detail::check_positive("conv2d", "stride", o.stride);
+  detail::check_positive("conv2d", "dilation", o.dilation);
   const std::int64_t g = o.groups;
   const std::int64_t c = x.shape()[1];
   const std::int64_t oc = w.shape()[0], cg = w.shape()[1];
   if (g < 1 || c % g != 0 || oc % g != 0 || cg * g != c) {
-    throw ShapeError(detail::str_cat(
+    throw ShapeError(kiln::detail::str_cat(
         "[conv2d] input of shape ", to_string(x.shape()), " and kernel of shape ",
         to_string(w.shape()), " with groups=", g,
         ": expected kernel (O, C / groups, KH, KW) with C and O divisible by groups"));
   }
   if (x.dtype() != w.dtype()) {
-    throw DTypeError(detail::str_cat("[conv2d] dtype mismatch: input ", name(x.dtype()),
+    throw DTypeError(kiln::detail::str_cat("[conv2d] dtype mismatch: input ", name(x.dtype()),
                                      ", kernel ", name(w.dtype())));
   }
   return convolve("conv2d", x, w, {.size = {w.shape()[2], w.shape()[3]},
@@ -160,21 +154,21 @@ Array conv2d(const Array& x, const Array& w, const ConvOptions& o) {
 Array conv3d(const Array& x, const Array& w, const Conv3dFunctionOptions& o) {
   constexpr const char* kOp = "conv3d";
   for (const auto& [a, what] : {std::pair{&x, "input"}, std::pair{&w, "kernel"}}) {
-    if (a->is_null()) throw ValueError(detail::str_cat("[", kOp, "] ", what, " is None"));
+    if (a->is_null()) throw ValueError(kiln::detail::str_cat("[", kOp, "] ", what, " is None"));
     if (a->ndim() != 5 || !is_inexact(a->dtype())) {
-      throw ShapeError(detail::str_cat("[", kOp, "] expected a floating ", what,
+      throw ShapeError(kiln::detail::str_cat("[", kOp, "] expected a floating ", what,
                                        " (N, C, D, H, W), got ", name(a->dtype()), " of shape ",
                                        to_string(a->shape())));
     }
   }
-  check_positive(kOp, "stride", Int2(o.stride.h, o.stride.w));
-  check_positive(kOp, "dilation", Int2(o.dilation.h, o.dilation.w));
-  check_positive(kOp, "depth stride and dilation", Int2(o.stride.d, o.dilation.d));
+  detail::check_positive(kOp, "stride", Int2(o.stride.h, o.stride.w));
+  detail::check_positive(kOp, "dilation", Int2(o.dilation.h, o.dilation.w));
+  detail::check_positive(kOp, "depth stride and dilation", Int2(o.stride.d, o.dilation.d));
   const Shape& xs = x.shape();
   const Shape& ws = w.shape();
   const std::int64_t c = xs[1], oc = ws[0], cg = ws[1];
   if (o.groups < 1 || cg * o.groups != c || oc % o.groups != 0) {
-    throw ShapeError(detail::str_cat(
+    throw ShapeError(kiln::detail::str_cat(
         "[", kOp, "] input of shape ", to_string(xs), " and kernel of shape ", to_string(ws),
         " with groups=", o.groups,
         ": expected kernel (O, C / groups, KD, KH, KW) with C and O divisible by groups"));
@@ -190,11 +184,11 @@ Array conv_transpose2d(const Array& x, const Array& w, const ConvTransposeOption
   constexpr const char* kOp = "conv_transpose2d";
   check_nchw(kOp, x, "input");
   check_nchw(kOp, w, "kernel");
-  check_positive(kOp, "stride", o.stride);
-  check_positive(kOp, "dilation", o.dilation);
+  detail::check_positive(kOp, "stride", o.stride);
+  detail::check_positive(kOp, "dilation", o.dilation);
   const Int2 k(w.shape()[2], w.shape()[3]), s = o.stride, d = o.dilation, op = o.output_padding;
   if (op.h < 0 || op.w < 0 || op.h >= std::max(s.h, d.h) || op.w >= std::max(s.w, d.w)) {
-    throw ValueError(detail::str_cat("[", kOp, "] output_padding (", op.h, ", ", op.w,
+    throw ValueError(kiln::detail::str_cat("[", kOp, "] output_padding (", op.h, ", ", op.w,
                                      ") must be >= 0 and smaller than stride or dilation"));
   }
   // The adjoint of the convolution of an output-sized image z (padding, stride
@@ -206,7 +200,7 @@ Array conv_transpose2d(const Array& x, const Array& w, const ConvTransposeOption
   const Shape& ws = w.shape();
   const std::int64_t n = xs[0], cin = xs[1], cout = ws[0], cig = ws[1], g = o.groups;
   if (g < 1 || cig * g != cin || cout % g != 0) {
-    throw ShapeError(detail::str_cat(
+    throw ShapeError(kiln::detail::str_cat(
         "[", kOp, "] input of shape ", to_string(xs), " and kernel of shape ", to_string(ws),
         " with groups=", g,
         ": expected kernel (O, C / groups, KH, KW) with C and O divisible by groups"));
@@ -216,7 +210,7 @@ Array conv_transpose2d(const Array& x, const Array& w, const ConvTransposeOption
   const std::int64_t out_w = (xs[3] - 1) * s.w + d.w * (k.w - 1) + 1 + op.w - o.padding.w[0] -
                              o.padding.w[1];
   if (out_h < 1 || out_w < 1) {
-    throw ShapeError(detail::str_cat("[", kOp, "] padding (", o.padding.h[0], ", ",
+    throw ShapeError(kiln::detail::str_cat("[", kOp, "] padding (", o.padding.h[0], ", ",
                                      o.padding.h[1], "), (", o.padding.w[0], ", ",
                                      o.padding.w[1], ") leaves no output for input ",
                                      to_string(xs), " and kernel ", to_string(ws)));
@@ -253,11 +247,20 @@ Array adaptive_avg_pool2d(const Array& x, Int2 target) {
   check_nchw("adaptive_avg_pool2d", x, "input");
   const Shape& sh = x.shape();
   if (target.h < 1 || target.w < 1 || target.h > sh[2] || target.w > sh[3]) {
-    throw ShapeError(detail::str_cat("[adaptive_avg_pool2d] target (", target.h, ", ", target.w,
+    throw ShapeError(kiln::detail::str_cat("[adaptive_avg_pool2d] target (", target.h, ", ", target.w,
                                      ") must be >= 1 and at most the input's (H, W) = (",
                                      sh[2], ", ", sh[3], ")"));
   }
   return adaptive_mean(adaptive_mean(x, 2, target.h), 3, target.w);
 }
+
+namespace detail {
+void check_positive(const char* op, const char* what, Int2 v) {
+  if (v.h < 1 || v.w < 1) {
+    throw ValueError(kiln::detail::str_cat("[", op, "] ", what, " must be >= 1, got (", v.h,
+                                           ", ", v.w, ")"));
+  }
+}
+}  // namespace detail
 
 }  // namespace kiln::nn

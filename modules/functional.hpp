@@ -22,6 +22,11 @@ struct Int2 {
   std::array<std::int64_t, 2> arr() const { return {h, w}; }
 };
 
+namespace detail {
+// ValueError "[<op>] <what> must be >= 1, got (h, w)" unless both are.
+void check_positive(const char* op, const char* what, Int2 v);
+}  // namespace detail
+
 // Zero padding of the two spatial axes as (low, high) per axis: `1` (all
 // sides), `{1, 2}` (height, width: symmetric), or `{{0, 1}, {1, 1}}`.
 struct Padding2 {

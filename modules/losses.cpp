@@ -11,9 +11,9 @@ namespace kiln::nn {
 namespace {
 
 void check_floating(const char* op, const Array& a, const char* what) {
-  if (a.is_null()) throw ValueError(detail::str_cat("[", op, "] ", what, " is None"));
+  if (a.is_null()) throw ValueError(kiln::detail::str_cat("[", op, "] ", what, " is None"));
   if (!is_inexact(a.dtype())) {
-    throw DTypeError(detail::str_cat("[", op, "] ", what, " must be floating, got ",
+    throw DTypeError(kiln::detail::str_cat("[", op, "] ", what, " must be floating, got ",
                                      name(a.dtype()), " of shape ", to_string(a.shape())));
   }
 }
@@ -23,7 +23,7 @@ void check_same_shape(const char* op, const Array& a, const char* a_name, const 
   check_floating(op, a, a_name);
   check_floating(op, b, b_name);
   if (a.shape() != b.shape()) {
-    throw ShapeError(detail::str_cat("[", op, "] ", a_name, " ", to_string(a.shape()), " and ",
+    throw ShapeError(kiln::detail::str_cat("[", op, "] ", a_name, " ", to_string(a.shape()), " and ",
                                      b_name, " ", to_string(b.shape()),
                                      " must have the same shape"));
   }
@@ -35,7 +35,7 @@ void check_class_pair(const char* op, const Array& a, const char* a_name, const 
   check_floating(op, a, a_name);
   check_floating(op, b, b_name);
   if (a.shape() != b.shape() || a.ndim() < 1) {
-    throw ShapeError(detail::str_cat("[", op, "] ", a_name, " ", to_string(a.shape()), " and ",
+    throw ShapeError(kiln::detail::str_cat("[", op, "] ", a_name, " ", to_string(a.shape()), " and ",
                                      b_name, " ", to_string(b.shape()),
                                      " must have the same shape (..., K)"));
   }
@@ -51,14 +51,14 @@ Array softmax_cross_entropy_with_integer_labels_per_example(const Array& logits,
                                                             const Array& labels) {
   constexpr const char* kOp = "nn.softmax_cross_entropy_with_integer_labels";
   check_floating(kOp, logits, "logits");
-  if (labels.is_null()) throw ValueError(detail::str_cat("[", kOp, "] labels is None"));
+  if (labels.is_null()) throw ValueError(kiln::detail::str_cat("[", kOp, "] labels is None"));
   if (labels.dtype() != i32 && labels.dtype() != u32) {
-    throw DTypeError(detail::str_cat("[", kOp, "] labels must be i32 or u32, got ",
+    throw DTypeError(kiln::detail::str_cat("[", kOp, "] labels must be i32 or u32, got ",
                                      name(labels.dtype())));
   }
   const Shape& ls = logits.shape();
   if (logits.ndim() < 1 || Shape(ls.begin(), ls.end() - 1) != labels.shape()) {
-    throw ShapeError(detail::str_cat("[", kOp, "] expected labels of shape logits.shape[:-1]; got logits ",
+    throw ShapeError(kiln::detail::str_cat("[", kOp, "] expected labels of shape logits.shape[:-1]; got logits ",
                                      to_string(ls), " and labels ", to_string(labels.shape())));
   }
   Array logp = log_softmax(logits);
@@ -93,7 +93,7 @@ Array sigmoid_binary_cross_entropy(const Array& logits, const Array& labels) {
 Array huber_loss_elementwise(const Array& predictions, const Array& targets, double delta) {
   check_same_shape("nn.huber_loss", predictions, "predictions", targets, "targets");
   if (!(delta > 0.0)) {
-    throw ValueError(detail::str_cat("[nn.huber_loss] delta must be > 0, got ", delta));
+    throw ValueError(kiln::detail::str_cat("[nn.huber_loss] delta must be > 0, got ", delta));
   }
   const Array err = abs(predictions - targets);
   const Array quadratic = minimum(err, full_like(err, delta));

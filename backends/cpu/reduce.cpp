@@ -454,7 +454,7 @@ void arg_reduce_kernel(const S* in, std::int32_t* out, std::size_t outer,
       });
 }
 
-void check_host_dtype(Prim p, DType d) {
+void check_reduce_dtype(Prim p, DType d) {
   if (is_16bit_float(d)) {
     throw DTypeError(
         detail::str_cat("[", name(p), "] ", name(d),
@@ -469,7 +469,7 @@ std::shared_ptr<Buffer> eval_reduce(Prim p, const Params& params,
                                     std::span<const Array> inputs,
                                     const Aval& out) {
   const Array& a = inputs[0];
-  check_host_dtype(p, a.dtype());
+  check_reduce_dtype(p, a.dtype());
   auto buf = allocate(out);
   const auto out_size = static_cast<std::size_t>(numel(out.shape));
   if (out_size == 0) return buf;
@@ -518,7 +518,7 @@ std::shared_ptr<Buffer> eval_arg_reduce(Prim p, const Params& params,
                                         std::span<const Array> inputs,
                                         const Aval& out) {
   const Array& a = inputs[0];
-  check_host_dtype(p, a.dtype());
+  check_reduce_dtype(p, a.dtype());
   auto buf = allocate(out);
   if (numel(out.shape) == 0) return buf;
   const auto axis = static_cast<std::size_t>(params.as<ArgReduceParams>().axis);
