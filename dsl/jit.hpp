@@ -30,10 +30,10 @@
 #include <shared_mutex>
 #include <string>
 #include <type_traits>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/functional/function_ref.h"
 #include "kiln/dsl/executable.hpp"
@@ -201,8 +201,10 @@ class JitState {
   const bool log_retraces_;  // KILN_LOG_RETRACES, read when the jit is made
   const std::size_t max_entries_;
   mutable std::shared_mutex entries_mu_;
-  // Entries by key hash (lookup does not grow with the number of entries).
-  absl::flat_hash_map<std::size_t, absl::InlinedVector<std::shared_ptr<const JitEntry>, 1>>
+  // Entries by key hash (lookup does not grow with the number of entries). A
+  // std::unordered_map (Abseil's flat_hash_map.h cost every program including
+  // kiln.hpp ~0.35 s of parsing); the keys are hashes already (identity hash).
+  std::unordered_map<std::size_t, absl::InlinedVector<std::shared_ptr<const JitEntry>, 1>>
       entries_;                                    // guarded by entries_mu_
   std::size_t entry_count_ = 0;                    // guarded by entries_mu_
   std::vector<std::shared_ptr<Pending>> pending_;  // guarded by entries_mu_

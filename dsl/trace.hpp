@@ -9,9 +9,9 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "kiln/dsl/program.hpp"
 
 namespace kiln {
@@ -52,7 +52,9 @@ class Trace {
   Device device_;
   bool active_ = true;
   Program program_;
-  absl::flat_hash_map<const ArrayImpl*, ValueId> constant_ids_;
+  // std::unordered_map, not Abseil's flat_hash_map: this header reaches every
+  // program that includes kiln.hpp, and flat_hash_map.h alone cost ~0.35 s to parse.
+  std::unordered_map<const ArrayImpl*, ValueId> constant_ids_;
 };
 
 // The innermost active trace of this thread, or nullptr (also while suspended).
