@@ -71,7 +71,6 @@ std::array<std::array<std::int64_t, 2>, 2> checked_padding(const char* module,
   return p.arr();
 }
 
-
 void check_conv_sizes(const char* module, Int2 kernel, Int2 stride, Int2 dilation) {
   detail::check_positive(module, "kernel size", kernel);
   detail::check_positive(module, "stride", stride);

@@ -15,18 +15,20 @@
 namespace kiln::nn {
 namespace {
 
+// kiln::detail, not kiln::nn::detail (modules/util.hpp), where both are visible.
+using kiln::detail::str_cat;
+
 void check_nchw(const char* op, const Array& x, const char* what) {
-  if (x.is_null()) throw ValueError(kiln::detail::str_cat("[", op, "] ", what, " is None"));
+  if (x.is_null()) throw ValueError(str_cat("[", op, "] ", what, " is None"));
   if (x.ndim() != 4) {
-    throw ShapeError(kiln::detail::str_cat("[", op, "] expected ", what, " (N, C, H, W), got ",
-                                     to_string(x.shape())));
+    throw ShapeError(str_cat("[", op, "] expected ", what, " (N, C, H, W), got ",
+                             to_string(x.shape())));
   }
   if (!is_inexact(x.dtype())) {
-    throw DTypeError(kiln::detail::str_cat("[", op, "] requires a floating ", what, ", got ",
-                                     name(x.dtype()), " of shape ", to_string(x.shape())));
+    throw DTypeError(str_cat("[", op, "] requires a floating ", what, ", got ",
+                             name(x.dtype()), " of shape ", to_string(x.shape())));
   }
 }
-
 
 struct Columns {
   Array cols;  // (N, C, KH*KW, Ho*Wo)
@@ -98,16 +100,16 @@ Array pad(const Array& x, const std::vector<std::array<std::int64_t, 2>>& widths
           double value) {
   if (x.is_null()) throw ValueError("[pad] the input is None");
   if (static_cast<std::int64_t>(widths.size()) > x.ndim()) {
-    throw ShapeError(kiln::detail::str_cat("[pad] ", widths.size(),
-                                     " (before, after) pairs for an input of shape ",
-                                     to_string(x.shape())));
+    throw ShapeError(str_cat("[pad] ", widths.size(),
+                             " (before, after) pairs for an input of shape ",
+                             to_string(x.shape())));
   }
   Array out = x;
   for (std::size_t ax = 0; ax < widths.size(); ++ax) {
     const auto [lo, hi] = widths[ax];
     if (lo < 0 || hi < 0) {
-      throw ValueError(kiln::detail::str_cat("[pad] widths must be >= 0, got (", lo, ", ", hi,
-                                       ") for axis ", ax));
+      throw ValueError(str_cat("[pad] widths must be >= 0, got (", lo, ", ", hi,
+                               ") for axis ", ax));
     }
     if (lo == 0 && hi == 0) continue;
     std::vector<Array> parts;
@@ -135,14 +137,14 @@ Array conv2d(const Array& x, const Array& w, const ConvOptions& o) {
   const std::int64_t c = x.shape()[1];
   const std::int64_t oc = w.shape()[0], cg = w.shape()[1];
   if (g < 1 || c % g != 0 || oc % g != 0 || cg * g != c) {
-    throw ShapeError(kiln::detail::str_cat(
+    throw ShapeError(str_cat(
         "[conv2d] input of shape ", to_string(x.shape()), " and kernel of shape ",
         to_string(w.shape()), " with groups=", g,
         ": expected kernel (O, C / groups, KH, KW) with C and O divisible by groups"));
   }
   if (x.dtype() != w.dtype()) {
-    throw DTypeError(kiln::detail::str_cat("[conv2d] dtype mismatch: input ", name(x.dtype()),
-                                     ", kernel ", name(w.dtype())));
+    throw DTypeError(str_cat("[conv2d] dtype mismatch: input ", name(x.dtype()),
+                             ", kernel ", name(w.dtype())));
   }
   return convolve("conv2d", x, w, {.size = {w.shape()[2], w.shape()[3]},
                          .strides = {o.stride.h, o.stride.w},
@@ -154,11 +156,11 @@ Array conv2d(const Array& x, const Array& w, const ConvOptions& o) {
 Array conv3d(const Array& x, const Array& w, const Conv3dFunctionOptions& o) {
   constexpr const char* kOp = "conv3d";
   for (const auto& [a, what] : {std::pair{&x, "input"}, std::pair{&w, "kernel"}}) {
-    if (a->is_null()) throw ValueError(kiln::detail::str_cat("[", kOp, "] ", what, " is None"));
+    if (a->is_null()) throw ValueError(str_cat("[", kOp, "] ", what, " is None"));
     if (a->ndim() != 5 || !is_inexact(a->dtype())) {
-      throw ShapeError(kiln::detail::str_cat("[", kOp, "] expected a floating ", what,
-                                       " (N, C, D, H, W), got ", name(a->dtype()), " of shape ",
-                                       to_string(a->shape())));
+      throw ShapeError(str_cat("[", kOp, "] expected a floating ", what,
+                               " (N, C, D, H, W), got ", name(a->dtype()), " of shape ",
+                               to_string(a->shape())));
     }
   }
   detail::check_positive(kOp, "stride", Int2(o.stride.h, o.stride.w));
@@ -168,7 +170,7 @@ Array conv3d(const Array& x, const Array& w, const Conv3dFunctionOptions& o) {
   const Shape& ws = w.shape();
   const std::int64_t c = xs[1], oc = ws[0], cg = ws[1];
   if (o.groups < 1 || cg * o.groups != c || oc % o.groups != 0) {
-    throw ShapeError(kiln::detail::str_cat(
+    throw ShapeError(str_cat(
         "[", kOp, "] input of shape ", to_string(xs), " and kernel of shape ", to_string(ws),
         " with groups=", o.groups,
         ": expected kernel (O, C / groups, KD, KH, KW) with C and O divisible by groups"));
@@ -188,8 +190,8 @@ Array conv_transpose2d(const Array& x, const Array& w, const ConvTransposeOption
   detail::check_positive(kOp, "dilation", o.dilation);
   const Int2 k(w.shape()[2], w.shape()[3]), s = o.stride, d = o.dilation, op = o.output_padding;
   if (op.h < 0 || op.w < 0 || op.h >= std::max(s.h, d.h) || op.w >= std::max(s.w, d.w)) {
-    throw ValueError(kiln::detail::str_cat("[", kOp, "] output_padding (", op.h, ", ", op.w,
-                                     ") must be >= 0 and smaller than stride or dilation"));
+    throw ValueError(str_cat("[", kOp, "] output_padding (", op.h, ", ", op.w,
+                             ") must be >= 0 and smaller than stride or dilation"));
   }
   // The adjoint of the convolution of an output-sized image z (padding, stride
   // and dilation as given) whose kernel is w with its two channel axes
@@ -200,7 +202,7 @@ Array conv_transpose2d(const Array& x, const Array& w, const ConvTransposeOption
   const Shape& ws = w.shape();
   const std::int64_t n = xs[0], cin = xs[1], cout = ws[0], cig = ws[1], g = o.groups;
   if (g < 1 || cig * g != cin || cout % g != 0) {
-    throw ShapeError(kiln::detail::str_cat(
+    throw ShapeError(str_cat(
         "[", kOp, "] input of shape ", to_string(xs), " and kernel of shape ", to_string(ws),
         " with groups=", g,
         ": expected kernel (O, C / groups, KH, KW) with C and O divisible by groups"));
@@ -210,10 +212,10 @@ Array conv_transpose2d(const Array& x, const Array& w, const ConvTransposeOption
   const std::int64_t out_w = (xs[3] - 1) * s.w + d.w * (k.w - 1) + 1 + op.w - o.padding.w[0] -
                              o.padding.w[1];
   if (out_h < 1 || out_w < 1) {
-    throw ShapeError(kiln::detail::str_cat("[", kOp, "] padding (", o.padding.h[0], ", ",
-                                     o.padding.h[1], "), (", o.padding.w[0], ", ",
-                                     o.padding.w[1], ") leaves no output for input ",
-                                     to_string(xs), " and kernel ", to_string(ws)));
+    throw ShapeError(str_cat("[", kOp, "] padding (", o.padding.h[0], ", ",
+                             o.padding.h[1], "), (", o.padding.w[0], ", ",
+                             o.padding.w[1], ") leaves no output for input ",
+                             to_string(xs), " and kernel ", to_string(ws)));
   }
   const Window win{.size = {k.h, k.w}, .strides = {s.h, s.w},
                    .padding = {o.padding.h, o.padding.w}, .dilation = {d.h, d.w}};
@@ -247,9 +249,9 @@ Array adaptive_avg_pool2d(const Array& x, Int2 target) {
   check_nchw("adaptive_avg_pool2d", x, "input");
   const Shape& sh = x.shape();
   if (target.h < 1 || target.w < 1 || target.h > sh[2] || target.w > sh[3]) {
-    throw ShapeError(kiln::detail::str_cat("[adaptive_avg_pool2d] target (", target.h, ", ", target.w,
-                                     ") must be >= 1 and at most the input's (H, W) = (",
-                                     sh[2], ", ", sh[3], ")"));
+    throw ShapeError(str_cat("[adaptive_avg_pool2d] target (", target.h, ", ", target.w,
+                             ") must be >= 1 and at most the input's (H, W) = (",
+                             sh[2], ", ", sh[3], ")"));
   }
   return adaptive_mean(adaptive_mean(x, 2, target.h), 3, target.w);
 }
@@ -257,8 +259,7 @@ Array adaptive_avg_pool2d(const Array& x, Int2 target) {
 namespace detail {
 void check_positive(const char* op, const char* what, Int2 v) {
   if (v.h < 1 || v.w < 1) {
-    throw ValueError(kiln::detail::str_cat("[", op, "] ", what, " must be >= 1, got (", v.h,
-                                           ", ", v.w, ")"));
+    throw ValueError(str_cat("[", op, "] ", what, " must be >= 1, got (", v.h, ", ", v.w, ")"));
   }
 }
 }  // namespace detail

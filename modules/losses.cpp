@@ -10,11 +10,14 @@
 namespace kiln::nn {
 namespace {
 
+// kiln::detail, not kiln::nn::detail (modules/util.hpp), where both are visible.
+using kiln::detail::str_cat;
+
 void check_floating(const char* op, const Array& a, const char* what) {
-  if (a.is_null()) throw ValueError(kiln::detail::str_cat("[", op, "] ", what, " is None"));
+  if (a.is_null()) throw ValueError(str_cat("[", op, "] ", what, " is None"));
   if (!is_inexact(a.dtype())) {
-    throw DTypeError(kiln::detail::str_cat("[", op, "] ", what, " must be floating, got ",
-                                     name(a.dtype()), " of shape ", to_string(a.shape())));
+    throw DTypeError(str_cat("[", op, "] ", what, " must be floating, got ",
+                             name(a.dtype()), " of shape ", to_string(a.shape())));
   }
 }
 
@@ -23,9 +26,9 @@ void check_same_shape(const char* op, const Array& a, const char* a_name, const 
   check_floating(op, a, a_name);
   check_floating(op, b, b_name);
   if (a.shape() != b.shape()) {
-    throw ShapeError(kiln::detail::str_cat("[", op, "] ", a_name, " ", to_string(a.shape()), " and ",
-                                     b_name, " ", to_string(b.shape()),
-                                     " must have the same shape"));
+    throw ShapeError(str_cat("[", op, "] ", a_name, " ", to_string(a.shape()), " and ",
+                             b_name, " ", to_string(b.shape()),
+                             " must have the same shape"));
   }
 }
 
@@ -35,9 +38,9 @@ void check_class_pair(const char* op, const Array& a, const char* a_name, const 
   check_floating(op, a, a_name);
   check_floating(op, b, b_name);
   if (a.shape() != b.shape() || a.ndim() < 1) {
-    throw ShapeError(kiln::detail::str_cat("[", op, "] ", a_name, " ", to_string(a.shape()), " and ",
-                                     b_name, " ", to_string(b.shape()),
-                                     " must have the same shape (..., K)"));
+    throw ShapeError(str_cat("[", op, "] ", a_name, " ", to_string(a.shape()), " and ",
+                             b_name, " ", to_string(b.shape()),
+                             " must have the same shape (..., K)"));
   }
 }
 
@@ -51,15 +54,15 @@ Array softmax_cross_entropy_with_integer_labels_per_example(const Array& logits,
                                                             const Array& labels) {
   constexpr const char* kOp = "nn.softmax_cross_entropy_with_integer_labels";
   check_floating(kOp, logits, "logits");
-  if (labels.is_null()) throw ValueError(kiln::detail::str_cat("[", kOp, "] labels is None"));
+  if (labels.is_null()) throw ValueError(str_cat("[", kOp, "] labels is None"));
   if (labels.dtype() != i32 && labels.dtype() != u32) {
-    throw DTypeError(kiln::detail::str_cat("[", kOp, "] labels must be i32 or u32, got ",
-                                     name(labels.dtype())));
+    throw DTypeError(str_cat("[", kOp, "] labels must be i32 or u32, got ",
+                             name(labels.dtype())));
   }
   const Shape& ls = logits.shape();
   if (logits.ndim() < 1 || Shape(ls.begin(), ls.end() - 1) != labels.shape()) {
-    throw ShapeError(kiln::detail::str_cat("[", kOp, "] expected labels of shape logits.shape[:-1]; got logits ",
-                                     to_string(ls), " and labels ", to_string(labels.shape())));
+    throw ShapeError(str_cat("[", kOp, "] expected labels of shape logits.shape[:-1]; got logits ",
+                             to_string(ls), " and labels ", to_string(labels.shape())));
   }
   Array logp = log_softmax(logits);
   return -squeeze(take_along_axis(logp, expand_dims(labels, -1), -1), -1);
@@ -93,7 +96,7 @@ Array sigmoid_binary_cross_entropy(const Array& logits, const Array& labels) {
 Array huber_loss_elementwise(const Array& predictions, const Array& targets, double delta) {
   check_same_shape("nn.huber_loss", predictions, "predictions", targets, "targets");
   if (!(delta > 0.0)) {
-    throw ValueError(kiln::detail::str_cat("[nn.huber_loss] delta must be > 0, got ", delta));
+    throw ValueError(str_cat("[nn.huber_loss] delta must be > 0, got ", delta));
   }
   const Array err = abs(predictions - targets);
   const Array quadratic = minimum(err, full_like(err, delta));

@@ -519,6 +519,20 @@ TEST_CASE("recurrent and convolution layer errors name the layer and the argumen
                        doctest::Contains("[nn.AdaptiveAvgPool2d] target shape must be >= 1, got "
                                          "(0, 2)"),
                        ValueError);
+  // One check_positive (modules/functional.cpp) serves the functions and the layers.
+  CHECK_THROWS_WITH_AS(nn::MaxPool2d(2, {.stride = {1, 0}}),
+                       doctest::Contains("[nn.MaxPool2d] stride must be >= 1, got (1, 0)"),
+                       ValueError);
+  CHECK_THROWS_WITH_AS(nn::max_pool2d(ones({1, 1, 4, 4}), {0, 2}),
+                       doctest::Contains("[max_pool2d] kernel size must be >= 1, got (0, 2)"),
+                       ValueError);
+  CHECK_THROWS_WITH_AS(nn::conv2d(ones({1, 1, 4, 4}), ones({1, 1, 2, 2}), {.dilation = {0, 1}}),
+                       doctest::Contains("[conv2d] dilation must be >= 1, got (0, 1)"),
+                       ValueError);
+  CHECK_THROWS_WITH_AS(
+      nn::conv3d(ones({1, 1, 4, 4, 4}), ones({1, 1, 2, 2, 2}), {.stride = {0, 1, 1}}),
+      doctest::Contains("[conv3d] depth stride and dilation must be >= 1, got (0, 1)"),
+      ValueError);
 }
 
 TEST_CASE("every layer's input errors name the layer, the argument, expected and given") {
