@@ -110,6 +110,12 @@ struct JitEntry {
   }
 };
 
+// Whether an argument passed as Arg&& donates its arrays: a non-const rvalue
+// only (std::move of a const object leaves it with the caller).
+template <class Arg>
+inline constexpr bool kDonates =
+    !std::is_lvalue_reference_v<Arg> && !std::is_const_v<std::remove_reference_t<Arg>>;
+
 // Per-thread scratch of the cache-hit path (reused between calls: no allocation).
 std::vector<const Array*>& hit_scratch();
 
@@ -252,10 +258,13 @@ class Jitted {
         hit = detail::matches(*f_, e->defs[i], e->avals_of(i), e->device, leaves);
         ++i;
       }
+      // A call without arrays runs where the default device is (JAX keys on it
+      // too); one with arrays, where they are (checked per leaf).
       hit = hit && e->defs.size() == sizeof...(Args) + kSelf &&
+            (!e->avals.empty() || e->device == default_device()) &&
             ((detail::matches(args, e->defs[i], e->avals_of(i), e->device, leaves) && (++i, true)) && ...);
       if (hit) {
-        constexpr bool kDonated[] = {false, !std::is_lvalue_reference_v<Args>...};
+        constexpr bool kDonated[] = {false, detail::kDonates<Args>...};
         std::vector<Array> outputs;
         state_->run_hit(*e, leaves,
                         std::span<const bool>(kDonated + !kSelf, sizeof...(Args) + kSelf), outputs);
@@ -265,7 +274,7 @@ class Jitted {
     detail::JitCall call;
     call.defs.reserve(sizeof...(Args) + kSelf);
     if constexpr (kSelf) call.add(*f_, false);
-    (call.add(args, !std::is_lvalue_reference_v<Args>), ...);
+    (call.add(args, detail::kDonates<Args>), ...);
     auto trace = [&](std::span<const Array> tracers) {
       return [&]<std::size_t... I>(std::index_sequence<I...>) {
         const R result = [&]() -> R {

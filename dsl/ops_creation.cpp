@@ -73,6 +73,7 @@ Array arange(double start, double stop, double step, DType dtype, Device device)
 }
 
 Array to_device(const Array& a, Device device) {
+  detail::check_readable(a, "to_device");
   if (a.device() == device) return a;
   if (device == Device::cpu()) {
     auto buf = HostBuffer::allocate(a.nbytes());

@@ -36,7 +36,7 @@ struct State {
   std::vector<StageState> stages;
   KILN_MODULE(State, gradient_structure, stages);
 
-  // How a checkpoint names the state's arrays (see StructInfo::member_paths):
+  // How a checkpoint names the state's arrays (see NodeInfo::member_paths):
   // a per-parameter buffer by the parameter's path in the gradient structure,
   // "stages[0].leaves[\"mu\"][2]" as "stages[0].mu.layers[1].weight" (keys that
   // are not identifiers, or are a StageState field's name, stay quoted:

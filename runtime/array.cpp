@@ -50,6 +50,13 @@ Array take_donated(const Array& a) {
 
 Array::Array(DType dtype, Shape shape, std::shared_ptr<Buffer> buffer) {
   check_shape("array", shape, size_of(dtype));
+  const std::size_t need = static_cast<std::size_t>(numel(shape)) * size_of(dtype);
+  if (need > 0 && (buffer == nullptr || buffer->nbytes() < need)) {
+    throw ValueError(detail::str_cat(
+        "[array] a ", name(dtype), to_string(shape), " array needs a buffer of ", need,
+        " bytes, got ", buffer == nullptr ? std::string("none (a null buffer)")
+                                          : detail::str_cat(buffer->nbytes(), " bytes")));
+  }
   const Device device = buffer ? buffer->device() : Device::cpu();
   impl_ = std::make_shared<ArrayImpl>(
       ArrayImpl{Aval{dtype, std::move(shape)}, std::move(buffer), device});
@@ -92,6 +99,16 @@ void Array::check_element_type(DType requested, const char* op) const {
                                   name(dtype())));
   }
 }
+
+namespace detail {
+void check_readable(const Array& a, const char* op) {
+  if (a.is_null()) {
+    throw ValueError(str_cat("[", op, "] got a null Array (None)"));
+  }
+  check_concrete(*a.impl(), op);
+  check_not_donated(op, a, "the array");
+}
+}  // namespace detail
 
 const void* Array::host_bytes(const char* op) const {
   check_concrete(checked(), op);

@@ -25,6 +25,9 @@ void check_data_size(std::size_t n, const Shape& shape);
 void check_item(const Array& a);
 // Throws ValueError "[op] <which> was donated ..." for a donated array.
 void check_not_donated(std::string_view op, const Array& a, std::string_view which);
+// What reading an array's values needs (to_device, checkpoints): ValueError
+// naming `op` for None, a tracer, a donated array.
+void check_readable(const Array& a, const char* op);
 // Gives a donated array its buffer back (a jitted call that threw before
 // overwriting it): every handle sharing its impl reads its values again.
 void restore_donated(const Array& a, std::shared_ptr<Buffer> buffer);

@@ -164,6 +164,7 @@ void save_checkpoint_flat(const std::filesystem::path& path, const TreeDef& def,
   const std::string ctx = str_cat("[save_checkpoint] ", path.string());
   const std::vector<std::string> leaf_paths = tree::paths(def);
   for (std::size_t i = 0; i < leaves.size(); ++i) {
+    check_not_donated("save_checkpoint", leaves[i], tree::display_path(leaf_paths[i]));
     if (leaves[i].buffer() == nullptr) {
       throw ValueError(str_cat(ctx, ": ", tree::display_path(leaf_paths[i]),
                                " is a tracer (inside grad or jit); save "

@@ -21,7 +21,7 @@
 //     path: "opt_state.stages[0].mu.layers[1].weight" for the tree path
 //     opt_state.stages[0].leaves["mu"][2]; its scalars keep their tree paths
 //     ("opt_state.stages[0].scalars[\"count\"]"). Any registered struct can
-//     name its members so (StructInfo::member_paths in tree_def.hpp).
+//     name its members so (NodeInfo::member_paths in tree_def.hpp).
 // Files written before the manifest was an array (a text member
 // "__kiln_manifest__.txt", slot-indexed optimizer members) still load.
 #pragma once

@@ -31,7 +31,7 @@ std::string describe(const ManifestNode& n) {
       return n.type.substr(0, n.type.find('('));
     case NodeKind::kStatic:
       return "static " + n.type;
-    case NodeKind::kEmpty:
+    case NodeKind::kOptional:
       return "empty optional";
     case NodeKind::kNone:
       return "None";

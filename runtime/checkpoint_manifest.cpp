@@ -31,7 +31,7 @@ constexpr std::pair<NodeKind, std::string_view> kKindNames[] = {
     {NodeKind::kArray, "array"},   {NodeKind::kNone, "none"},
     {NodeKind::kStatic, "static"}, {NodeKind::kStruct, "struct"},
     {NodeKind::kList, "list"},     {NodeKind::kTuple, "tuple"},
-    {NodeKind::kDict, "dict"},     {NodeKind::kEmpty, "nullopt"},
+    {NodeKind::kDict, "dict"},     {NodeKind::kOptional, "nullopt"},
 };
 
 std::string escape(std::string_view s) {
@@ -353,6 +353,27 @@ void apply_member_paths(const TreeDefData& d, Manifest& m) {
   }
 }
 
+// A file records an engaged optional as its value (its path is the value's):
+// the records are dropped and the sizes of the nodes above them shrink.
+void drop_engaged_optionals(Manifest& m) {
+  std::vector<std::uint32_t> dropped_before(m.nodes.size() + 1, 0);
+  for (std::size_t i = 0; i < m.nodes.size(); ++i) {
+    const ManifestNode& n = m.nodes[i];
+    dropped_before[i + 1] =
+        dropped_before[i] + (n.kind == NodeKind::kOptional && n.arity == 1 ? 1 : 0);
+  }
+  if (dropped_before.back() == 0) return;
+  std::vector<ManifestNode> kept;
+  kept.reserve(m.nodes.size() - dropped_before.back());
+  for (std::size_t i = 0; i < m.nodes.size(); ++i) {
+    ManifestNode& n = m.nodes[i];
+    if (n.kind == NodeKind::kOptional && n.arity == 1) continue;
+    n.size -= dropped_before[i + n.size] - dropped_before[i];
+    kept.push_back(std::move(n));
+  }
+  m.nodes = std::move(kept);
+}
+
 }  // namespace
 
 std::string_view kind_token(NodeKind k) {
@@ -407,6 +428,7 @@ Manifest make_manifest(const TreeDef& def, std::span<const Array> leaves) {
   };
   walk(d, 0, path, fn);
   apply_member_paths(d, m);
+  drop_engaged_optionals(m);
   return m;
 }
 

@@ -4,7 +4,8 @@
 // A static leaf is part of filter_jit's cache key, so it must be a *value*: kiln
 // keeps its own copy in the key, and nothing the caller holds afterwards may
 // reach what that copy refers to. Accepted:
-//   - numbers, bool, enums, std::string, std::monostate, std::bitset;
+//   - numbers, bool, enums, std::basic_string (standard traits), std::monostate,
+//     std::bitset, std::complex and std::chrono::duration (floats by bits);
 //   - standard containers, pairs, tuples, optionals and variants of accepted
 //     types (inside Static<T>, or where the tree does not walk them as nodes);
 //   - aggregates (plain structs) with operator== and AbslHashValue whose every
@@ -16,7 +17,7 @@
 //     which compare by identity, not by the wrapper's address;
 //   - Static<T> of an accepted T.
 // Refused with a compile-time error that says what to pass instead: raw and
-// smart pointers, C arrays and string literals, references and
+// smart pointers, C arrays and string literals, std::any, references and
 // std::reference_wrapper, views (string_view,
 // span, ranges views), iterators, std::function, lambdas with captures, structs
 // that hold arrays (register them with KILN_MODULE), and types without == and
@@ -24,7 +25,10 @@
 #pragma once
 
 #include <array>
+#include <any>
 #include <bitset>
+#include <chrono>
+#include <complex>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -91,6 +95,14 @@ template <class T>
 struct IsBitset : std::false_type {};
 template <std::size_t N>
 struct IsBitset<std::bitset<N>> : std::true_type {};
+template <class T>
+struct IsStdString : std::false_type {};
+template <class C, class A>
+struct IsStdString<std::basic_string<C, std::char_traits<C>, A>> : std::true_type {};
+template <class T>
+struct IsDuration : std::false_type {};
+template <class R, class P>
+struct IsDuration<std::chrono::duration<R, P>> : std::true_type {};
 template <class T>
 struct IsSpan : std::false_type {};
 template <class T, std::size_t N>
@@ -163,6 +175,7 @@ enum class StaticKind : std::uint8_t {
   kRejectView,
   kRejectIterator,
   kRejectArray,        // an Array inside a static value
+  kRejectAny,          // std::any: no ==, and its contents' type is not known
   kRejectUnregistered, // a struct holding arrays or modules, no KILN_MODULE
   kRejectOpaque,       // hash and ==, but kiln cannot see its fields
   kRejectMissing,      // lacks == and/or a hash
@@ -205,6 +218,18 @@ constexpr StaticKind parts_kind() {
   else return TupleParts<Tuple>::kKind;
 }
 
+// parts_kind of a visible aggregate's fields; kComposite for any other type.
+// (Its own function: a constexpr-if condition instantiates every operand of
+// &&, and FieldTypes<T> of a type that is not a visible aggregate is an error.)
+template <class T>
+constexpr StaticKind aggregate_parts_kind() {
+  if constexpr (visible_aggregate<T>() && !std::is_empty_v<T>) {
+    return parts_kind<FieldTypes<T>>();
+  } else {
+    return StaticKind::kComposite;
+  }
+}
+
 template <class T>
 constexpr StaticKind static_kind() {
   if constexpr (kIs<T, std::function>) {
@@ -215,9 +240,15 @@ constexpr StaticKind static_kind() {
   } else if constexpr (std::is_floating_point_v<T>) {
     return StaticKind::kFloat;
   } else if constexpr (std::is_arithmetic_v<T> || std::is_enum_v<T> ||
-                       kIs<T, std::basic_string> || std::is_same_v<T, std::monostate> ||
+                       IsStdString<T>::value || std::is_same_v<T, std::monostate> ||
                        IsBitset<T>::value) {
     return StaticKind::kValue;
+  } else if constexpr (kIs<T, std::complex>) {
+    return StaticKind::kComposite;  // real and imaginary parts, by bits
+  } else if constexpr (IsDuration<T>::value) {
+    return all_of<typename T::rep>(StaticKind::kComposite);  // its count()
+  } else if constexpr (std::is_same_v<T, std::any>) {
+    return StaticKind::kRejectAny;
   } else if constexpr (kIsFunctionPointer<T>) {
     return StaticKind::kFunctionPointer;
   } else if constexpr (std::is_pointer_v<T> || std::is_member_pointer_v<T> ||
@@ -253,9 +284,8 @@ constexpr StaticKind static_kind() {
     return std::is_empty_v<T> ? StaticKind::kStateless : StaticKind::kRejectCapturingLambda;
   } else if constexpr (visible_aggregate<T>() && !Module<T> && holds_arrays<T>()) {
     return StaticKind::kRejectUnregistered;
-  } else if constexpr (visible_aggregate<T>() && !std::is_empty_v<T> &&
-                       parts_kind<FieldTypes<T>>() != StaticKind::kComposite) {
-    return parts_kind<FieldTypes<T>>();  // a reference or refused field comes first
+  } else if constexpr (aggregate_parts_kind<T>() != StaticKind::kComposite) {
+    return aggregate_parts_kind<T>();  // a reference or refused field comes first
   } else if constexpr (kHasHash<T> && kHasEquality<T>) {
     if constexpr (visible_aggregate<T>()) return StaticKind::kComposite;
     else if constexpr (std::is_empty_v<T>) return StaticKind::kValue;
@@ -385,6 +415,13 @@ struct kiln_static_leaf_rejects_array_inside_a_value {
                 "or std::map<std::string, T>, which the tree walks");
 };
 template <class T>
+struct kiln_static_leaf_rejects_std_any {
+  static_assert(detail::kAlwaysFalse<T>,
+                "kiln: a std::any cannot be a static leaf: it has no ==, and kiln "
+                "cannot see what it holds to key on it. Pass the value itself (or a "
+                "std::variant of the types it may hold)");
+};
+template <class T>
 struct kiln_struct_holds_arrays_but_is_not_registered {
   static_assert(detail::kAlwaysFalse<T>,
                 "kiln: this struct holds arrays or modules but is not registered: add "
@@ -481,6 +518,8 @@ constexpr void check_static_leaf() {
     (void)sizeof(kiln_static_leaf_rejects_iterator<T>);
   } else if constexpr (k == StaticKind::kRejectArray) {
     (void)sizeof(kiln_static_leaf_rejects_array_inside_a_value<T>);
+  } else if constexpr (k == StaticKind::kRejectAny) {
+    (void)sizeof(kiln_static_leaf_rejects_std_any<T>);
   } else if constexpr (k == StaticKind::kRejectUnregistered) {
     (void)sizeof(kiln_struct_holds_arrays_but_is_not_registered<T>);
   } else if constexpr (k == StaticKind::kRejectOpaque) {

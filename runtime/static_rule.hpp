@@ -18,6 +18,8 @@
 #pragma once
 
 #include <bit>
+#include <chrono>
+#include <complex>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -27,6 +29,7 @@
 #include <string>
 #include <string_view>
 #include <typeinfo>
+#include <variant>
 
 #include "absl/hash/hash.h"
 #include "kiln/runtime/static_kind.hpp"
@@ -90,11 +93,24 @@ std::size_t tuple_hash(const Tuple& v, std::index_sequence<I...>) {
   return h;
 }
 
+// Alternative by index (a variant may hold one type twice: variant<double, double>).
+template <class V, std::size_t... I>
+bool variant_equal(const V& a, const V& b, std::index_sequence<I...>) {
+  bool equal = false;
+  (void)((a.index() == I && (equal = static_equal(std::get<I>(a), std::get<I>(b)), true)) || ...);
+  return equal;
+}
+
 template <class T>
 bool static_equal(const T& a, const T& b) {
   constexpr StaticKind k = static_kind<T>();
   if constexpr (k == StaticKind::kFloat) {
     return float_bits(a) == float_bits(b);
+  } else if constexpr (kIs<T, std::complex> && k == StaticKind::kComposite) {
+    return float_bits(a.real()) == float_bits(b.real()) &&
+           float_bits(a.imag()) == float_bits(b.imag());
+  } else if constexpr (IsDuration<T>::value && k == StaticKind::kComposite) {
+    return static_equal(a.count(), b.count());
   } else if constexpr (k == StaticKind::kStateless) {
     return true;  // same type, no state
   } else if constexpr (k != StaticKind::kComposite) {
@@ -109,7 +125,7 @@ bool static_equal(const T& a, const T& b) {
     return a.has_value() == b.has_value() && (!a.has_value() || static_equal(*a, *b));
   } else if constexpr (kIs<T, std::variant>) {
     return a.index() == b.index() &&
-           std::visit([&](const auto& x) { return static_equal(x, std::get<std::remove_cvref_t<decltype(x)>>(b)); }, a);
+           variant_equal(a, b, std::make_index_sequence<std::variant_size_v<T>>());
   } else if constexpr (kIsUnorderedContainer<T>) {
     using E = std::remove_cv_t<typename T::value_type>;
     if (a.size() != b.size()) return false;
@@ -142,6 +158,10 @@ std::size_t static_hash(const T& v) {
   constexpr StaticKind k = static_kind<T>();
   if constexpr (k == StaticKind::kFloat) {
     return absl::HashOf(float_bits(v));
+  } else if constexpr (kIs<T, std::complex> && k == StaticKind::kComposite) {
+    return absl::HashOf(float_bits(v.real()), float_bits(v.imag()));
+  } else if constexpr (IsDuration<T>::value && k == StaticKind::kComposite) {
+    return static_hash(v.count());
   } else if constexpr (k == StaticKind::kFunctionPointer) {
     return absl::HashOf(reinterpret_cast<std::uintptr_t>(v));
   } else if constexpr (k == StaticKind::kStateless) {
@@ -208,6 +228,20 @@ std::string value_repr(const T& v) {
            ")";
   } else if constexpr (std::is_same_v<T, std::string>) {
     return quote(v);
+  } else if constexpr (kIs<T, std::complex>) {
+    return "(" + value_repr(v.real()) + (std::signbit(v.imag()) ? " - " : " + ") +
+           value_repr(std::abs(v.imag())) + "i)";
+  } else if constexpr (IsDuration<T>::value) {
+    using P = typename T::period;
+    const char* unit = std::is_same_v<P, std::ratio<1>>     ? "s"
+                       : std::is_same_v<P, std::milli>      ? "ms"
+                       : std::is_same_v<P, std::micro>      ? "us"
+                       : std::is_same_v<P, std::nano>       ? "ns"
+                       : std::is_same_v<P, std::ratio<60>>  ? "min"
+                       : std::is_same_v<P, std::ratio<3600>> ? "h"
+                                                            : nullptr;
+    if (unit != nullptr) return value_repr(v.count()) + unit;
+    return type_display_name(typeid(T)) + "(" + value_repr(v.count()) + ")";
   } else if constexpr (kIs<T, Static>) {
     return value_repr(v.value);
   } else if constexpr (Streamable<T>) {

@@ -29,8 +29,8 @@ std::string_view name(NodeKind k) {
       return "tuple";
     case NodeKind::kDict:
       return "dict";
-    case NodeKind::kEmpty:
-      return "empty optional";
+    case NodeKind::kOptional:
+      return "optional";
   }
   return "?";
 }
@@ -69,8 +69,9 @@ void print(const TreeDefData& d, std::size_t idx, std::string& out) {
     case NodeKind::kNone:
       out += "None";
       break;
-    case NodeKind::kEmpty:
-      out += "nullopt";
+    case NodeKind::kOptional:  // an engaged one prints as its value
+      if (n.arity == 0) out += "nullopt";
+      else print(d, child, out);
       break;
     case NodeKind::kStatic: {
       const StaticValue& v = d.statics[n.aux];
@@ -118,6 +119,9 @@ std::string describe(const TreeDefData& d, std::size_t idx) {
   if (n.kind == NodeKind::kStruct) return std::string(n.info->name);
   if (n.kind == NodeKind::kStatic)
     return "static " + d.statics[n.aux].type_name();
+  if (n.kind == NodeKind::kOptional) {
+    return n.arity == 0 ? "empty optional" : "optional of " + describe(d, idx + 1);
+  }
   return std::string(name(n.kind));
 }
 
@@ -132,6 +136,8 @@ void append_child(std::string& path, const TreeDefData& d,
       path += "[\"";
       path += d.keys[parent.aux + i];
       path += "\"]";
+      break;
+    case NodeKind::kOptional:  // an engaged optional adds nothing
       break;
     default:
       path += '[';
@@ -154,14 +160,6 @@ std::string quoted_keys(const std::vector<std::string>& keys, std::size_t first,
 
 // ---- TreeDef ----
 namespace detail {
-
-bool same_struct(const StructInfo* a, const StructInfo* b) {
-  if (a == b) return true;
-  if (a == nullptr || b == nullptr) return false;
-  // Distinct objects for one type can arise across shared libraries; type_info
-  // equality is the C++ type's identity there too.
-  return a->hash == b->hash && *a->type == *b->type;
-}
 
 TreeDef DefBuilder::finish() {
   hint() = SizeHint{d_->nodes.size(), d_->num_leaves, d_->statics.size()};
@@ -192,8 +190,7 @@ bool operator==(const TreeDef& a, const TreeDef& b) {
   for (std::size_t i = 0; i < x.nodes.size(); ++i) {
     const DefNode& p = x.nodes[i];
     const DefNode& q = y.nodes[i];
-    if (p.kind != q.kind || p.arity != q.arity) return false;
-    if (p.kind == NodeKind::kStruct && !detail::same_struct(p.info, q.info))
+    if (p.kind != q.kind || p.arity != q.arity || !detail::same_type(p.info, q.info))
       return false;
   }
   // Statics compare by type and ==, never by hash alone (seed 4).

@@ -41,6 +41,16 @@
   auto kiln_fields() const { return std::tie(__VA_ARGS__); }             \
   static Type* kiln_module_self() /* declared only: read by decltype */
 
+// Inside a KILN_MODULE struct: fields that are deliberately not part of its
+// tree (a cache, a handle to a logger). grad, filter_jit and unflatten
+// default-construct them, and filter_jit's key does not see them, so a
+// changed value does not recompile. Without it, a field left out of
+// KILN_MODULE is a compile error (see check_module in tree_traits.hpp).
+//   struct Net { Array w; Stats stats; KILN_MODULE(Net, w); KILN_NOT_IN_TREE(stats); };
+#define KILN_NOT_IN_TREE(...)                                                 \
+  auto kiln_untracked_fields() const { return std::tie(__VA_ARGS__); } \
+  static_assert(true, "")
+
 namespace kiln {
 
 // Marks a subtree as frozen: grad and value_and_grad give None for every array

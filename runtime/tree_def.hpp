@@ -1,6 +1,6 @@
-// TreeDef: the structure of a pytree without its arrays (node kinds, struct
-// type and field names, dict keys, container lengths, where None is, and the
-// values of static leaves). The jit keys its cache on it on every call, so it
+// TreeDef: the structure of a pytree without its arrays (node kinds, the C++
+// type of every struct and container node, struct field names, dict keys,
+// container lengths, where None is, and the values of static leaves). The jit keys its cache on it on every call, so it
 // is one flat pre-order vector of small records behind a shared_ptr with the
 // hash computed once; paths and printing are derived lazily from it, never
 // during flatten.
@@ -24,24 +24,29 @@ enum class NodeKind : std::uint8_t {
   kArray,   // an array slot holding an array (a leaf)
   kNone,    // an array slot holding None (a null Array); not a leaf
   kStatic,  // a static leaf; its value is in the TreeDef
-  kStruct,  // a KILN_MODULE struct
-  kList,    // std::vector, std::array, Tree::list
-  kTuple,   // std::tuple, std::pair
-  kDict,    // std::map<std::string, T>, Tree::dict (keys sorted)
-  kEmpty,   // a disengaged std::optional (an engaged one is transparent)
+  kStruct,    // a KILN_MODULE struct
+  kList,      // std::vector, std::array, Tree::list
+  kTuple,     // std::tuple, std::pair
+  kDict,      // std::map<std::string, T>, Tree::dict (keys sorted)
+  kOptional,  // std::optional: arity 1 when engaged, 0 when not. Paths,
+              // printing and checkpoints see through an engaged one.
 };
 std::string_view name(NodeKind k);
 
 namespace detail {
 
-// One per registered struct type, created once (see struct_info<T>()). Its
-// identity is the C++ type: Pow<2> and Pow<3>, a::Linear and b::Linear are
-// different structures although they print the same registered name.
-struct StructInfo {
-  std::string_view name;  // as registered: KILN_MODULE(name, ...)
-  std::span<const std::string_view> fields;
+// The C++ type of a struct or container node: one per type, created once
+// (node_info<T>()). Its identity is the C++ type: Pow<2> and Pow<3>, a::Linear
+// and b::Linear, std::pair<Array, Array> and std::tuple<Array, Array>, an empty
+// std::vector<int> and an empty std::vector<float> are different structures
+// although some print alike. kiln::Tree's dynamic nodes have none (null).
+struct NodeInfo {
+  // Structs: as registered (KILN_MODULE(name, ...)); containers: type_name.
+  std::string_view name;
+  std::span<const std::string_view> fields;  // structs only
   const std::type_info* type = nullptr;
-  std::string_view type_name;  // the full C++ type ("Pow<3>", "a::Linear")
+  // The full C++ type: "Pow<3>", "a::Linear", "std::pair<Array, Array>".
+  std::string_view type_name;
   std::size_t hash = 0;
   // Arrays under this node get no gradient (kiln::Frozen).
   bool frozen = false;
@@ -54,15 +59,23 @@ struct StructInfo {
   void (*member_paths)(std::span<const StaticValue> statics,
                        std::span<std::string> paths) = nullptr;
 };
-bool same_struct(const StructInfo* a, const StructInfo* b);
 
 struct DefNode {
   NodeKind kind;
   std::uint32_t arity = 0;  // number of children
   std::uint32_t size = 1;   // records in this subtree, itself included
   std::uint32_t aux = 0;  // kDict: first key in keys; kStatic: index in statics
-  const StructInfo* info = nullptr;  // kStruct only
+  const NodeInfo* info = nullptr;  // null for Array, None, statics, kiln::Tree
 };
+
+// Whether two nodes have one C++ type (both null: two kiln::Tree nodes).
+inline bool same_type(const NodeInfo* a, const NodeInfo* b) {
+  if (a == b) return true;
+  if (a == nullptr || b == nullptr) return false;
+  // Distinct objects for one type can arise across shared libraries; type_info
+  // equality is the C++ type's identity there too.
+  return a->hash == b->hash && *a->type == *b->type;
+}
 
 struct TreeDefData {
   std::vector<DefNode> nodes;  // pre-order
@@ -133,7 +146,7 @@ std::string display_path(std::string_view path);
 
 enum class DiffKind : std::uint8_t {
   kNodeKind,          // e.g. a list where a dict was
-  kTypeName,          // two different struct types (also of one printed name)
+  kTypeName,          // two C++ types of struct or container (also of one printed name)
   kLength,            // list/tuple lengths
   kKeys,              // dict keys
   kNoneVsArray,       // None where an array was, or the reverse

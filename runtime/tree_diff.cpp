@@ -23,7 +23,7 @@ std::string_view name(DiffKind k) {
     case DiffKind::kNodeKind:
       return "node_kind";
     case DiffKind::kTypeName:
-      return "type_name";
+      return "type";
     case DiffKind::kLength:
       return "length";
     case DiffKind::kKeys:
@@ -59,11 +59,27 @@ class Differ {
       }
       return;
     }
+    if (!detail::same_type(x.info, y.info)) {
+      // Containers of one kind and length whose element types differ: the
+      // difference is named where it shows (layers[0]: Linear -> Conv); where
+      // nothing below differs (std::pair vs std::tuple, empty vectors), here.
+      const std::size_t before = out_.size();
+      if (x.kind != NodeKind::kStruct && x.arity == y.arity) {
+        if (x.kind == NodeKind::kDict) dict(ia, ib);
+        else children(ia, ib);
+      }
+      if (out_.size() == before) {
+        add(DiffKind::kTypeName, detail::str_cat(type_name(x), " -> ", type_name(y)));
+      }
+      return;
+    }
     switch (x.kind) {
       case NodeKind::kStruct:
-        if (detail::same_struct(x.info, y.info)) return children(ia, ib);
-        add(DiffKind::kTypeName, detail::str_cat("expected ", x.info->type_name,
-                                                 ", got ", y.info->type_name));
+        return children(ia, ib);
+      case NodeKind::kOptional:
+        if (x.arity == y.arity) return children(ia, ib);
+        add(DiffKind::kNodeKind, detail::str_cat("expected ", describe(a_, ia),
+                                                 ", got ", describe(b_, ib)));
         return;
       case NodeKind::kList:
       case NodeKind::kTuple:
@@ -83,6 +99,10 @@ class Differ {
   std::vector<Difference> take() { return std::move(out_); }
 
  private:
+  static std::string_view type_name(const DefNode& n) {
+    return n.info == nullptr ? std::string_view("kiln::Tree") : n.info->type_name;
+  }
+
   void add(DiffKind kind, std::string description) {
     out_.push_back(Difference{path_, kind, std::move(description)});
   }

@@ -186,6 +186,12 @@ Tree read_tree(Reader& r) {
       }
       return Tree::dict(std::move(items));
     }
+    case NodeKind::kOptional:
+      if (n.arity == 1) {  // an engaged optional is its value
+        ++r.node;
+        return read_tree(r);
+      }
+      [[fallthrough]];
     default:
       // Structs, tuples and empty optionals have no Tree form (it would not
       // round-trip to the same structure).

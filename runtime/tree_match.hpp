@@ -19,10 +19,9 @@ class TreeMatcher {
               std::vector<const Array*>& leaves)
       : d_(def.data()), avals_(avals), device_(device), leaves_(leaves) {}
 
-  std::size_t open(NodeKind kind, std::size_t arity, const StructInfo* info = nullptr) {
+  std::size_t open(NodeKind kind, std::size_t arity, const NodeInfo* info = nullptr) {
     const DefNode* n = next();
-    ok_ = n != nullptr && n->kind == kind && n->arity == arity &&
-          (kind != NodeKind::kStruct || same_struct(n->info, info));
+    ok_ = n != nullptr && n->kind == kind && n->arity == arity && same_type(n->info, info);
     return 0;
   }
   void close(std::size_t) {}
@@ -53,10 +52,6 @@ class TreeMatcher {
     ok_ = n != nullptr && n->kind == NodeKind::kStatic && d_.statics[n->aux] == v;
   }
   void tree(const Tree&) { ok_ = false; }  // dynamic trees take the slow path
-  void empty() {
-    const DefNode* n = next();
-    ok_ = n != nullptr && n->kind == NodeKind::kEmpty;
-  }
 
   bool matched() const {
     return ok_ && node_ == d_.nodes.size() && leaf_ == avals_.size();

@@ -5,6 +5,7 @@
 // records.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <map>
@@ -54,6 +55,21 @@ struct kiln_module_leaves_out_fields {
       "it names fewer than the struct has (the two counts are the template "
       "arguments of kiln_module_leaves_out_fields), and a field left out is not "
       "part of the tree, so grad, filter_jit and unflatten would lose it");
+};
+
+// A class kiln cannot count the fields of (it has constructors, private
+// fields or bases): its size is larger than every field KILN_MODULE and
+// KILN_NOT_IN_TREE name could take, padding included, so a field is left out.
+template <class T, std::size_t SizeOfT, std::size_t MostTheNamedFieldsTake>
+struct kiln_module_leaves_out_fields_of_a_class {
+  static_assert(
+      detail::kAlwaysFalse<T>,
+      "kiln: KILN_MODULE(Type, fields...) must name every field of the class: "
+      "the class is larger (first number in kiln_module_leaves_out_fields_of_a_class) "
+      "than the fields it names can take (second number), so a field is left "
+      "out, and grad, filter_jit and unflatten would lose it (and filter_jit's "
+      "key would not see it change). Name it in KILN_MODULE, or, if it is "
+      "deliberately not part of the tree, in KILN_NOT_IN_TREE(field, ...)");
 };
 
 namespace detail {
@@ -166,10 +182,41 @@ struct FieldChecks<std::tuple<F...>> {
   static constexpr void run() { (check_tree_type<std::remove_cvref_t<F>>(), ...); }
 };
 
+// Fields marked KILN_NOT_IN_TREE (a std::tuple of references; empty if none).
+template <class T>
+auto untracked_fields_of(const T& v) {
+  if constexpr (requires { v.kiln_untracked_fields(); }) {
+    return v.kiln_untracked_fields();
+  } else {
+    return std::tuple<>();
+  }
+}
+template <class T>
+using UntrackedOf = decltype(untracked_fields_of(std::declval<const T&>()));
+
+// The most bytes an object whose fields are these types can take, in any
+// order: each field starts at the next multiple of the largest alignment at
+// worst. A larger class holds something else.
+template <class Tuple>
+struct MostBytes;
+template <class... F>
+struct MostBytes<std::tuple<F...>> {
+  static constexpr std::size_t kAlign = std::max({std::size_t{1}, alignof(std::remove_cvref_t<F>)...});
+  static constexpr std::size_t up(std::size_t n, std::size_t a) { return (n + a - 1) / a * a; }
+  template <class T>
+  static constexpr std::size_t of() {
+    const std::size_t align = std::max(kAlign, alignof(T));
+    // A polymorphic class's vtable pointer comes first.
+    const std::size_t vptr = std::is_polymorphic_v<T> ? up(sizeof(void*), align) : 0;
+    return up(vptr + (std::size_t{0} + ... + up(sizeof(std::remove_cvref_t<F>), align)), align);
+  }
+};
+
 // Every compile-time check of a registered struct, in the order that puts the
 // most useful message first: its fields' types, its registration, the fields
-// the registration leaves out (aggregates only: kiln can count their fields),
-// default construction. Evaluated through kModuleChecked (see kStaticChecked).
+// the registration leaves out (aggregates: counted; other classes: by size, so a
+// left-out field that fits in the named fields' padding is not seen), default
+// construction. Evaluated through kModuleChecked (see kStaticChecked).
 template <class T>
 constexpr void check_module() {
   using Fields = FieldsOf<T>;
@@ -182,8 +229,17 @@ constexpr void check_module() {
     return;
   } else if constexpr (!std::is_same_v<ModuleSelf<T>, T>) {
     (void)sizeof(kiln_module_registration_names_another_type<T>);
-  } else if constexpr (visible_aggregate<T>() && kFieldCount<T> > kRegistered) {
+  } else if constexpr (visible_aggregate<T>() &&
+                       kFieldCount<T> > kRegistered + std::tuple_size_v<UntrackedOf<T>>) {
     (void)sizeof(kiln_module_leaves_out_fields<T, kRegistered, kFieldCount<T>>);
+  } else if constexpr (!visible_aggregate<T>() &&
+                       sizeof(T) > MostBytes<decltype(std::tuple_cat(
+                                       std::declval<Fields>(),
+                                       std::declval<UntrackedOf<T>>()))>::template of<T>()) {
+    (void)sizeof(kiln_module_leaves_out_fields_of_a_class<
+                 T, sizeof(T),
+                 MostBytes<decltype(std::tuple_cat(std::declval<Fields>(),
+                                                   std::declval<UntrackedOf<T>>()))>::template of<T>()>);
   } else if constexpr (!std::is_default_constructible_v<T>) {
     (void)sizeof(kiln_module_requires_default_constructor<T>);
   }
@@ -193,7 +249,7 @@ template <class T>
 inline constexpr bool kModuleChecked = (check_module<T>(), true);
 
 template <class T>
-constexpr auto member_paths_of() -> decltype(StructInfo::member_paths) {
+constexpr auto member_paths_of() -> decltype(NodeInfo::member_paths) {
   if constexpr (requires { &T::kiln_member_paths; }) {
     return &T::kiln_member_paths;
   } else {
@@ -202,16 +258,63 @@ constexpr auto member_paths_of() -> decltype(StructInfo::member_paths) {
 }
 
 template <class T>
-const StructInfo& struct_info() {
+const NodeInfo& struct_info() {
   constexpr std::size_t kN = std::tuple_size_v<FieldsOf<T>>;
   static_assert(count_names(T::kiln_module_field_names()) == kN,
                 "kiln: KILN_MODULE(Type, fields...) takes plain field names");
   static constexpr std::array<std::string_view, kN> kNames =
       split_field_names<kN>(T::kiln_module_field_names());
   static const std::string kTypeName = type_display_name(typeid(T));
-  static const StructInfo info{T::kiln_module_name(), kNames, &typeid(T), kTypeName,
-                               typeid(T).hash_code(), requires { T::kiln_frozen; },
-                               member_paths_of<T>()};
+  static const NodeInfo info{T::kiln_module_name(), kNames, &typeid(T), kTypeName,
+                             typeid(T).hash_code(), requires { T::kiln_frozen; },
+                             member_paths_of<T>()};
+  return info;
+}
+
+template <class T>
+struct IsDefaultVector : std::false_type {};
+template <class V>
+struct IsDefaultVector<std::vector<V>> : std::true_type {};
+template <class T>
+struct IsDefaultMap : std::false_type {};
+template <class V>
+struct IsDefaultMap<std::map<std::string, V>> : std::true_type {};
+
+// How a type is named in structure messages ("std::pair<Array, Array>"): the
+// standard containers spelled without their default allocators and
+// comparators, kiln's types without "kiln::".
+template <class T>
+std::string tree_type_name() {
+  if constexpr (std::is_same_v<T, Array> || std::is_same_v<T, Tree> ||
+                std::is_same_v<T, StaticValue>) {
+    return std::string(std::is_same_v<T, Array>  ? "Array"
+                       : std::is_same_v<T, Tree> ? "Tree"
+                                                 : "StaticValue");
+  } else if constexpr (IsDefaultVector<T>::value) {
+    return "std::vector<" + tree_type_name<typename T::value_type>() + ">";
+  } else if constexpr (IsStdArray<T>::value) {
+    return "std::array<" + tree_type_name<typename T::value_type>() + ", " +
+           std::to_string(std::tuple_size_v<T>) + ">";
+  } else if constexpr (IsOptional<T>::value) {
+    return "std::optional<" + tree_type_name<typename T::value_type>() + ">";
+  } else if constexpr (IsDefaultMap<T>::value) {
+    return "std::map<std::string, " + tree_type_name<typename T::mapped_type>() + ">";
+  } else if constexpr (IsTupleLike<T>::value) {
+    return [&]<std::size_t... I>(std::index_sequence<I...>) {
+      std::string out = kIs<T, std::pair> ? "std::pair<" : "std::tuple<";
+      ((out += (I == 0 ? "" : ", ") + tree_type_name<std::tuple_element_t<I, T>>()), ...);
+      return out + ">";
+    }(std::make_index_sequence<std::tuple_size_v<T>>());
+  } else {
+    return type_display_name(typeid(T));
+  }
+}
+
+// The NodeInfo of a standard container type (list, tuple, dict, optional).
+template <class T>
+const NodeInfo& container_info() {
+  static const std::string kTypeName = tree_type_name<T>();
+  static const NodeInfo info{kTypeName, {}, &typeid(T), kTypeName, typeid(T).hash_code()};
   return info;
 }
 
@@ -231,7 +334,7 @@ class DefBuilder {
   }
 
   std::size_t open(NodeKind kind, std::size_t arity,
-                   const StructInfo* info = nullptr) {
+                   const NodeInfo* info = nullptr) {
     const std::size_t idx = d_->nodes.size();
     d_->nodes.push_back(DefNode{
         kind, static_cast<std::uint32_t>(arity), 1,
@@ -265,7 +368,6 @@ class DefBuilder {
                 static_cast<std::uint32_t>(d_->statics.size())});
     d_->statics.push_back(std::move(v));
   }
-  void empty() { d_->nodes.push_back(DefNode{NodeKind::kEmpty}); }
   TreeDef finish();  // hashes the records
 
  private:
@@ -324,24 +426,24 @@ void flatten_into(const T& v, B& b) {
       b.close(idx);
     }
   } else if constexpr (IsVector<T>::value || IsStdArray<T>::value) {
-    const std::size_t idx = b.open(NodeKind::kList, v.size());
+    const std::size_t idx = b.open(NodeKind::kList, v.size(), &container_info<T>());
     for (const auto& e : v) flatten_into<typename T::value_type, B>(e, b);
     b.close(idx);
   } else if constexpr (IsTupleLike<T>::value) {
-    const std::size_t idx = b.open(NodeKind::kTuple, std::tuple_size_v<T>);
+    const std::size_t idx =
+        b.open(NodeKind::kTuple, std::tuple_size_v<T>, &container_info<T>());
     [&]<std::size_t... I>(std::index_sequence<I...>) {
       (flatten_into<std::tuple_element_t<I, T>, B>(std::get<I>(v), b), ...);
     }
     (std::make_index_sequence<std::tuple_size_v<T>>());
     b.close(idx);
   } else if constexpr (IsOptional<T>::value) {
-    if (v.has_value()) {
-      flatten_into<typename T::value_type, B>(*v, b);
-    } else {
-      b.empty();
-    }
+    const std::size_t idx =
+        b.open(NodeKind::kOptional, v.has_value() ? 1 : 0, &container_info<T>());
+    if (v.has_value()) flatten_into<typename T::value_type, B>(*v, b);
+    b.close(idx);
   } else if constexpr (IsStringMap<T>::value) {
-    const std::size_t idx = b.open(NodeKind::kDict, v.size());
+    const std::size_t idx = b.open(NodeKind::kDict, v.size(), &container_info<T>());
     for (const auto& kv : v) b.key(kv.first);
     for (const auto& kv : v)
       flatten_into<typename T::mapped_type, B>(kv.second, b);
@@ -383,7 +485,7 @@ T unflatten_from(Reader& r) {
   } else if constexpr (Module<T>) {
     static_assert(kModuleChecked<T>);
     if (n.kind != NodeKind::kStruct ||
-        !same_struct(n.info, &struct_info<T>())) {
+        !same_type(n.info, &struct_info<T>())) {
       throw_unflatten_mismatch(r, typeid(T));
     }
     ++r.node;
@@ -420,10 +522,9 @@ T unflatten_from(Reader& r) {
     }
     (std::make_index_sequence<std::tuple_size_v<T>>());
   } else if constexpr (IsOptional<T>::value) {
-    if (n.kind == NodeKind::kEmpty) {
-      ++r.node;
-      return T();
-    }
+    if (n.kind != NodeKind::kOptional) throw_unflatten_mismatch(r, typeid(T));
+    ++r.node;
+    if (n.arity == 0) return T();
     return T(std::in_place, unflatten_from<typename T::value_type>(r));
   } else if constexpr (IsStringMap<T>::value) {
     if (n.kind != NodeKind::kDict) throw_unflatten_mismatch(r, typeid(T));

@@ -176,6 +176,25 @@ TEST_CASE("the manifest records the TreeDef, None slots and static values") {
   CHECK(m.size() == 1 + 8);
 }
 
+TEST_CASE("an engaged optional is recorded as its value; nested optionals load back") {
+  TempDir dir;
+  using Tree3 = std::tuple<std::optional<Array>, std::optional<std::optional<int>>,
+                           std::optional<std::vector<Array>>>;
+  const Tree3 t{scalar<float>(1), std::optional<int>(), std::vector<Array>{scalar<float>(2)}};
+  save_checkpoint(dir / "o.npz", t);
+  const std::string text = manifest_text(member(read_zip(dir / "o.npz"), kManifest));
+  // The file format has no optional record (files from before the node load).
+  CHECK(text.find("\ntuple\t3\t\n") != std::string::npos);
+  CHECK(text.find("\narray\t0\t[0]\tf32\t\t[0].npy\n") != std::string::npos);
+  CHECK(text.find("\nnullopt\t0\t[1]\n") != std::string::npos);
+  CHECK(text.find("\nlist\t1\t[2]\n") != std::string::npos);
+  const Tree3 back = load_checkpoint(dir / "o.npz", t);
+  CHECK(std::get<0>(back)->item<float>() == 1.0f);
+  REQUIRE(std::get<1>(back).has_value());
+  CHECK(!std::get<1>(back)->has_value());
+  CHECK(std::get<2>(back)->at(0).item<float>() == 2.0f);
+}
+
 TEST_CASE("numpy.load reads a kiln checkpoint: names, dtypes, values") {
   const char* python = std::getenv("KILN_PYTHON");
   const char* script = std::getenv("KILN_CHECKPOINT_SCRIPT");

@@ -179,8 +179,8 @@ TEST_CASE(
   CHECK(dl[0].path == "");
   CHECK(dl[0].kind == tree::DiffKind::kTypeName);
   CHECK(dl[0].description ==
-        "expected static_test::LambdaMLP<static_test::square::{lambda(kiln::Array const&)#1}>, "
-        "got static_test::LambdaMLP<static_test::cube::{lambda(kiln::Array const&)#1}>");
+        "static_test::LambdaMLP<static_test::square::{lambda(kiln::Array const&)#1}> -> "
+        "static_test::LambdaMLP<static_test::cube::{lambda(kiln::Array const&)#1}>");
 }
 
 TEST_CASE(

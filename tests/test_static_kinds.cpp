@@ -7,6 +7,10 @@
 // names the tests/compile_fail snippet that proves its diagnostic, and a sample
 // type of that kind is checked at compile time. Device-generic (KILN_DEVICE).
 #include <doctest/doctest.h>
+#include <variant>
+#include <complex>
+#include <chrono>
+#include <any>
 
 #include <cmath>
 #include <cstdlib>
@@ -116,6 +120,21 @@ void check_kind(StaticKind k) {
                                                  "static_kinds::Cfg{k=2, scale=-0}");
       check_key_rule(Static<std::vector<double>>{{1.0, nan}}, Static<std::vector<double>>{{1.0, nan}},
                      Static<std::vector<double>>{{1.0, 2.0}}, "[1, nan] -> [1, 2]");
+      // Standard value types (issue 34): complex and durations by bits, a
+      // variant by alternative index (one type twice included).
+      static_assert(kind<std::complex<double>> == StaticKind::kComposite &&
+                    kind<std::chrono::duration<double>> == StaticKind::kComposite);
+      check_key_rule(std::complex<double>(1.0, 0.0), std::complex<double>(1.0, 0.0),
+                     std::complex<double>(1.0, -0.0), "(1 + 0i) -> (1 - 0i)");
+      check_key_rule(std::chrono::duration<double, std::milli>(2.5),
+                     std::chrono::duration<double, std::milli>(2.5),
+                     std::chrono::duration<double, std::milli>(3.0), "2.5ms -> 3ms");
+      check_key_rule(std::chrono::seconds(2), std::chrono::seconds(2), std::chrono::seconds(3),
+                     "2s -> 3s");
+      using Twice = std::variant<double, double>;
+      check_key_rule(Static<Twice>{Twice(std::in_place_index<1>, 1.0)},
+                     Static<Twice>{Twice(std::in_place_index<1>, 1.0)},
+                     Static<Twice>{Twice(std::in_place_index<0>, 1.0)}, "static value changed");
       return;
     case StaticKind::kFunctionPointer:
       check_key_rule(&fa, &fa, &fb, "callable identity changed: static_kinds::fa -> "
@@ -160,6 +179,9 @@ void check_kind(StaticKind k) {
     case StaticKind::kRejectArray:
       static_assert(kind<Array> == StaticKind::kRejectArray);
       return check_refused("array_inside_static.cpp");
+    case StaticKind::kRejectAny:
+      static_assert(kind<std::any> == StaticKind::kRejectAny);
+      return check_refused("std_any_field.cpp");
     case StaticKind::kRejectUnregistered:
       return check_refused("forgotten_module.cpp");
     case StaticKind::kRejectOpaque:
