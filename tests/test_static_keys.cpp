@@ -335,8 +335,15 @@ TEST_CASE("standard containers of different C++ types are different keys, with t
   CHECK(f(std::vector{a, b}).item<float>() == 313.0f);
   CHECK(f(std::array{a, b}).item<float>() == 14.0f);
   CHECK(f.trace_count() == 4);
-  CHECK(f.last_retrace().find("std::vector<Array> -> std::array<Array, 2>") !=
-        std::string::npos);
+  {
+    // With one cached key the explanation is against it (with several, against
+    // the nearest, which ties may pick).
+    auto g = filter_jit([](const auto& t) { return tagged_sum(t); });
+    CHECK(g(std::vector{a, b}).item<float>() == 313.0f);
+    CHECK(g(std::array{a, b}).item<float>() == 14.0f);
+    CHECK(g.last_retrace().find("arg0: type changed, std::vector<Array> -> std::array<Array, 2>") !=
+          std::string::npos);
+  }
   // Empty containers and optionals: the element type is in the key.
   CHECK(f(std::optional<int>()).item<float>() == 1010.0f);
   CHECK(f(std::optional<float>()).item<float>() == 2010.0f);
