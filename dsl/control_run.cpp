@@ -8,6 +8,7 @@
 #include "kiln/dsl/control.hpp"
 #include "kiln/dsl/ops.hpp"
 #include "kiln/dsl/trace.hpp"
+#include "kiln/runtime/env.hpp"
 #include "kiln/runtime/error.hpp"
 #include "kiln/runtime/strings.hpp"
 
@@ -119,11 +120,8 @@ bool read_flag(const Array& a) { return astype(a, DType::kI32).item<std::int32_t
 // iteration; bench/rnn_scan.cpp measures both).
 std::size_t max_batch(Device d) {
   if (d == Device::cpu()) return 1;
-  static const std::size_t most = [] {
-    const char* v = std::getenv("KILN_WHILE_MAX_BATCH");
-    const long n = v == nullptr ? 0 : std::strtol(v, nullptr, 10);
-    return n > 0 ? static_cast<std::size_t>(n) : std::size_t{32};
-  }();
+  static const std::size_t most =
+      static_cast<std::size_t>(env::count("KILN_WHILE_MAX_BATCH").value_or(32));
   return most;
 }
 

@@ -8,6 +8,7 @@
 
 #include "kiln/dsl/backend.hpp"
 #include "kiln/dsl/control_run.hpp"
+#include "kiln/runtime/env.hpp"
 #include "kiln/runtime/error.hpp"
 #include "kiln/runtime/strings.hpp"
 
@@ -198,10 +199,7 @@ std::vector<Array> Executable::run_steps(std::vector<Array>& env, std::size_t li
       const std::vector<ValueId>& dying = release_after_[s];
       args.clear();
       // KILN_INPLACE=0: never offer a dying input's buffer (a kill switch).
-      static const bool no_inplace = [] {
-        const char* v = std::getenv("KILN_INPLACE");
-        return v != nullptr && std::string_view(v) == "0";
-      }();
+      static const bool no_inplace = !detail::env::flag("KILN_INPLACE").value_or(true);
       // A buffer the caller holds to restore a donated argument is taken only
       // once no later step can throw on values (failure atomicity).
       const std::span<std::shared_ptr<Buffer>> givable =

@@ -11,6 +11,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/hash/hash.h"
 #include "kiln/dsl/trace.hpp"
+#include "kiln/runtime/env.hpp"
 #include "kiln/runtime/error.hpp"
 #include "kiln/runtime/strings.hpp"
 
@@ -20,10 +21,7 @@ namespace {
 
 thread_local const std::string* tl_explanation = nullptr;
 
-bool env_flag(const char* name) {
-  const char* v = std::getenv(name);
-  return v != nullptr && v[0] != '\0' && std::string_view(v) != "0";
-}
+bool env_flag(const char* name) { return env::flag(name).value_or(false); }
 
 std::size_t key_hash(const JitCall& call, Device device) {
   std::size_t h = absl::HashOf(static_cast<int>(device.kind), device.index, call.defs.size());
@@ -214,27 +212,17 @@ namespace {
 constexpr std::size_t kDefaultMaxEntries = 64;
 
 JitOptions with_environment(JitOptions options) {
-  if (const char* v = std::getenv("KILN_FUSION")) {
-    if (std::string_view(v) == "0") options.fusion.enabled = false;
-    if (std::string_view(v) == "elementwise") options.fusion.anchors = false;
-    if (std::string_view(v) == "elementwise" || std::string_view(v) == "anchors") {
-      options.fusion.windows = false;
-    }
+  if (const std::optional<std::string> v = env::choice("KILN_FUSION")) {
+    if (*v == "0") options.fusion.enabled = false;
+    if (*v == "elementwise") options.fusion.anchors = false;
+    if (*v == "elementwise" || *v == "anchors") options.fusion.windows = false;
   }
   return options;
 }
 
 std::size_t entry_limit(const JitOptions& options) {
   if (options.max_entries != 0) return options.max_entries;
-  const char* v = std::getenv("KILN_JIT_CACHE_LIMIT");
-  if (v == nullptr || *v == '\0') return kDefaultMaxEntries;
-  char* end = nullptr;
-  const unsigned long long n = std::strtoull(v, &end, 10);
-  if (end == v || *end != '\0' || n == 0) {
-    throw ValueError(str_cat("[filter_jit] KILN_JIT_CACHE_LIMIT=\"", v,
-                             "\" is not a positive whole number of entries"));
-  }
-  return static_cast<std::size_t>(n);
+  return static_cast<std::size_t>(env::count("KILN_JIT_CACHE_LIMIT").value_or(kDefaultMaxEntries));
 }
 
 // Gives freed memory back to the system after a cache lets go of entries:

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "kiln/runtime/env.hpp"
 #include "kiln/runtime/error.hpp"
 #include "kiln/runtime/strings.hpp"
 
@@ -77,8 +78,7 @@ class HostCache {
 
  private:
   HostCache() {
-    const char* env = std::getenv("KILN_HOST_CACHE");
-    enabled_ = !(env && std::string(env) == "0");
+    enabled_ = detail::env::flag("KILN_HOST_CACHE").value_or(true);
   }
 
   bool enabled_;

@@ -5,6 +5,7 @@
 #include "kiln/runtime/checkpoint.hpp"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 #include <zip.h>
 #include <zlib.h>
@@ -12,8 +13,10 @@
 #include <algorithm>
 #include <bit>
 #include <cerrno>
+#include <charconv>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <random>
 #include <unordered_map>
@@ -112,6 +115,27 @@ std::string temp_path(const std::filesystem::path& path) {
   return str_cat(path.string(), ".tmp.", ::getpid(), ".", hex);
 }
 
+// Removes the temporary files that saves of `path` killed before their rename
+// left (path.tmp.<pid>.<hex>, of a process that no longer exists); a save in
+// progress in a live process keeps its file. Best effort: a directory kiln
+// cannot list or a file it cannot remove is left as it is.
+void remove_stale_temps(const std::filesystem::path& path) {
+  const std::string prefix = path.filename().string() + ".tmp.";
+  std::error_code ec;
+  const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : ".";
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (!name.starts_with(prefix)) continue;
+    const std::string_view rest = std::string_view(name).substr(prefix.size());
+    long pid = 0;
+    const auto [end, err] = std::from_chars(rest.data(), rest.data() + rest.size(), pid);
+    if (err != std::errc() || end == rest.data() || *end != '.' || pid <= 0) continue;
+    if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
+      std::filesystem::remove(entry.path(), ec);
+    }
+  }
+}
+
 void fsync_path(const std::string& path, bool directory, std::string_view ctx) {
   const int fd = ::open(path.c_str(), O_RDONLY | (directory ? O_DIRECTORY : 0));
   if (fd < 0) {
@@ -173,6 +197,7 @@ void save_checkpoint_flat(const std::filesystem::path& path, const TreeDef& def,
   }
   const Manifest manifest = ckpt::make_manifest(def, leaves);
   check_unique_members(manifest, ctx);
+  remove_stale_temps(path);
   TempFile tmp{temp_path(path)};
   {
     ZipWriter zip(tmp.path, options.compress, ctx);

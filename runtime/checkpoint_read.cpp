@@ -31,6 +31,8 @@ class ZipReader {
   struct Entry {
     unz64_file_pos pos;
     std::uint64_t size = 0;  // uncompressed, as the directory says
+    std::uint64_t compressed = 0;
+    std::uint64_t method = 0;
   };
 
   ZipReader(const std::filesystem::path& path, std::string_view ctx)
@@ -38,7 +40,7 @@ class ZipReader {
     // minizip says only "cannot open"; find out why first.
     std::FILE* f = std::fopen(path.c_str(), "rb");
     if (f == nullptr) fail(str_cat("cannot open: ", errno_text()));
-    const bool complete = ends_with_end_record(f);
+    const bool complete = read_end_record(f);
     std::fclose(f);
     if (!complete) {
       fail("not a zip archive, or truncated (no zip directory at its end)");
@@ -63,6 +65,7 @@ class ZipReader {
   // Makes `name` the member that read() and finish() work on.
   void open(const std::string& name, const Entry& e) {
     member_ = name;
+    check_plausible(e);
     unz64_file_pos pos = e.pos;
     unz_file_info64 info{};
     if (unzGoToFilePos64(zip_.get(), &pos) != UNZ_OK ||
@@ -134,13 +137,30 @@ class ZipReader {
     }
   }
 
+  // What a member's directory entry says it holds must fit the file before
+  // anything is allocated for it: a stored member is as long as its data, and
+  // deflate expands at most ~1032:1, so a 6 MiB file cannot hold 1 GiB.
+  void check_plausible(const Entry& e) const {
+    constexpr std::uint64_t kMaxDeflateRatio = 1032;
+    const bool stored = e.method == 0;
+    if (e.compressed > file_size_ ||
+        (stored && e.size != e.compressed) ||
+        (!stored && e.size > e.compressed * kMaxDeflateRatio + 1024)) {
+      fail_member(str_cat("its directory entry says ", e.size, " bytes (", e.compressed,
+                          stored ? " stored" : " compressed", ") in a file of ", file_size_,
+                          " bytes: corrupt or truncated"));
+    }
+  }
+
   // Whether the file ends exactly with a zip end-of-central-directory record
-  // (22 bytes and its comment). minizip finds the record's signature but reads
-  // its missing last bytes as zeros, so a file cut there would still open.
-  static bool ends_with_end_record(std::FILE* f) {
+  // (22 bytes and its comment), which it keeps (the directory's end and its
+  // 16-bit entry count). minizip finds the record's signature but reads its
+  // missing last bytes as zeros, so a file cut there would still open.
+  bool read_end_record(std::FILE* f) {
     constexpr long kRecord = 22;
     if (std::fseek(f, 0, SEEK_END) != 0) return false;
     const long size = std::ftell(f);
+    file_size_ = size < 0 ? 0 : static_cast<std::uint64_t>(size);
     const long tail = std::min<long>(size, kRecord + 0xffff);
     if (tail < kRecord || std::fseek(f, size - tail, SEEK_SET) != 0) {
       return false;
@@ -153,6 +173,13 @@ class ZipReader {
       const auto* p = reinterpret_cast<const unsigned char*>(bytes.data() + at);
       if (p[0] == 'P' && p[1] == 'K' && p[2] == 5 && p[3] == 6 &&
           at + kRecord + (p[20] | p[21] << 8) == tail) {
+        auto u32 = [&](int i) {
+          return static_cast<std::uint64_t>(p[i]) | static_cast<std::uint64_t>(p[i + 1]) << 8 |
+                 static_cast<std::uint64_t>(p[i + 2]) << 16 |
+                 static_cast<std::uint64_t>(p[i + 3]) << 24;
+        };
+        count16_ = static_cast<std::uint32_t>(p[10] | p[11] << 8);
+        directory_end_ = u32(16) + u32(12);  // offset + size (without zip64)
         return true;
       }
     }
@@ -161,8 +188,18 @@ class ZipReader {
 
   // Names -> directory positions (unzLocateFile refuses names of 256 bytes
   // or more, and tree paths can be longer).
+  //
+  // A directory of exactly 65,535 entries records its count as 0xFFFF, which
+  // zip reserves for "see the zip64 record", and some writers (Debian's
+  // minizip 1.1) write no zip64 record then: minizip's reader then walks past
+  // the directory's end. There the directory's end (its offset plus size)
+  // says where the entries stop.
   void index() {
     std::vector<char> name(65536);
+    unz_global_info64 global{};
+    if (unzGetGlobalInfo64(zip_.get(), &global) != UNZ_OK) fail("corrupt zip directory");
+    const bool count_unknown = global.number_entry == 0xFFFF && count16_ == 0xFFFF;
+    std::uint64_t next = 0;  // where the entry after the current one starts
     int rc = unzGoToFirstFile(zip_.get());
     while (rc == UNZ_OK) {
       unz_file_info64 info{};
@@ -176,9 +213,18 @@ class ZipReader {
       if (unzGetFilePos64(zip_.get(), &e.pos) != UNZ_OK)
         fail("corrupt zip directory");
       e.size = info.uncompressed_size;
+      e.compressed = info.compressed_size;
+      e.method = info.compression_method;
+      constexpr std::uint64_t kDirectoryEntry = 46;  // fixed part
+      next = e.pos.pos_in_zip_directory + kDirectoryEntry + info.size_filename +
+             info.size_file_extra + info.size_file_comment;
       std::string key(name.data(), info.size_filename);
       if (!entries_.emplace(key, e).second) {
         fail(str_cat("duplicate member \"", key, "\""));
+      }
+      if (count_unknown && entries_.size() >= 0xFFFF && next == directory_end_) {
+        rc = UNZ_END_OF_LIST_OF_FILE;
+        break;
       }
       rc = unzGoToNextFile(zip_.get());
     }
@@ -191,6 +237,9 @@ class ZipReader {
   // Closed also when the constructor throws after opening.
   std::unique_ptr<void, Close> zip_;
   bool open_ = false;
+  std::uint64_t file_size_ = 0;
+  std::uint32_t count16_ = 0;       // the end record's entry count
+  std::uint64_t directory_end_ = 0;  // the end record's directory offset + size
   std::string ctx_;
   std::string member_;
   std::unordered_map<std::string, Entry> entries_;

@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "absl/strings/numbers.h"
+#include "kiln/runtime/env.hpp"
 #include "kiln/runtime/error.hpp"
 #include "kiln/runtime/strings.hpp"
 
@@ -49,12 +50,11 @@ std::optional<Device> g_default;
 Device default_device() {
   std::lock_guard lock(g_mu);
   if (!g_default) {
-    const char* env = std::getenv("KILN_DEVICE");
-    if (env != nullptr && *env != '\0') {
+    if (const std::optional<std::string> env = detail::env::text("KILN_DEVICE")) {
       try {
-        g_default = parse_device(env);
+        g_default = parse_device(*env);
       } catch (const DeviceError&) {
-        throw DeviceError(detail::str_cat("[device] KILN_DEVICE=\"", env,
+        throw DeviceError(detail::str_cat("[device] KILN_DEVICE=\"", *env,
                                           "\" is not a device: expected cpu, vulkan or vulkan:N "
                                           "(unset it to pick the best device)"));
       }

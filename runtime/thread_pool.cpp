@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "kiln/runtime/env.hpp"
 #include "kiln/runtime/error.hpp"
 #include "kiln/runtime/strings.hpp"
 
@@ -27,14 +28,7 @@ namespace kiln {
 namespace {
 
 int default_threads() {
-  if (const char* env = std::getenv("KILN_NUM_THREADS"); env != nullptr && *env != '\0') {
-    char* end = nullptr;
-    const long n = std::strtol(env, &end, 10);
-    if (*end != '\0' || n < 1 || n > 4096) {
-      throw Error(detail::str_cat("KILN_NUM_THREADS=\"", env, "\": expected a positive integer"));
-    }
-    return static_cast<int>(n);
-  }
+  if (const auto n = detail::env::count("KILN_NUM_THREADS")) return static_cast<int>(*n);
   cpu_set_t set;
   CPU_ZERO(&set);
   if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));

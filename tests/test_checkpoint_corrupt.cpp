@@ -301,3 +301,58 @@ TEST_CASE("manifests whose records disagree with each other are corrupt") {
                 "corrupt manifest (line 6): shape (4611686018427387904, 3) is too "
                 "large (4-byte elements)");
 }
+
+TEST_CASE("checkpoints of 65,534 and 65,536 arrays load back: the 16-bit count at its limit, zip64") {
+  // 65,534 arrays and the manifest make 65,535 members: the end record's count
+  // is 0xFFFF, and Debian's minizip writes no zip64 record then (issue 41: such
+  // files saved but did not load). 65,536 arrays: a zip64 end record.
+  TempDir dir;
+  for (const std::size_t n : {std::size_t{65534}, std::size_t{65536}}) {
+    CAPTURE(n);
+    std::vector<Array> many;
+    many.reserve(n);
+    for (std::size_t i = 0; i < n; ++i) many.push_back(scalar<float>(static_cast<float>(i)));
+    save_checkpoint(dir / "many.npz", many);
+    const std::vector<Array> back = load_checkpoint(dir / "many.npz", many);
+    REQUIRE(back.size() == n);
+    CHECK(back.front().item<float>() == 0.0f);
+    CHECK(back[n / 2].item<float>() == static_cast<float>(n / 2));
+    CHECK(back.back().item<float>() == static_cast<float>(n - 1));
+  }
+}
+
+TEST_CASE("a member whose directory entry claims more than the file holds is refused before reading") {
+  TempDir dir;
+  const Model model = make_model();
+  save_checkpoint(dir / "m.npz", model);
+  std::string bytes = read_file(dir / "m.npz");
+  // The manifest's central directory entry: say it holds 1 GiB (stored).
+  const std::size_t entry = bytes.find(std::string("PK\x01\x02", 4));
+  REQUIRE(entry != std::string::npos);
+  REQUIRE(bytes.compare(entry + 46, kManifest.size(), kManifest) == 0);
+  const std::uint32_t claim = 1u << 30;
+  for (std::size_t field : {std::size_t{20}, std::size_t{24}}) {  // compressed, uncompressed
+    for (int b = 0; b < 4; ++b) bytes[entry + field + b] = static_cast<char>(claim >> (8 * b));
+  }
+  write_file(dir / "claims.npz", bytes);
+  check_corrupt(dir / "claims.npz", zeros_like_model(model),
+                "member \"__kiln_manifest__.npy\": its directory entry says 1073741824 bytes "
+                "(1073741824 stored) in a file of " +
+                    std::to_string(bytes.size()) + " bytes");
+}
+
+TEST_CASE("a save cleans up the temporary files of saves that were killed") {
+  TempDir dir;
+  const fs::path path = dir / "m.npz";
+  // A dead process's leftover (4194305 is above Linux's largest pid_max, 2^22:
+  // no process has it), one of this live process, and another file's.
+  const fs::path dead = dir / "m.npz.tmp.4194305.00000000deadbeef";
+  const fs::path live = dir / ("m.npz.tmp." + std::to_string(::getpid()) + ".00000000cafef00d");
+  const fs::path other = dir / "n.npz.tmp.4194305.00000000deadbeef";
+  for (const fs::path& p : {dead, live, other}) write_file(p, "partial");
+  save_checkpoint(path, make_model());
+  CHECK(!fs::exists(dead));
+  CHECK(fs::exists(live));   // a save in progress elsewhere in a live process
+  CHECK(fs::exists(other));  // another checkpoint's
+  CHECK(fs::exists(path));
+}

@@ -528,7 +528,7 @@ TEST_CASE("the cache keeps at most max_entries programs, evicting the least rece
   auto two = filter_jit([](const Array& x) { return x + 1.0; });
   ::setenv("KILN_JIT_CACHE_LIMIT", "lots", 1);
   CHECK_THROWS_WITH_AS(filter_jit([](const Array& x) { return x + 1.0; }),
-                       doctest::Contains("KILN_JIT_CACHE_LIMIT=\"lots\" is not a positive"),
+                       doctest::Contains("KILN_JIT_CACHE_LIMIT=\"lots\" is not a whole number"),
                        ValueError);
   ::unsetenv("KILN_JIT_CACHE_LIMIT");
   CHECK(two.state().max_entries() == 2);

@@ -25,6 +25,7 @@
 
 #include "kiln/backends/cpu/jit_schedule.hpp"
 #include "kiln/backends/cpu/simd.hpp"
+#include "kiln/runtime/env.hpp"
 
 #if KILN_HAVE_XBYAK
 #include <xbyak/xbyak.h>
@@ -442,8 +443,7 @@ class Generator : public Xbyak::CodeGenerator {
 
 bool jit_available() {
 #if KILN_HAVE_XBYAK
-  const char* env = std::getenv("KILN_CPU_JIT");
-  if (env != nullptr && std::strcmp(env, "0") == 0) return false;
+  if (!detail::env::flag("KILN_CPU_JIT").value_or(true)) return false;
   const Isa isa = active_isa();
   return isa == Isa::kX86V3 || isa == Isa::kX86V4;
 #else

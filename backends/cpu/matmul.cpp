@@ -15,6 +15,7 @@
 #include "kiln/backends/cpu/gemm.hpp"
 #include "kiln/backends/cpu/matmul.hpp"
 #include "kiln/backends/cpu/simd.hpp"
+#include "kiln/runtime/env.hpp"
 #include "kiln/runtime/error.hpp"
 #include "kiln/runtime/strings.hpp"
 #include "kiln/runtime/thread_pool.hpp"
@@ -43,8 +44,8 @@ Sgemm kiln_sgemm() {
 
 GemmLib gemm_lib() {
   static const GemmLib lib = [] {
-    const char* env = std::getenv("KILN_GEMM");
-    const std::string_view want = env != nullptr ? env : "";
+    const std::optional<std::string> env = detail::env::choice("KILN_GEMM");
+    const std::string_view want = env ? std::string_view(*env) : std::string_view();
     if (want.empty()) return kiln_sgemm() != nullptr ? GemmLib::kKiln : GemmLib::kOpenBlas;
     if (want == "kiln") {
       if (kiln_sgemm() == nullptr) {

@@ -5,6 +5,7 @@
 #include <string_view>
 
 #include "kiln/backends/cpu/simd.hpp"
+#include "kiln/runtime/env.hpp"
 #include "kiln/runtime/error.hpp"
 #include "kiln/runtime/strings.hpp"
 
@@ -33,9 +34,8 @@ bool cpu_has(Isa isa) {
 }
 
 Isa pick() {
-  const char* env = std::getenv("KILN_CPU_ISA");
-  if (env != nullptr && *env != '\0') {
-    const std::string_view want(env);
+  if (const std::optional<std::string> env = detail::env::choice("KILN_CPU_ISA")) {
+    const std::string_view want(*env);
     for (Isa isa : {Isa::kGeneric, Isa::kX86V2, Isa::kX86V3, Isa::kX86V4}) {
       if (want != isa_name(isa)) continue;
       if (!cpu_has(isa) || (isa != Isa::kGeneric && !kX86)) {

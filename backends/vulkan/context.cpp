@@ -13,16 +13,14 @@
 #include "kiln/backends/vulkan/pipeline.hpp"
 #include "kiln/backends/vulkan/stream.hpp"
 #include "kiln/backends/vulkan/vulkan_backend.hpp"
+#include "kiln/runtime/env.hpp"
 #include "kiln/runtime/error.hpp"
 #include "kiln/runtime/strings.hpp"
 
 namespace kiln::vk {
 namespace {
 
-bool env_flag(const char* name) {
-  const char* v = std::getenv(name);
-  return v != nullptr && *v != '\0' && std::strcmp(v, "0") != 0;
-}
+bool env_flag(const char* name) { return detail::env::flag(name).value_or(false); }
 
 std::mutex g_messages_mu;
 std::vector<std::string> g_messages;
@@ -200,9 +198,8 @@ struct ContextFactory {
     caps.max_bindings = std::min({kMaxBindings, lim.maxPerStageDescriptorStorageBuffers,
                                   lim.maxPerStageResources});
     caps.max_storage_buffer_range = lim.maxStorageBufferRange;
-    if (const char* r = std::getenv("KILN_VK_MAX_STORAGE_BUFFER_RANGE"); r != nullptr && *r != '\0') {
-      const std::uint64_t lowered = std::max<std::uint64_t>(std::strtoull(r, nullptr, 10), 256);
-      caps.max_storage_buffer_range = std::min(caps.max_storage_buffer_range, lowered);
+    if (const auto lowered = detail::env::count("KILN_VK_MAX_STORAGE_BUFFER_RANGE")) {
+      caps.max_storage_buffer_range = std::min<std::uint64_t>(caps.max_storage_buffer_range, *lowered);
     }
     caps.max_push_constants_size = lim.maxPushConstantsSize;
     caps.min_storage_buffer_offset_alignment = lim.minStorageBufferOffsetAlignment;
@@ -217,9 +214,8 @@ struct ContextFactory {
     }
     if (env_flag("KILN_VK_MATMUL_SHARED")) caps.matmul_shared_tiles = true;
     // Tests on CPU devices raise the cap to reach the 2-D grids GPUs get.
-    if (const char* cap = std::getenv("KILN_VK_MAP_GROUP_CAP"); cap != nullptr && *cap != '\0') {
-      caps.map_group_cap = static_cast<std::uint32_t>(std::strtoul(cap, nullptr, 10));
-      caps.map_group_cap = std::max<std::uint32_t>(caps.map_group_cap, 1);
+    if (const auto cap = detail::env::count("KILN_VK_MAP_GROUP_CAP")) {
+      caps.map_group_cap = static_cast<std::uint32_t>(*cap);
     }
     VkPhysicalDeviceMaintenance3Properties m3{
         VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES};

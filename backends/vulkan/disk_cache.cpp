@@ -15,6 +15,7 @@
 #include <random>
 #include <system_error>
 
+#include "kiln/runtime/env.hpp"
 #include "kiln/runtime/error.hpp"
 #include "kiln/runtime/strings.hpp"
 
@@ -374,8 +375,8 @@ std::optional<fs::path> DiskCache::default_dir() {
     const char* v = std::getenv(name);
     return v ? std::string(v) : std::string();
   };
-  if (env("KILN_DISK_CACHE") == "0") return std::nullopt;
-  if (const std::string dir = env("KILN_CACHE_DIR"); !dir.empty()) return dir;
+  if (!detail::env::flag("KILN_DISK_CACHE").value_or(true)) return std::nullopt;
+  if (const auto dir = detail::env::text("KILN_CACHE_DIR")) return fs::path(*dir);
   if (const fs::path xdg = env("XDG_CACHE_HOME"); xdg.is_absolute()) {
     return xdg / "kiln";
   }

@@ -13,21 +13,18 @@
 #include "kiln/backends/vulkan/check.hpp"
 #include "kiln/backends/vulkan/context.hpp"
 #include "kiln/backends/vulkan/spirv.hpp"
+#include "kiln/runtime/env.hpp"
 #include "kiln/runtime/error.hpp"
 #include "kiln/runtime/strings.hpp"
 
 namespace kiln::vk {
 namespace {
 // KILN_VK_PRINT_KERNELS=1 prints each kernel's SPIR-V assembly as it is compiled.
-bool print_kernels() {
-  const char* v = std::getenv("KILN_VK_PRINT_KERNELS");
-  return v != nullptr && *v != '\0' && std::strcmp(v, "0") != 0;
-}
+bool print_kernels() { return detail::env::flag("KILN_VK_PRINT_KERNELS").value_or(false); }
 
 bool optimize_kernels() {
   // spirv-opt's performance passes; KILN_VK_OPTIMIZE=0 turns them off.
-  const char* v = std::getenv("KILN_VK_OPTIMIZE");
-  return v == nullptr || std::strcmp(v, "0") != 0;
+  return detail::env::flag("KILN_VK_OPTIMIZE").value_or(true);
 }
 
 // FNV-1a, 64-bit: stable across processes and builds (absl::Hash is seeded).
@@ -44,15 +41,9 @@ constexpr std::size_t kDefaultPipelineLimit = 512;
 constexpr std::size_t kMinPipelineLimit = 64;
 
 std::size_t pipeline_limit() {
-  const char* v = std::getenv("KILN_VK_MAX_PIPELINES");
-  if (v == nullptr || *v == '\0') return kDefaultPipelineLimit;
-  char* end = nullptr;
-  const unsigned long long n = std::strtoull(v, &end, 10);
-  if (end == v || *end != '\0' || n < kMinPipelineLimit) {
-    throw ValueError(detail::str_cat("[vulkan] KILN_VK_MAX_PIPELINES=\"", v,
-                                     "\" is not a whole number of at least ", kMinPipelineLimit));
-  }
-  return static_cast<std::size_t>(n);
+  // The table's minimum is kMinPipelineLimit (runtime/env.cpp).
+  return static_cast<std::size_t>(
+      detail::env::count("KILN_VK_MAX_PIPELINES").value_or(kDefaultPipelineLimit));
 }
 
 std::mutex g_caches_mu;
@@ -267,10 +258,7 @@ namespace {
 // the first test that uses two such kernels, instead of silently running the
 // wrong pipeline.
 bool check_keys() {
-  static const bool on = [] {
-    const char* v = std::getenv("KILN_VK_CHECK_KEYS");
-    return v != nullptr && v[0] != '\0' && std::string_view(v) != "0";
-  }();
+  static const bool on = detail::env::flag("KILN_VK_CHECK_KEYS").value_or(false);
   return on;
 }
 
