@@ -8,6 +8,7 @@
 
 #include "kiln/dsl/backend.hpp"
 #include "kiln/dsl/control_run.hpp"
+#include "kiln/dsl/ops.hpp"
 #include "kiln/runtime/env.hpp"
 #include "kiln/runtime/error.hpp"
 #include "kiln/runtime/strings.hpp"
@@ -17,6 +18,12 @@ namespace kiln {
 Executable::Executable(Program program, Device device, std::string name,
                        const FusionOptions& options)
     : program_(std::move(program)), device_(device), name_(std::move(name)) {
+  // Constants (arrays the function captured, folded values) run where the
+  // program runs: one captured on another device is copied there once, here,
+  // as jax.jit puts a captured array on the computation's device.
+  for (Array& c : program_.constant_values) {
+    if (!c.is_null() && c.device() != device_) c = to_device(c, device_);
+  }
   FusionOptions fusion = options;
   fusion.windows = fusion.windows && fusion.enabled && backend_for(device_).fuses_windows();
   steps_ = fuse(program_, fusion);

@@ -459,3 +459,24 @@ TEST_CASE("an array passed twice, once donated, stays with the caller") {
   }
   CHECK(add.trace_count() == 1);
 }
+
+TEST_CASE("an array captured on another device is copied to where the program runs") {
+  std::vector<Device> all;
+  for (const DeviceInfo& d : devices()) {
+    if (d.error.empty()) all.push_back(d.device);
+  }
+  if (all.size() < 2) {
+    MESSAGE("one device: nothing to capture from another");
+    return;
+  }
+  const Device here = default_device();
+  const Device other = all[0] == here ? all[1] : all[0];
+  const Array captured = to_device(array<float>({1.0f, 2.0f, 3.0f}), other);
+  auto f = filter_jit([captured](const Array& x) { return x * captured + 1.0f; });
+  const Array out = f(to_device(array<float>({2.0f, 2.0f, 2.0f}), here));
+  CHECK(out.device() == here);
+  CHECK(out.to_vector<float>() == std::vector<float>{3.0f, 5.0f, 7.0f});
+  CHECK(f(to_device(array<float>({1.0f, 1.0f, 1.0f}), here)).to_vector<float>() ==
+        std::vector<float>{2.0f, 3.0f, 4.0f});
+  CHECK(f.trace_count() == 1);
+}

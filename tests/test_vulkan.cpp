@@ -5,6 +5,7 @@
 // in CI: a validation message fails the test at the next synchronisation.
 #include <doctest/doctest.h>
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -1082,4 +1083,49 @@ TEST_CASE("no Vulkan driver installed is a DeviceError that says what to install
   CAPTURE(out);
   CHECK(out.find("no Vulkan driver (ICD) is installed") != std::string::npos);
   CHECK(out.find("mesa-vulkan-drivers") != std::string::npos);
+}
+
+TEST_CASE("a child fork()ed after Vulkan was initialised gets a DeviceError, not a hang") {
+  // Initialise Vulkan here, then fork: the child must not touch the parent's
+  // device (lavapipe hung there: issue 41). The CPU device works in the child.
+  const Array a = full(Shape{4}, 2.0f, f32, Device::vulkan(0));
+  REQUIRE(sum(a).item<float>() == 8.0f);
+  int fds[2];
+  REQUIRE(::pipe(fds) == 0);
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    ::alarm(60);  // a hang ends the child, and the parent sees no message
+    std::string msg;
+    try {
+      (void)full(Shape{4}, 1.0f, f32, Device::vulkan(0)).to_vector<float>();
+      msg = "vulkan ran;";
+    } catch (const DeviceError& e) {
+      msg = std::string(e.what()) + ";";
+    }
+    try {
+      (void)a.to_vector<float>();  // the parent's array
+      msg += "parent array read;";
+    } catch (const DeviceError& e) {
+      msg += "parent array: DeviceError;";
+    }
+    msg += "cpu " + std::to_string(sum(full(Shape{4}, 3.0f, f32, Device::cpu())).item<float>());
+    (void)!::write(fds[1], msg.data(), msg.size());
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  std::string out;
+  char buf[512];
+  for (ssize_t n; (n = ::read(fds[0], buf, sizeof(buf))) > 0;) out.append(buf, static_cast<std::size_t>(n));
+  ::close(fds[0]);
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  CAPTURE(out);
+  CHECK(WIFEXITED(status));
+  CHECK(out.find("[vulkan] this process was fork()ed from process " + std::to_string(::getpid()) +
+                 " after that process had initialised Vulkan") != std::string::npos);
+  CHECK(out.find("parent array: DeviceError;") != std::string::npos);
+  CHECK(out.find("cpu 12") != std::string::npos);
+  // The parent goes on.
+  CHECK(sum(a).item<float>() == 8.0f);
 }

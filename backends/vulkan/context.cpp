@@ -2,7 +2,11 @@
 // validation-message sink.
 #include "kiln/backends/vulkan/context.hpp"
 
+#include <pthread.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
@@ -107,8 +111,17 @@ struct InstanceHolder {
   // may be destroyed after main returns, and they need the device.
 };
 
+std::atomic<bool> g_forked{false};
+pid_t g_instance_pid = 0;
+
 InstanceHolder& holder() {
-  static auto* h = new InstanceHolder();
+  static auto* h = [] {
+    auto* made = new InstanceHolder();
+    g_instance_pid = ::getpid();
+    ::pthread_atfork(nullptr, nullptr, [] { g_forked.store(true, std::memory_order_relaxed); });
+    return made;
+  }();
+  check_not_forked();
   return *h;
 }
 
@@ -138,6 +151,17 @@ Registry& registry() {
 }  // namespace
 
 VkInstance instance() { return holder().instance; }
+
+void check_not_forked() {
+  if (g_forked.load(std::memory_order_relaxed)) {
+    throw DeviceError(detail::str_cat(
+        "[vulkan] this process was fork()ed from process ", g_instance_pid,
+        " after that process had initialised Vulkan: Vulkan objects cannot be used across "
+        "fork (the parent's device, queues and arrays are not this process's). Use Vulkan "
+        "only in processes that initialise it themselves: fork before the parent's first "
+        "Vulkan use, or exec a new program; the CPU device works in the child"));
+  }
+}
 bool validation_enabled() { return holder().validation; }
 
 std::vector<std::string> take_validation_messages() {
@@ -351,6 +375,7 @@ Context::~Context() {
 }
 
 Context& Context::get(int index) {
+  check_not_forked();
   auto& reg = registry();
   {
     // Every synchronize and backend lookup lands here: a context that exists is

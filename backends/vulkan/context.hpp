@@ -169,6 +169,12 @@ class Context {
 // The process's instance (created on first use; with VK_LAYER_KHRONOS_validation
 // and synchronization validation when KILN_VALIDATION=1).
 VkInstance instance();
+// DeviceError in a child fork()ed after this process created its Vulkan
+// instance: the child shares the parent's device objects and queues but not
+// its threads or driver state, and Vulkan defines nothing across fork (lavapipe
+// hangs). One relaxed load; called where Vulkan work starts (context and
+// backend lookup, the stream's submissions, uploads and reads).
+void check_not_forked();
 // Physical devices in enumeration order (vulkan:N is the N-th), then external ones.
 std::vector<VkPhysicalDevice> physical_devices();
 bool validation_enabled();

@@ -94,6 +94,7 @@ void Stream::check_messages() {
 }
 
 Stream::Batch& Stream::open() {
+  check_not_forked();
   if (recording_) return *recording_;
   std::unique_ptr<Batch> b;
   if (!spare_.empty()) {
@@ -257,6 +258,7 @@ void Stream::dispatch(const Pipeline& p, std::span<const VulkanBuffer* const> bu
 }
 
 void Stream::upload(const VulkanBuffer& dst, const void* src) {
+  check_not_forked();
   const Allocation& a = dst.allocation();
   const std::size_t bytes = dst.nbytes();
   if (bytes == 0) return;
@@ -283,6 +285,7 @@ void Stream::upload(const VulkanBuffer& dst, const void* src) {
 }
 
 void Stream::read(const VulkanBuffer& src, void* dst) {
+  check_not_forked();
   std::lock_guard lock(mu_);
   const Allocation& a = src.allocation();
   if (src.nbytes() == 0) return;
@@ -451,11 +454,13 @@ void Stream::wait_locked(bool all) {
 }
 
 void Stream::flush() {
+  check_not_forked();
   std::lock_guard lock(mu_);
   submit_locked();
 }
 
 void Stream::synchronize() {
+  check_not_forked();
   std::lock_guard lock(mu_);
   submit_locked();
   wait_locked(true);

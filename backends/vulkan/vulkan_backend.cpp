@@ -822,6 +822,7 @@ Backends& backends() {
 }  // namespace
 
 VulkanBackend& backend(int index) {
+  check_not_forked();
   Backends& b = backends();
   std::lock_guard lock(b.mu);
   auto& slot = b.by_index[index];
