@@ -6,9 +6,10 @@
 // compare and print it field by field; KILN_MODULE uses the count to refuse a
 // registration that leaves a field out. Internal (namespace kiln::detail).
 //
-// Limits: at most kMaxAggregateFields fields; no base classes with fields and
-// no C array fields (brace elision miscounts them); such a type is not
-// "visible" and must say what it is some other way (see static.hpp).
+// Limits: at most kMaxAggregateFields fields; empty base classes only (a base
+// with fields makes the type invisible: it must say what it is some other way,
+// see static.hpp); no C array fields (brace elision counts their elements);
+// no bit-fields (their names cannot be read).
 #pragma once
 
 #include <array>
@@ -36,28 +37,78 @@ constexpr bool brace_initializable(std::index_sequence<I...>) {
   return requires { T{((void)I, AnyField{})...}; };
 }
 
-// Fields of the aggregate T: the largest N <= kMaxAggregateFields + 1 such that
-// T{x1, ..., xN} compiles. (Not the first N that fails: a reference field
-// without an initializer makes every shorter list fail.)
+// Initializers of the aggregate T (its bases, then its fields): the largest
+// N <= kMaxAggregateFields + 1 such that T{x1, ..., xN} compiles. (Not the
+// first N that fails: a reference field without an initializer makes every
+// shorter list fail.)
 template <class T, std::size_t N = kMaxAggregateFields + 1>
-constexpr std::size_t count_fields() {
+constexpr std::size_t count_initializers() {
   if constexpr (brace_initializable<T>(std::make_index_sequence<N>())) {
     return N;
   } else if constexpr (N == 0) {
     return 0;
   } else {
-    return count_fields<T, N - 1>();
+    return count_initializers<T, N - 1>();
+  }
+}
+
+// Converts only to a base class of T: the first initializers of T that it can
+// be are T's bases (aggregate initialisation initialises bases first).
+template <class T>
+struct AnyBase {
+  template <class U>
+    requires(std::is_base_of_v<U, T> && !std::is_same_v<U, T>)
+  operator U&() const noexcept;  // declared only
+};
+template <class T, std::size_t B, std::size_t N, std::size_t... I>
+constexpr bool bases_then_fields(std::index_sequence<I...>) {
+  return requires { T{std::conditional_t<(I < B), AnyBase<T>, AnyField>{}...}; };
+}
+// How many of T's N initializers are bases.
+template <class T, std::size_t N, std::size_t B = 0>
+constexpr std::size_t count_bases() {
+  if constexpr (B < N && bases_then_fields<T, B + 1, N>(std::make_index_sequence<N>())) {
+    return count_bases<T, N, B + 1>();
+  } else {
+    return B;
+  }
+}
+
+template <class T>
+constexpr bool plain_aggregate() {
+  return std::is_class_v<T> && !std::is_union_v<T> && std::is_aggregate_v<T>;
+}
+
+// T's own fields (its initializers less its bases).
+template <class T>
+constexpr std::size_t count_fields() {
+  if constexpr (!plain_aggregate<T>()) {
+    return 0;
+  } else {
+    constexpr std::size_t n = count_initializers<T>();
+    return n - count_bases<T, n>();
   }
 }
 
 // Whether kiln can see T's fields: a non-union aggregate with at most
-// kMaxAggregateFields fields.
+// kMaxAggregateFields fields, all of them its own (bases, if any, empty: a
+// standard-layout class keeps all its fields in one class, so with fields of
+// its own its bases have none; a base with fields is invisible, as to
+// structured bindings).
 template <class T>
 constexpr bool visible_aggregate() {
-  if constexpr (!std::is_class_v<T> || std::is_union_v<T> || !std::is_aggregate_v<T>) {
+  if constexpr (!plain_aggregate<T>()) {
     return false;
   } else {
-    return count_fields<T>() <= kMaxAggregateFields;
+    constexpr std::size_t n = count_initializers<T>();
+    constexpr std::size_t bases = count_bases<T, n>();
+    if constexpr (n > kMaxAggregateFields) {
+      return false;
+    } else if constexpr (bases == 0) {
+      return true;
+    } else {
+      return std::is_standard_layout_v<T> && (n > bases || std::is_empty_v<T>);
+    }
   }
 }
 

@@ -432,7 +432,8 @@ template <class T>
 struct kiln_static_leaf_cannot_see_fields {
   static_assert(detail::kAlwaysFalse<T>,
                 "kiln: this class has operator== and a hash, but kiln cannot see its "
-                "fields (it is not an aggregate) to check that it holds values only. "
+                "fields (it is not an aggregate, or a base class holds fields) to check "
+                "that it holds values only. "
                 "If it owns everything it holds (no pointers, references or views) and "
                 "its == and hash cover all of it, add KILN_STATIC_VALUE(Type) inside "
                 "it; or make it a plain struct; or register it with KILN_MODULE if it "

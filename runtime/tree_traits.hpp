@@ -54,7 +54,9 @@ struct kiln_module_leaves_out_fields {
       "kiln: KILN_MODULE(Type, fields...) must name every field of the struct: "
       "it names fewer than the struct has (the two counts are the template "
       "arguments of kiln_module_leaves_out_fields), and a field left out is not "
-      "part of the tree, so grad, filter_jit and unflatten would lose it");
+      "part of the tree, so grad, filter_jit and unflatten would lose it. Name it "
+      "in KILN_MODULE, or, if it is deliberately not part of the tree, in "
+      "KILN_NOT_IN_TREE(field, ...)");
 };
 
 // A class kiln cannot count the fields of (it has constructors, private

@@ -84,6 +84,20 @@ struct Cfg {
 
 enum class Mode { kTrain, kEval };
 
+// An empty base (a tag, a mixin of functions) leaves a struct a plain value.
+struct Tag {
+  friend bool operator==(const Tag&, const Tag&) = default;
+};
+struct Tagged : Tag {
+  int k = 2;
+  double scale = 0.5;
+  friend bool operator==(const Tagged&, const Tagged&) = default;
+  template <class H>
+  friend H AbslHashValue(H h, const Tagged& c) {
+    return H::combine(std::move(h), c.k, c.scale);
+  }
+};
+
 template <class T>
 constexpr StaticKind kind = detail::static_kind<T>();
 
@@ -131,6 +145,9 @@ void check_kind(StaticKind k) {
                      std::chrono::duration<double, std::milli>(3.0), "2.5ms -> 3ms");
       check_key_rule(std::chrono::seconds(2), std::chrono::seconds(2), std::chrono::seconds(3),
                      "2s -> 3s");
+      static_assert(kind<Tagged> == StaticKind::kComposite);
+      check_key_rule(Tagged{{}, 2, 0.0}, Tagged{{}, 2, 0.0}, Tagged{{}, 2, -0.0},
+                     "static_kinds::Tagged{k=2, scale=0} -> static_kinds::Tagged{k=2, scale=-0}");
       using Twice = std::variant<double, double>;
       check_key_rule(Static<Twice>{Twice(std::in_place_index<1>, 1.0)},
                      Static<Twice>{Twice(std::in_place_index<1>, 1.0)},

@@ -1,6 +1,6 @@
 // Control: KILN_MODULE classes with constructors, private fields, a virtual
-// function, fields registered out of declaration order, and a field marked
-// KILN_NOT_IN_TREE all compile (the size check has no false positives there).
+// function, fields registered out of declaration order, an empty base, and a
+// field marked KILN_NOT_IN_TREE all compile (the size check has no false positives there).
 // expect: compiles
 #include <cstdint>
 #include <kiln/kiln.hpp>
@@ -43,6 +43,15 @@ class WithCache {
   KILN_NOT_IN_TREE(cache);
 };
 
+struct Mixin {
+  int doubled(int x) const { return 2 * x; }
+};
+struct WithEmptyBase : Mixin {
+  kiln::Array w;
+  int width = 3;
+  KILN_MODULE(WithEmptyBase, w, width);
+};
+
 struct AggregateWithCache {
   kiln::Array w;
   int calls = 0;
@@ -55,3 +64,4 @@ kiln::TreeDef a() { return kiln::tree::structure(Padded{}); }
 kiln::TreeDef b() { return kiln::tree::structure(Virtual{}); }
 kiln::TreeDef c() { return kiln::tree::structure(WithCache{}); }
 kiln::TreeDef d() { return kiln::tree::structure(AggregateWithCache{}); }
+kiln::TreeDef e() { return kiln::tree::structure(WithEmptyBase{}); }

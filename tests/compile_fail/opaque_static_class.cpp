@@ -1,4 +1,4 @@
-// first-error: kiln cannot see its fields (it is not an aggregate)
+// first-error: kiln cannot see its fields (it is not an aggregate, or a base class holds fields)
 // expect: kiln_static_leaf_cannot_see_fields<{anonymous}::Settings>
 //
 // A class with == and a hash but private fields: kiln cannot check what it
