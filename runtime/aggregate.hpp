@@ -8,8 +8,9 @@
 //
 // Limits: at most kMaxAggregateFields fields; empty base classes only (a base
 // with fields makes the type invisible: it must say what it is some other way,
-// see static.hpp); no C array fields (brace elision counts their elements);
-// no bit-fields (their names cannot be read).
+// see static.hpp); no C array fields (found with parenthesized initialisation,
+// which does not elide braces: such a type is not visible); no bit-fields
+// (their names cannot be read).
 #pragma once
 
 #include <array>
@@ -74,6 +75,30 @@ constexpr std::size_t count_bases() {
   }
 }
 
+// Whether T has a C array field. Brace initialisation elides an array's braces,
+// so its elements count as initializers (and the structured binding over that
+// many fields fails); parenthesized aggregate initialisation (C++20) elides
+// none, so it takes fewer. Compilers without it (Clang < 16) see none.
+#if defined(__cpp_aggregate_paren_init) && __cpp_aggregate_paren_init >= 201902L
+template <class T, std::size_t... I>
+constexpr bool paren_initializable(std::index_sequence<I...>) {
+  return requires { T(((void)I, AnyField{})...); };
+}
+template <class T, std::size_t N>
+constexpr bool has_c_array_field() {
+  if constexpr (N < 2) {
+    return false;  // T(x) with one value is a copy: it tells nothing
+  } else {
+    return !paren_initializable<T>(std::make_index_sequence<N>());
+  }
+}
+#else
+template <class T, std::size_t N>
+constexpr bool has_c_array_field() {
+  return false;
+}
+#endif
+
 template <class T>
 constexpr bool plain_aggregate() {
   return std::is_class_v<T> && !std::is_union_v<T> && std::is_aggregate_v<T>;
@@ -91,7 +116,7 @@ constexpr std::size_t count_fields() {
 }
 
 // Whether kiln can see T's fields: a non-union aggregate with at most
-// kMaxAggregateFields fields, all of them its own (bases, if any, empty: a
+// kMaxAggregateFields fields, no C array among them, all of them its own (bases, if any, empty: a
 // standard-layout class keeps all its fields in one class, so with fields of
 // its own its bases have none; a base with fields is invisible, as to
 // structured bindings).
@@ -102,7 +127,7 @@ constexpr bool visible_aggregate() {
   } else {
     constexpr std::size_t n = count_initializers<T>();
     constexpr std::size_t bases = count_bases<T, n>();
-    if constexpr (n > kMaxAggregateFields) {
+    if constexpr (n > kMaxAggregateFields || has_c_array_field<T, n>()) {
       return false;
     } else if constexpr (bases == 0) {
       return true;
