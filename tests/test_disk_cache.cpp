@@ -638,3 +638,16 @@ TEST_CASE("a spirv entry with a valid checksum over bad contents is a miss, not 
   REQUIRE(hit.has_value());
   CHECK_FALSE(decode_spirv_payload(*hit, text).has_value());
 }
+
+TEST_CASE("a sparse 64 GiB file where an entry should be is a warning and a miss, not bad_alloc") {
+  TempDir tmp;
+  DiskCache cache(tmp.path(), lavapipe());
+  REQUIRE(cache.store("spirv", 9, bytes(100, 4)));
+  const fs::path path = cache.path_for("spirv", 9);
+  fs::resize_file(path, std::uintmax_t{64} << 30);  // sparse: no disk used
+  CHECK_FALSE(cache.load("spirv", 9).has_value());
+  CHECK(cache.warnings() == 1);
+  // Stored again, it is read again.
+  REQUIRE(cache.store("spirv", 9, bytes(100, 4)));
+  CHECK(cache.load("spirv", 9) == bytes(100, 4));
+}

@@ -255,6 +255,10 @@ std::optional<std::vector<std::uint32_t>> decode_spirv_payload(
 
 namespace {
 
+// Kernels and pipeline data are kilobytes to a few MiB; a file past this is
+// not an entry kiln wrote.
+constexpr std::uint64_t kMaxEntryBytes = std::uint64_t{256} << 20;
+
 // Reads all of `path`. nullopt for a missing file (reason left empty, a silent
 // miss) or with `reason` set for any other failure.
 std::optional<std::vector<std::uint8_t>> read_file(const fs::path& path,
@@ -274,6 +278,10 @@ std::optional<std::vector<std::uint8_t>> read_file(const fs::path& path,
     reason = "cannot stat: " + errno_text(errno);
   } else if (!S_ISREG(st.st_mode)) {
     reason = "not a regular file";
+  } else if (static_cast<std::uint64_t>(st.st_size) > kMaxEntryBytes) {
+    // A sparse or foreign file: refused by its size, before allocating it.
+    reason = detail::str_cat("its size (", st.st_size, " bytes) is larger than any entry (at most ",
+                             kMaxEntryBytes, ")");
   } else {
     // Writers never modify a file once it has its name (they rename a new one
     // over it), so the size read here stays true for this descriptor.
