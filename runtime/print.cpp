@@ -100,6 +100,7 @@ void print_values(std::ostream& os, const Shape& shape,
 
 std::string format_values(const Array& a) {
   if (a.is_null()) return "None";
+  detail::check_not_donated("print", a, "the array");
   std::ostringstream os;
   if (a.size() == 0) {
     os << "[]";
