@@ -15,9 +15,10 @@
 #include "kiln/runtime/strings.hpp"
 
 namespace kiln::optim {
-namespace {
 
-using detail::str_cat;
+using kiln::detail::str_cat;
+
+namespace {
 
 Array as_f32(const Array& a) { return astype(a, f32); }
 
