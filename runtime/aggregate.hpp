@@ -75,6 +75,11 @@ constexpr std::size_t count_bases() {
   }
 }
 
+template <class T>
+constexpr bool plain_aggregate() {
+  return std::is_class_v<T> && !std::is_union_v<T> && std::is_aggregate_v<T>;
+}
+
 // Whether T has a C array field. Brace initialisation elides an array's braces,
 // so its elements count as initializers (and the structured binding over that
 // many fields fails); parenthesized aggregate initialisation (C++20) elides
@@ -98,11 +103,15 @@ constexpr bool has_c_array_field() {
   return false;
 }
 #endif
-
 template <class T>
-constexpr bool plain_aggregate() {
-  return std::is_class_v<T> && !std::is_union_v<T> && std::is_aggregate_v<T>;
+constexpr bool c_array_field() {
+  if constexpr (plain_aggregate<T>()) {
+    return has_c_array_field<T, count_initializers<T>()>();
+  } else {
+    return false;
+  }
 }
+
 
 // T's own fields (its initializers less its bases).
 template <class T>
@@ -127,7 +136,7 @@ constexpr bool visible_aggregate() {
   } else {
     constexpr std::size_t n = count_initializers<T>();
     constexpr std::size_t bases = count_bases<T, n>();
-    if constexpr (n > kMaxAggregateFields || has_c_array_field<T, n>()) {
+    if constexpr (n > kMaxAggregateFields || c_array_field<T>()) {
       return false;
     } else if constexpr (bases == 0) {
       return true;

@@ -68,7 +68,7 @@ std::optional<std::string> raw(const Spec& s) {
 
 [[noreturn]] void bad(const Spec& s, std::string_view value, std::string_view takes) {
   throw ValueError(str_cat("[environment] ", s.name, "=\"", value, "\" is not ", takes,
-                           " (unset it for the default; README, \"Environment\")"));
+                           " (unset it for the default; README, \"Devices and environment\")"));
 }
 
 const Spec& expect(std::string_view name, Kind kind) {

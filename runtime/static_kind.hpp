@@ -282,8 +282,7 @@ constexpr StaticKind static_kind() {
     return kHasHash<T> && kHasEquality<T> ? StaticKind::kValue : StaticKind::kRejectMissing;
   } else if constexpr (kIsClosure<T>) {
     return std::is_empty_v<T> ? StaticKind::kStateless : StaticKind::kRejectCapturingLambda;
-  } else if constexpr (plain_aggregate<T>() &&
-                       has_c_array_field<T, count_initializers<T>()>()) {
+  } else if constexpr (c_array_field<T>()) {
     return StaticKind::kRejectCArray;  // a C array field
   } else if constexpr (visible_aggregate<T>() && !Module<T> && holds_arrays<T>()) {
     return StaticKind::kRejectUnregistered;

@@ -223,6 +223,10 @@ template <class T>
 constexpr void check_module() {
   using Fields = FieldsOf<T>;
   constexpr std::size_t kRegistered = std::tuple_size_v<Fields>;
+  // What the named fields (KILN_MODULE and KILN_NOT_IN_TREE) can take at most.
+  constexpr std::size_t kMostNamedBytes =
+      MostBytes<decltype(std::tuple_cat(std::declval<Fields>(),
+                                        std::declval<UntrackedOf<T>>()))>::template of<T>();
   FieldChecks<Fields>::run();
   // A refused field type comes first and alone: it is often why the struct is
   // not default-constructible (a lambda with captures), and the other checks
@@ -234,14 +238,8 @@ constexpr void check_module() {
   } else if constexpr (visible_aggregate<T>() &&
                        kFieldCount<T> > kRegistered + std::tuple_size_v<UntrackedOf<T>>) {
     (void)sizeof(kiln_module_leaves_out_fields<T, kRegistered, kFieldCount<T>>);
-  } else if constexpr (!visible_aggregate<T>() &&
-                       sizeof(T) > MostBytes<decltype(std::tuple_cat(
-                                       std::declval<Fields>(),
-                                       std::declval<UntrackedOf<T>>()))>::template of<T>()) {
-    (void)sizeof(kiln_module_leaves_out_fields_of_a_class<
-                 T, sizeof(T),
-                 MostBytes<decltype(std::tuple_cat(std::declval<Fields>(),
-                                                   std::declval<UntrackedOf<T>>()))>::template of<T>()>);
+  } else if constexpr (!visible_aggregate<T>() && sizeof(T) > kMostNamedBytes) {
+    (void)sizeof(kiln_module_leaves_out_fields_of_a_class<T, sizeof(T), kMostNamedBytes>);
   } else if constexpr (!std::is_default_constructible_v<T>) {
     (void)sizeof(kiln_module_requires_default_constructor<T>);
   }

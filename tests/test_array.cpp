@@ -203,3 +203,16 @@ TEST_CASE("array(shape, write) builds an array in place, with no copy on the CPU
   CHECK_THROWS_WITH(array<float>({4}, [](std::span<float>) { throw std::runtime_error("no data"); }),
                     "no data");
 }
+
+TEST_CASE("an Array over a missing or too small buffer is refused when it is made") {
+  CHECK_THROWS_WITH_AS(Array(DType::kF32, Shape{1000}, nullptr),
+                       "[array] a f32(1000,) array needs a buffer of 4000 bytes, got none (a null "
+                       "buffer)",
+                       ValueError);
+  CHECK_THROWS_WITH_AS(Array(DType::kF32, Shape{1000}, HostBuffer::allocate(4)),
+                       "[array] a f32(1000,) array needs a buffer of 4000 bytes, got 4 bytes",
+                       ValueError);
+  // An empty array needs no buffer; a larger buffer is fine.
+  CHECK(Array(DType::kF32, Shape{0}, nullptr).size() == 0);
+  CHECK(Array(DType::kF32, Shape{2}, HostBuffer::allocate(64)).size() == 2);
+}
