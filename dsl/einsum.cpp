@@ -1,23 +1,22 @@
-// einsum: parses numpy's subscripts and lowers them to the existing ops. Each
-// operand first takes the diagonal of a repeated letter and sums away letters
-// no one else needs; operands are then contracted left to right, a pair at a
-// time, as one (batched) matmul: shared letters still needed later are the
-// batch, shared letters needed nowhere else are contracted. A final transpose
-// puts the letters in output order. Integer operands (no matmul for them)
-// multiply with broadcasting and sum instead.
+// einsum: numpy's subscripts (parsed by einsum_subscripts.cpp) lowered to the
+// existing ops. Each operand first takes the diagonal of a repeated letter and
+// sums away letters no one else needs; operands are then contracted left to
+// right, a pair at a time, as one (batched) matmul: shared letters still needed
+// later are the batch, shared letters needed nowhere else are contracted. A
+// final transpose puts the letters in output order. Integer operands (no matmul
+// for them) multiply with broadcasting and sum instead.
 #include <algorithm>
 #include <string>
 #include <vector>
 
 #include "kiln/dsl/check.hpp"
+#include "kiln/dsl/einsum_subscripts.hpp"
 #include "kiln/dsl/ops.hpp"
 #include "kiln/runtime/error.hpp"
 #include "kiln/runtime/strings.hpp"
 
 namespace kiln {
 namespace {
-
-bool is_letter(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
 
 // An operand and the letter of each of its axes.
 struct Term {
@@ -136,61 +135,12 @@ Term contract(const Term& a, const Term& b, const std::string& keep) {
 }  // namespace
 
 Array einsum(std::string_view subscripts, std::span<const Array> operands) {
-  std::string spec;
-  for (char c : subscripts) {
-    if (c != ' ') spec += c;
-  }
   if (operands.empty() || operands.size() > 3) {
     throw ValueError(detail::str_cat("[einsum] takes 1 to 3 operands, got ", operands.size()));
   }
-  const std::size_t arrow = spec.find("->");
-  const std::string lhs = spec.substr(0, arrow);
-  std::vector<std::string> inputs(1);
-  for (char c : lhs) {
-    if (c == ',') {
-      inputs.emplace_back();
-    } else if (c == '.') {
-      throw ValueError(
-          detail::str_cat("[einsum] ellipsis ('...') is not supported, in \"", subscripts, "\""));
-    } else if (!is_letter(c)) {
-      throw ValueError(detail::str_cat("[einsum] invalid character '", c, "' in \"", subscripts,
-                                       "\": subscripts are letters a-z, A-Z"));
-    } else {
-      inputs.back() += c;
-    }
-  }
-  if (inputs.size() != operands.size()) {
-    throw ValueError(detail::str_cat("[einsum] \"", subscripts, "\" names ", inputs.size(),
-                                     " operands but ", operands.size(), " were given"));
-  }
-  std::string output;
-  if (arrow == std::string::npos) {  // implicit: letters seen once, sorted
-    std::string letters;
-    for (const std::string& in : inputs) letters += in;
-    std::sort(letters.begin(), letters.end());
-    for (std::size_t i = 0; i < letters.size(); ++i) {
-      const bool repeated = (i > 0 && letters[i - 1] == letters[i]) ||
-                            (i + 1 < letters.size() && letters[i + 1] == letters[i]);
-      if (!repeated) output += letters[i];
-    }
-  } else {
-    output = spec.substr(arrow + 2);
-    for (std::size_t i = 0; i < output.size(); ++i) {
-      const char c = output[i];
-      if (!is_letter(c)) {
-        throw ValueError(detail::str_cat("[einsum] invalid character '", c, "' in the output of \"",
-                                         subscripts, "\""));
-      }
-      if (output.find(c, i + 1) != std::string::npos) {
-        throw ValueError(detail::str_cat("[einsum] output letter '", c,
-                                         "' appears more than once in \"", subscripts, "\""));
-      }
-      if (lhs.find(c) == std::string::npos) {
-        throw ValueError(detail::str_cat("[einsum] output letter '", c, "' is in no operand of \"",
-                                         subscripts, "\""));
-      }
-    }
-  }
+  const detail::EinsumSubscripts parsed = detail::parse_einsum_subscripts(subscripts, operands.size());
+  const std::vector<std::string>& inputs = parsed.inputs;
+  const std::string& output = parsed.output;
   // Shapes and dtypes: each letter has one size.
   std::vector<Term> terms;
   for (std::size_t i = 0; i < operands.size(); ++i) {

@@ -1,6 +1,7 @@
 // Reading checkpoints: see checkpoint_read.hpp.
 #include "kiln/runtime/checkpoint_read.hpp"
 
+#include <unistd.h>
 #include <unzip.h>
 #include <zlib.h>
 
@@ -9,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <string_view>
 #include <unordered_map>
 
 #include "kiln/runtime/checkpoint.hpp"
@@ -19,20 +21,34 @@
 namespace kiln::detail::ckpt {
 namespace {
 
-// minizip takes lengths as unsigned int: read in chunks.
+// Member data is read in chunks of at most this many bytes (pread's limit is
+// 2 GiB per call on Linux).
 constexpr std::size_t kChunk = std::size_t{1} << 30;
 // The manifest is read without trusting the archive's size field.
 constexpr std::size_t kMaxManifestBytes = std::size_t{1} << 30;
 
 std::string errno_text() { return std::strerror(errno); }
 
+std::uint64_t le(const unsigned char* p, int bytes) {
+  std::uint64_t v = 0;
+  for (int i = bytes - 1; i >= 0; --i) v = v << 8 | p[i];
+  return v;
+}
+
+// The zip archive: minizip walks its directory (and finds zip64 end records);
+// each entry's fields and each member's data are read here. Debian's minizip
+// 1.1 does not read an entry's zip64 extra field on LP64 systems (it compares
+// the 32-bit 0xFFFFFFFF marker with (unsigned long)-1), so a member of 4 GiB
+// or more, or one that starts past 4 GiB, saved but did not load.
 class ZipReader {
  public:
   struct Entry {
-    unz64_file_pos pos;
     std::uint64_t size = 0;  // uncompressed, as the directory says
     std::uint64_t compressed = 0;
-    std::uint64_t method = 0;
+    std::uint64_t offset = 0;  // of its local header
+    std::uint32_t crc = 0;
+    unsigned method = 0;
+    unsigned flag = 0;
   };
 
   ZipReader(const std::filesystem::path& path, std::string_view ctx)
@@ -40,9 +56,8 @@ class ZipReader {
     // minizip says only "cannot open"; find out why first.
     std::FILE* f = std::fopen(path.c_str(), "rb");
     if (f == nullptr) fail(str_cat("cannot open: ", errno_text()));
-    const bool complete = read_end_record(f);
-    std::fclose(f);
-    if (!complete) {
+    file_.reset(f);
+    if (!read_end_record(f)) {
       fail("not a zip archive, or truncated (no zip directory at its end)");
     }
     zip_.reset(unzOpen64(path.c_str()));
@@ -52,7 +67,7 @@ class ZipReader {
     index();
   }
   ~ZipReader() {
-    if (open_) unzCloseCurrentFile(zip_.get());
+    if (inflating_) inflateEnd(&z_);
   }
   ZipReader(const ZipReader&) = delete;
   ZipReader& operator=(const ZipReader&) = delete;
@@ -62,40 +77,55 @@ class ZipReader {
     return it == entries_.end() ? nullptr : &it->second;
   }
 
-  // Makes `name` the member that read() and finish() work on.
+  // Makes `name` the member that read() and finish() work on. Its local header
+  // must agree with its directory entry (signature, method, name, and the CRC
+  // and sizes unless they follow the data), as minizip required.
   void open(const std::string& name, const Entry& e) {
     member_ = name;
     check_plausible(e);
-    unz64_file_pos pos = e.pos;
-    unz_file_info64 info{};
-    if (unzGoToFilePos64(zip_.get(), &pos) != UNZ_OK ||
-        unzGetCurrentFileInfo64(zip_.get(), &info, nullptr, 0, nullptr, 0,
-                                nullptr, 0) != UNZ_OK) {
-      fail_member("corrupt zip directory entry");
+    if ((e.flag & 1) != 0) fail_member("encrypted members are not supported");
+    if (e.method != 0 && e.method != Z_DEFLATED) {
+      fail_member(str_cat("unsupported compression method ", e.method));
     }
-    if ((info.flag & 1) != 0)
-      fail_member("encrypted members are not supported");
-    if (info.compression_method != 0 && info.compression_method != Z_DEFLATED) {
-      fail_member(
-          str_cat("unsupported compression method ", info.compression_method));
-    }
-    if (unzOpenCurrentFile(zip_.get()) != UNZ_OK) {
+    unsigned char h[30];
+    if (!read_at(e.offset, h, sizeof(h)) || le(h, 4) != 0x04034b50 || le(h + 8, 2) != e.method ||
+        le(h + 26, 2) != name.size()) {
       fail_member("corrupt local header");
     }
-    open_ = true;
+    const bool described_after = (e.flag & 8) != 0;
+    const auto differs = [&](std::uint64_t local, std::uint64_t central) {
+      return !described_after && local != 0xFFFFFFFF && local != central;
+    };
+    if (differs(le(h + 14, 4), e.crc) || differs(le(h + 18, 4), e.compressed) ||
+        differs(le(h + 22, 4), e.size)) {
+      fail_member("corrupt local header");
+    }
+    std::string local_name(name.size(), '\0');
+    if (!read_at(e.offset + 30, local_name.data(), local_name.size()) || local_name != name) {
+      fail_member("corrupt local header");
+    }
+    at_ = e.offset + 30 + name.size() + le(h + 28, 2);
+    in_left_ = e.compressed;
+    out_left_ = e.size;
+    crc_ = crc32(0, nullptr, 0);
+    expected_crc_ = e.crc;
+    if (inflating_) inflateEnd(&z_);
+    inflating_ = false;
+    if (e.method == Z_DEFLATED) {
+      z_ = z_stream{};
+      if (inflateInit2(&z_, -MAX_WBITS) != Z_OK) fail_member("cannot start inflating");
+      inflating_ = true;
+      stream_end_ = false;
+    }
   }
 
   // Reads up to n bytes; returns how many (fewer only at the member's end).
   std::size_t read(void* dst, std::size_t n) {
     char* p = static_cast<char*>(dst);
-    std::size_t done = 0;
-    while (done < n) {
-      const auto len = static_cast<unsigned>(std::min(n - done, kChunk));
-      const int r = unzReadCurrentFile(zip_.get(), p + done, len);
-      if (r < 0) fail_member(str_cat("corrupt data (", error_text(r), ")"));
-      if (r == 0) break;
-      done += static_cast<std::size_t>(r);
-    }
+    const std::size_t want = static_cast<std::size_t>(std::min<std::uint64_t>(n, out_left_));
+    std::size_t done = inflating_ ? inflate_into(p, want) : copy_into(p, want);
+    if (done > 0) crc_ = crc32_z(crc_, reinterpret_cast<const Bytef*>(p), done);  // (null: 0)
+    out_left_ -= done;
     return done;
   }
   void read_exact(void* dst, std::size_t n) {
@@ -103,12 +133,12 @@ class ZipReader {
   }
   // Checks that the member ends here and that its CRC matches.
   void finish() {
-    char extra;
-    if (read(&extra, 1) != 0) fail_member("longer than its header says");
-    open_ = false;
-    const int rc = unzCloseCurrentFile(zip_.get());
-    if (rc == UNZ_CRCERROR) fail_member("CRC mismatch (corrupt data)");
-    if (rc != UNZ_OK) fail_member(str_cat("corrupt (", error_text(rc), ")"));
+    if (out_left_ != 0) fail_member("longer than its header says");
+    if (inflating_) {
+      inflateEnd(&z_);
+      inflating_ = false;
+    }
+    if (crc_ != expected_crc_) fail_member("CRC mismatch (corrupt data)");
   }
 
   [[noreturn]] void fail(std::string_view what) const {
@@ -122,19 +152,58 @@ class ZipReader {
   }
 
  private:
-  static std::string error_text(int rc) {
-    switch (rc) {
-      case UNZ_ERRNO:
-        return "read error";
-      case UNZ_BADZIPFILE:
-        return "bad zip structure";
-      case Z_DATA_ERROR:
-        return "bad deflate data";
-      case UNZ_CRCERROR:
-        return "CRC mismatch";
-      default:
-        return str_cat("minizip error ", rc);
+  // Reads n bytes at `offset` of the file; false if it has fewer.
+  bool read_at(std::uint64_t offset, void* dst, std::size_t n) const {
+    char* p = static_cast<char*>(dst);
+    while (n > 0) {
+      const ssize_t r = ::pread(::fileno(file_.get()), p, std::min(n, kChunk),
+                                static_cast<off_t>(offset));
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) return false;
+      p += r;
+      offset += static_cast<std::uint64_t>(r);
+      n -= static_cast<std::size_t>(r);
     }
+    return true;
+  }
+
+  // A stored member's next `want` bytes.
+  std::size_t copy_into(char* p, std::size_t want) {
+    if (want > in_left_ || !read_at(at_, p, want)) fail_member("data ends early (truncated)");
+    at_ += want;
+    in_left_ -= want;
+    return want;
+  }
+
+  // Up to `want` bytes inflated from a deflated member (fewer where its stream
+  // ends first).
+  std::size_t inflate_into(char* p, std::size_t want) {
+    std::size_t done = 0;
+    while (done < want && !stream_end_) {
+      if (z_.avail_in == 0) {
+        const std::size_t len = static_cast<std::size_t>(
+            std::min<std::uint64_t>(in_left_, sizeof(input_)));
+        if (len == 0) fail_member("corrupt data (bad deflate data: the stream ends early)");
+        if (!read_at(at_, input_, len)) fail_member("data ends early (truncated)");
+        at_ += len;
+        in_left_ -= len;
+        z_.next_in = reinterpret_cast<Bytef*>(input_);
+        z_.avail_in = static_cast<uInt>(len);
+      }
+      const std::size_t chunk = std::min<std::size_t>(want - done, kChunk);
+      z_.next_out = reinterpret_cast<Bytef*>(p + done);
+      z_.avail_out = static_cast<uInt>(chunk);
+      const int rc = inflate(&z_, Z_NO_FLUSH);
+      const std::size_t made = chunk - z_.avail_out;
+      done += made;
+      if (rc == Z_STREAM_END) {
+        stream_end_ = true;
+      } else if ((rc != Z_OK && rc != Z_BUF_ERROR) ||
+                 (rc == Z_BUF_ERROR && made == 0 && z_.avail_in != 0)) {
+        fail_member("corrupt data (bad deflate data)");
+      }
+    }
+    return done;
   }
 
   // What a member's directory entry says it holds must fit the file before
@@ -186,7 +255,49 @@ class ZipReader {
     return false;
   }
 
-  // Names -> directory positions (unzLocateFile refuses names of 256 bytes
+  // The directory entry at `at` (minizip's position of it: from the archive's
+  // start, which for kiln's files and numpy's is the file's), whose name
+  // minizip read as `name`; sizes and the local header's offset from its zip64
+  // extra field where the 32-bit ones say 0xFFFFFFFF.
+  Entry read_entry(std::uint64_t at, const std::string& name) const {
+    unsigned char h[46];
+    if (!read_at(at, h, sizeof(h)) || le(h, 4) != 0x02014b50 || le(h + 28, 2) != name.size()) {
+      fail("corrupt zip directory");
+    }
+    Entry e;
+    e.flag = static_cast<unsigned>(le(h + 8, 2));
+    e.method = static_cast<unsigned>(le(h + 10, 2));
+    e.crc = static_cast<std::uint32_t>(le(h + 16, 4));
+    e.compressed = le(h + 20, 4);
+    e.size = le(h + 24, 4);
+    e.offset = le(h + 42, 4);
+    std::string rest(name.size() + le(h + 30, 2), '\0');
+    if (!read_at(at + sizeof(h), rest.data(), rest.size()) ||
+        rest.compare(0, name.size(), name) != 0) {
+      fail("corrupt zip directory");
+    }
+    // Extra fields: (id, length, data)...; zip64's (id 1) holds the 64-bit
+    // values of the fields at 0xFFFFFFFF, in this order.
+    std::string_view extra = std::string_view(rest).substr(name.size());
+    while (extra.size() >= 4) {
+      const auto* x = reinterpret_cast<const unsigned char*>(extra.data());
+      const std::size_t len = static_cast<std::size_t>(le(x + 2, 2));
+      if (len > extra.size() - 4) break;
+      if (le(x, 2) == 1) {
+        std::string_view values = extra.substr(4, len);
+        for (std::uint64_t* field : {&e.size, &e.compressed, &e.offset}) {
+          if (*field != 0xFFFFFFFF) continue;
+          if (values.size() < 8) fail(str_cat("member \"", name, "\": corrupt zip64 extra field"));
+          *field = le(reinterpret_cast<const unsigned char*>(values.data()), 8);
+          values.remove_prefix(8);
+        }
+      }
+      extra.remove_prefix(4 + len);
+    }
+    return e;
+  }
+
+  // Names -> directory entries (unzLocateFile refuses names of 256 bytes
   // or more, and tree paths can be longer).
   //
   // A directory of exactly 65,535 entries records its count as 0xFFFF, which
@@ -209,16 +320,13 @@ class ZipReader {
           info.size_filename >= name.size()) {
         fail("corrupt zip directory");
       }
-      Entry e;
-      if (unzGetFilePos64(zip_.get(), &e.pos) != UNZ_OK)
-        fail("corrupt zip directory");
-      e.size = info.uncompressed_size;
-      e.compressed = info.compressed_size;
-      e.method = info.compression_method;
-      constexpr std::uint64_t kDirectoryEntry = 46;  // fixed part
-      next = e.pos.pos_in_zip_directory + kDirectoryEntry + info.size_filename +
-             info.size_file_extra + info.size_file_comment;
+      unz64_file_pos pos{};
+      if (unzGetFilePos64(zip_.get(), &pos) != UNZ_OK) fail("corrupt zip directory");
       std::string key(name.data(), info.size_filename);
+      const Entry e = read_entry(pos.pos_in_zip_directory, key);
+      constexpr std::uint64_t kDirectoryEntry = 46;  // fixed part
+      next = pos.pos_in_zip_directory + kDirectoryEntry + info.size_filename +
+             info.size_file_extra + info.size_file_comment;
       if (!entries_.emplace(key, e).second) {
         fail(str_cat("duplicate member \"", key, "\""));
       }
@@ -234,9 +342,23 @@ class ZipReader {
   struct Close {
     void operator()(void* z) const { unzClose(z); }
   };
+  struct CloseFile {
+    void operator()(std::FILE* f) const { std::fclose(f); }
+  };
   // Closed also when the constructor throws after opening.
+  std::unique_ptr<std::FILE, CloseFile> file_;
   std::unique_ptr<void, Close> zip_;
-  bool open_ = false;
+  // The open member: where its data continues, the compressed bytes after that,
+  // the bytes it has still to give, the CRC so far and the directory's.
+  std::uint64_t at_ = 0;
+  std::uint64_t in_left_ = 0;
+  std::uint64_t out_left_ = 0;
+  std::uint32_t crc_ = 0;
+  std::uint32_t expected_crc_ = 0;
+  z_stream z_{};
+  bool inflating_ = false;
+  bool stream_end_ = false;
+  char input_[1 << 16];
   std::uint64_t file_size_ = 0;
   std::uint32_t count16_ = 0;       // the end record's entry count
   std::uint64_t directory_end_ = 0;  // the end record's directory offset + size

@@ -29,12 +29,13 @@
 namespace kiln::cpu {
 namespace {
 
-// Where the kernel's cache keeps its Plan (fused.cpp and fused_anchored.cpp
-// use bits 61 to 63 for the other kinds).
+// Where the kernel's cache keeps its GemmPlan (fused.cpp and
+// fused_anchored.cpp use bits 61 to 63 for the other kinds; its Plan and this
+// one are distinct names for the unity builds).
 constexpr std::uint64_t kWindowKey = std::uint64_t{1} << 60;
 
 // What a kernel resolves to on its first run.
-struct Plan {
+struct GemmPlan {
   bool direct = false;  // else Backend::eval_fused
   const Equation* window = nullptr;  // the unfold or fold
   const Equation* matmul = nullptr;
@@ -49,9 +50,9 @@ std::size_t input_index(const Program& b, ValueId v) {
                                   b.inputs.begin());
 }
 
-Plan make_plan(const FusedKernel& k) {
+GemmPlan make_plan(const FusedKernel& k) {
   const Program& b = k.body;
-  Plan plan;
+  GemmPlan plan;
   const bool unfold_first = k.kind == FusedKernel::Kind::kUnfoldMatmul;
   plan.window = unfold_first ? &b.equations.front() : &b.equations.back();
   plan.matmul = unfold_first ? &b.equations.back() : &b.equations.front();
@@ -114,18 +115,18 @@ std::unique_ptr<T[]> buffer(std::int64_t n) {
 
 // The pad value of `dtype` (16-bit: as its word).
 template <class T>
-T pad_of(const Plan& plan) {
+T pad_of(const GemmPlan& plan) {
   const double v = plan.window->params.as<WindowParams>().pad_value;
   return static_cast<T>(v);
 }
-std::uint16_t pad_word(const Plan& plan, DType dtype) {
+std::uint16_t pad_word(const GemmPlan& plan, DType dtype) {
   const auto v = static_cast<float>(plan.window->params.as<WindowParams>().pad_value);
   return dtype == DType::kF16 ? float_to_half(v) : float_to_bf16(v);
 }
 
 // T: the compute type. `image` and `c` are stored as st.dtype, `other` is in T.
 template <class T>
-void unfold_matmul(const Plan& plan, const Storage& st, const void* image, const T* other,
+void unfold_matmul(const GemmPlan& plan, const Storage& st, const void* image, const T* other,
                    void* c) {
   const MatmulGeometry& g = plan.products;
   const WindowPlan& geo = plan.geometry;
@@ -160,7 +161,7 @@ void unfold_matmul(const Plan& plan, const Storage& st, const void* image, const
 
 // `a` and `b` are in T, `image` stored as st.dtype.
 template <class T>
-void matmul_fold(const Plan& plan, const Storage& st, const T* a, const T* b, void* image) {
+void matmul_fold(const GemmPlan& plan, const Storage& st, const T* a, const T* b, void* image) {
   const MatmulGeometry& g = plan.products;
   const WindowPlan& geo = plan.geometry;
   const std::int64_t per = plan.per_product, prod_n = g.m * g.n, image_n = per * geo.image;
@@ -192,7 +193,7 @@ void matmul_fold(const Plan& plan, const Storage& st, const T* a, const T* b, vo
 
 // T: the compute type (float for 16-bit storage).
 template <class T>
-void run_direct(const FusedKernel& k, const Plan& plan, const Storage& st,
+void run_direct(const FusedKernel& k, const GemmPlan& plan, const Storage& st,
                 std::span<const Array> inputs, void* out) {
   const Program& b = k.body;
   std::vector<std::vector<T>> wide;  // 16-bit operands widened whole, as eval_in_f32
@@ -219,8 +220,8 @@ void run_direct(const FusedKernel& k, const Plan& plan, const Storage& st,
 
 std::vector<std::shared_ptr<Buffer>> CpuBackend::eval_implicit_gemm(
     const FusedKernel& k, std::span<const Array> inputs) {
-  const std::shared_ptr<const Plan> plan = k.cache.get<Plan>(
-      kWindowKey, [&] { return std::make_shared<const Plan>(make_plan(k)); });
+  const std::shared_ptr<const GemmPlan> plan = k.cache.get<GemmPlan>(
+      kWindowKey, [&] { return std::make_shared<const GemmPlan>(make_plan(k)); });
   if (!plan->direct) return Backend::eval_fused(k, inputs, {});
   const Aval& out = k.body.avals[k.body.outputs.front()];
   auto buf = allocate(out);

@@ -37,6 +37,12 @@ void write(const std::string &target, const std::string &name, const std::string
   std::ofstream(kCorpus / target / name, std::ios::binary) << bytes;
 }
 
+std::string bytes(std::initializer_list<int> values) {
+  std::string out;
+  for (int v : values) out += static_cast<char>(v);
+  return out;
+}
+
 std::string read(const fs::path &p) {
   std::ifstream in(p, std::ios::binary);
   return {std::istreambuf_iterator<char>(in), {}};
@@ -184,5 +190,16 @@ int main() {
   write("text_parsers", "cpu", "cpu");
   write("text_parsers", "vulkan", "vulkan");
   write("text_parsers", "vulkan-3", "vulkan:3");
+  // checkpoint_roundtrip: a flags byte, then records (key length, key, dtype
+  // index, rank, dims); see checkpoint_roundtrip.cpp.
+  write("checkpoint_roundtrip", "two-arrays",
+        bytes({0, 1, 'w', 3, 2, 2, 3, 1, 'b', 3, 1, 4}));
+  write("checkpoint_roundtrip", "deflated-f16", bytes({1, 4, 'h', 'a', 'l', 'f', 5, 1, 4}));
+  write("checkpoint_roundtrip", "odd-keys", bytes({0, 3, 'a', '/', 'b', 0, 0, 2, '.', 0, 6, 0}));
+  write("checkpoint_roundtrip", "many-members", bytes({2, 5}));  // 65,535 scalars + "x"
+  write("text_parsers", "einsum-matmul", "ij,jk->ik");
+  write("text_parsers", "einsum-implicit", "ba,ca");
+  write("text_parsers", "einsum-three", "bij, bjk ,kl->bil");
+  write("text_parsers", "einsum-trace", "ii->");
   std::cout << "seeds written under " << kCorpus.string() << "\n";
 }
