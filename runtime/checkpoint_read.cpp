@@ -12,6 +12,7 @@
 #include <memory>
 #include <string_view>
 #include <unordered_map>
+#include <vector>
 
 #include "kiln/runtime/checkpoint.hpp"
 #include "kiln/runtime/checkpoint_manifest.hpp"
@@ -182,12 +183,12 @@ class ZipReader {
     while (done < want && !stream_end_) {
       if (z_.avail_in == 0) {
         const std::size_t len = static_cast<std::size_t>(
-            std::min<std::uint64_t>(in_left_, sizeof(input_)));
+            std::min<std::uint64_t>(in_left_, input_.size()));
         if (len == 0) fail_member("corrupt data (bad deflate data: the stream ends early)");
-        if (!read_at(at_, input_, len)) fail_member("data ends early (truncated)");
+        if (!read_at(at_, input_.data(), len)) fail_member("data ends early (truncated)");
         at_ += len;
         in_left_ -= len;
-        z_.next_in = reinterpret_cast<Bytef*>(input_);
+        z_.next_in = reinterpret_cast<Bytef*>(input_.data());
         z_.avail_in = static_cast<uInt>(len);
       }
       const std::size_t chunk = std::min<std::size_t>(want - done, kChunk);
@@ -358,7 +359,8 @@ class ZipReader {
   z_stream z_{};
   bool inflating_ = false;
   bool stream_end_ = false;
-  char input_[1 << 16];
+  // Deflated bytes read ahead (on the heap: a load may run on a small stack).
+  std::vector<char> input_ = std::vector<char>(std::size_t{1} << 16);
   std::uint64_t file_size_ = 0;
   std::uint32_t count16_ = 0;       // the end record's entry count
   std::uint64_t directory_end_ = 0;  // the end record's directory offset + size

@@ -14,8 +14,9 @@ defines the test suite does.
 
 kiln.hpp is precompiled once per compiler (in a temporary folder, with the
 snippets' own flags) and each snippet compiles with it: parsing kiln.hpp was
-most of each of the ~66 compiles. A snippet sees the same declarations either
-way, since every snippet includes kiln.hpp before anything of its own.
+most of each of the ~66 compiles (80 -> 26 s on two cores). A snippet sees the
+same declarations either way: kiln.hpp is self-contained, and no snippet
+defines a macro before including it.
 
 usage: run.py BUILD_DIR SNIPPET_DIR
 """
