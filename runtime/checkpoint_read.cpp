@@ -243,13 +243,8 @@ class ZipReader {
       const auto* p = reinterpret_cast<const unsigned char*>(bytes.data() + at);
       if (p[0] == 'P' && p[1] == 'K' && p[2] == 5 && p[3] == 6 &&
           at + kRecord + (p[20] | p[21] << 8) == tail) {
-        auto u32 = [&](int i) {
-          return static_cast<std::uint64_t>(p[i]) | static_cast<std::uint64_t>(p[i + 1]) << 8 |
-                 static_cast<std::uint64_t>(p[i + 2]) << 16 |
-                 static_cast<std::uint64_t>(p[i + 3]) << 24;
-        };
-        count16_ = static_cast<std::uint32_t>(p[10] | p[11] << 8);
-        directory_end_ = u32(16) + u32(12);  // offset + size (without zip64)
+        count16_ = static_cast<std::uint32_t>(le(p + 10, 2));
+        directory_end_ = le(p + 16, 4) + le(p + 12, 4);  // offset + size (without zip64)
         return true;
       }
     }

@@ -375,6 +375,31 @@ TEST_CASE("a checkpoint past 4 GiB loads back: zip64 sizes and offsets") {
   CHECK(std::memcmp(back.first.buffer()->host_data(), bytes, n) == 0);
 }
 
+TEST_CASE("a member whose local header disagrees with its directory entry is refused, naming it") {
+  // The reader checks each member's local header against its directory entry
+  // (signature, method, name, CRC and sizes), as minizip did before kiln read
+  // the members itself.
+  TempDir dir;
+  const Model model = make_model();
+  save_checkpoint(dir / "m.npz", model);
+  const std::string good = read_file(dir / "m.npz");
+  const std::string name = "layers[1].weight.npy";
+  // The local header whose name (at +30) is this member's.
+  std::size_t at = good.find(std::string("PK\x03\x04", 4));
+  while (at != std::string::npos && good.compare(at + 30, name.size(), name) != 0) {
+    at = good.find(std::string("PK\x03\x04", 4), at + 1);
+  }
+  REQUIRE(at != std::string::npos);
+  for (std::size_t field : {std::size_t{0}, std::size_t{8}, std::size_t{14}, std::size_t{30}}) {
+    CAPTURE(field);  // signature, method, CRC, name
+    std::string bad = good;
+    bad[at + field] = static_cast<char>(bad[at + field] ^ 0x01);
+    write_file(dir / "bad.npz", bad);
+    check_corrupt(dir / "bad.npz", zeros_like_model(model),
+                  "member \"" + name + "\": corrupt local header");
+  }
+}
+
 TEST_CASE("a member whose directory entry claims more than the file holds is refused before reading") {
   TempDir dir;
   const Model model = make_model();
