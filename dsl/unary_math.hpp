@@ -7,8 +7,8 @@
 // visit_family/visit_prim in dsl/primitive.hpp), so a kMath row without a
 // MathDef does not compile, and none of those files changes when one is added.
 //
-//   cpu(x)        an xtensor expression over a flat float operand (found by
-//                 argument-dependent lookup: xt::sin, ...; xsimd underneath)
+//   cpu(x)        x: an xsimd batch of f32 or f64 (functions found by
+//                 argument-dependent lookup: xsimd::sin, select, ...)
 //   vulkan(b, x)  SPIR-V through spv::Builder (a template here so that dsl does
 //                 not depend on the backend; instantiated in the Vulkan backend)
 //   vjp(x, y, g)  the input's cotangent, in the DSL (so gradients trace)
@@ -217,7 +217,7 @@ template <>
 struct MathDef<Prim::kLog1p> {
   static auto cpu(const auto& x) {  // xsimd gives +0 for -0: keep zeros as they are
     using T = detail::math::Elem<decltype(x)>;
-    return where(equal(x, T(0)), x, log1p(x));
+    return select(x == T(0), x, log1p(x));
   }
   static auto vulkan(auto& b, const auto& x) {
     using Ty = decltype(x.ty);
@@ -244,7 +244,7 @@ template <>
 struct MathDef<Prim::kExpm1> {
   static auto cpu(const auto& x) {  // xsimd gives +0 for -0: keep zeros as they are
     using T = detail::math::Elem<decltype(x)>;
-    return where(equal(x, T(0)), x, expm1(x));
+    return select(x == T(0), x, expm1(x));
   }
   static auto vulkan(auto& b, const auto& x) {
     using Ty = decltype(x.ty);
@@ -312,7 +312,8 @@ template <>
 struct MathDef<Prim::kSign> {
   static auto cpu(const auto& x) {
     using T = detail::math::Elem<decltype(x)>;
-    return where(x > T(0), T(1), where(x < T(0), T(-1), x));
+    using V = std::decay_t<decltype(x)>;
+    return select(x > T(0), V(T(1)), select(x < T(0), V(T(-1)), x));
   }
   static auto vulkan(auto& b, const auto& x) {
     using Ty = decltype(x.ty);
@@ -329,8 +330,8 @@ struct MathDef<Prim::kSign> {
 
 namespace detail::math {
 
-// Horner's rule over c[0] (the highest degree) .. c[K], p = c[i] + p * w, as one
-// lazy xtensor expression (w should be evaluated: it is read once per step).
+// Horner's rule over c[0] (the highest degree) .. c[K], p = c[i] + p * w, on
+// xsimd batches.
 template <std::size_t K, class C, class W>
 auto horner_upto(const C& c, const W& w) {
   if constexpr (K == 1) {
@@ -359,10 +360,6 @@ V horner(B& b, const C& c, const V& w) {
   return p;
 }
 
-// An evaluated copy of an xtensor expression (an xtensor of its element type):
-// the temporaries that several steps of a kernel read.
-template <class E>
-using Temp = typename std::decay_t<E>::temporary_type;
 
 template <class V>
 void refuse_f64_on_vulkan(const V& x, std::string_view op, std::string_view why) {
@@ -457,26 +454,26 @@ struct MathDef<Prim::kErfinv> {
 
   static auto cpu(const auto& x) {
     using T = detail::math::Elem<decltype(x)>;
-    using Temp = detail::math::Temp<decltype(x)>;
+    using Temp = std::decay_t<decltype(x)>;
     constexpr T kInf = std::numeric_limits<T>::infinity();
     Temp r;
     if constexpr (std::is_same_v<T, float>) {
       const Temp w = -log1p(-(x * x));
       const Temp small = w - 2.5f;
       const Temp large = sqrt(w) - 3.0f;
-      r = where(w < 5.0f, detail::math::horner(kSmall, small), detail::math::horner(kLarge, large));
+      r = select(w < 5.0f, detail::math::horner(kSmall, small), detail::math::horner(kLarge, large));
     } else {
       const Temp w = -log((T(1) - x) * (T(1) + x));
       const Temp near = w - 3.125;
       const Temp s = sqrt(w);
       const Temp mid = s - 3.25;
       const Temp far = s - 5.0;
-      r = where(w < 6.25, detail::math::horner(kBelow6_25, near),
-                where(w < 16.0, detail::math::horner(kBelow16, mid),
-                      detail::math::horner(kAbove16, far)));
+      r = select(w < 6.25, detail::math::horner(kBelow6_25, near),
+                 select(w < 16.0, detail::math::horner(kBelow16, mid),
+                        detail::math::horner(kAbove16, far)));
     }
     // The polynomials are indeterminate at +-1; the limits are +-inf.
-    return Temp(where(equal(abs(x), T(1)), x * kInf, r * x));
+    return select(abs(x) == T(1), x * kInf, r * x);
   }
   static auto vulkan(auto& b, const auto& x) {
     using Ty = decltype(x.ty);

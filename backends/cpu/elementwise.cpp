@@ -3,15 +3,18 @@
 // The common ops have SIMD kernels per x86-64 level (simd_kernels.cpp, picked by
 // flat_kernel()); the generic kernels here cover the rest (math functions,
 // integer division and shifts, power, ...) and every op on a machine level
-// without one. Each op is one xtensor expression, or one element functor with a scalar
-// operator() and an xsimd simd_apply, written once for every dtype it accepts.
-// Operands with as many elements as the result (same shape up to leading 1s)
-// and 1-element operands take a flat 1-D path that xtensor assigns linearly
-// with SIMD: the common case and the cheapest to dispatch. Other broadcasts are
-// cut into contiguous output rows (see broadcast.hpp) that take the same flat
-// path, so x - max(x, -1, true) stays vectorized; short rows use xtensor's
-// broadcasting. Comparisons, whose operands and results differ in lane width,
-// are plain loops over rows that GCC vectorizes (KILN_VECTORIZE).
+// without one. Float math runs on xsimd batches of this file's target level
+// (SSE4.2), every element through the same code (the last partial batch through
+// a padded copy); everything else is a plain loop over one element functor per
+// op, written once for every dtype it accepts, which GCC vectorizes where it
+// can (KILN_VECTORIZE). Operands with as many elements as the result and
+// 1-element operands take the flat path; other broadcasts are cut into
+// contiguous output rows (see broadcast.hpp) over which the same loops run.
+//
+// Plain loops rather than xtensor expressions: every (primitive, dtype) pair is
+// instantiated here, and as xtensor assignments (four per binary op: flat, two
+// scalar sides and strided broadcasting) they took 70 of this file's 78 s to
+// compile, on each of CI's builds; the hot paths are the SIMD kernels anyway.
 //
 // Integer results are defined for every input, never UB (UBSan runs in CI): i32
 // add/subtract/multiply/neg/abs wrap modulo 2^32 (they run on the u32 bit
@@ -32,10 +35,7 @@
 #include <functional>
 #include <limits>
 #include <type_traits>
-#include <xtensor/xadapt.hpp>
-#include <xtensor/xmath.hpp>
-#include <xtensor/xnoalias.hpp>
-#include <xtensor/xoperation.hpp>
+#include <xsimd/xsimd.hpp>
 
 #include "kiln/backends/cpu/bits.hpp"
 #include "kiln/backends/cpu/broadcast.hpp"
@@ -50,28 +50,13 @@
 namespace kiln::cpu {
 namespace {
 
-// ---- element functors: operator() on scalars, simd_apply on xsimd batches
-// ----
+// ---- element functors (scalar) ----
 
-// Builds the xtensor function of a functor type, the way xtensor builds its own
-// (xt::make_lambda_xfunction cannot vectorize functors of more than one
-// argument).
-template <class F, class... E>
-auto apply(E&&... e) {
-  return xt::detail::make_xfunction<F>(std::forward<E>(e)...);
-}
-
-
-// Logical ops on bool elements stored as 0/1 bytes: bitwise, 16 lanes at a
-// time.
+// Logical ops on bool elements stored as 0/1 bytes: bitwise.
 struct BitAnd {
   template <class T>
   T operator()(T x, T y) const {
     return static_cast<T>(x & y);
-  }
-  template <class B>
-  B simd_apply(const B& x, const B& y) const {
-    return x & y;
   }
 };
 struct BitOr {
@@ -79,19 +64,11 @@ struct BitOr {
   T operator()(T x, T y) const {
     return static_cast<T>(x | y);
   }
-  template <class B>
-  B simd_apply(const B& x, const B& y) const {
-    return x | y;
-  }
 };
 struct BitXor {
   template <class T>
   T operator()(T x, T y) const {
     return static_cast<T>(x ^ y);
-  }
-  template <class B>
-  B simd_apply(const B& x, const B& y) const {
-    return x ^ y;
   }
 };
 struct BitNot {
@@ -99,15 +76,10 @@ struct BitNot {
   T operator()(T x) const {
     return static_cast<T>(~x);
   }
-  template <class B>
-  B simd_apply(const B& x) const {
-    return ~x;
-  }
 };
 
 // Shifts on the unsigned bit pattern; amounts outside [0, 32) (negative i32
-// amounts become huge unsigned ones) give 0 rather than UB. Scalar only: xsimd 8
-// has no lane-wise variable shift on every target we build for.
+// amounts become huge unsigned ones) give 0 rather than UB.
 struct ShiftLeft {
   template <class T>
   T operator()(T x, T y) const {
@@ -129,10 +101,6 @@ struct FlipBit {
   T operator()(T x) const {
     return static_cast<T>(x ^ 1);
   }
-  template <class B>
-  B simd_apply(const B& x) const {
-    return x ^ B(1);
-  }
 };
 
 // |x| for i32 with |INT_MIN| == INT_MIN (std::abs would be UB there).
@@ -141,13 +109,9 @@ struct WrappingAbs {
     const auto u = static_cast<std::uint32_t>(x);
     return static_cast<std::int32_t>(x < 0 ? 0u - u : u);
   }
-  template <class B>
-  B simd_apply(const B& x) const {
-    return xsimd::abs(x);  // wraps like the scalar version
-  }
 };
 
-// Integer division without UB; scalar only (there is no SIMD integer division).
+// Integer division without UB.
 struct IntDivide {
   template <class T>
   T operator()(T x, T y) const {
@@ -175,8 +139,8 @@ struct SaturatingCast {
   }
 };
 
-// std::pow, scalar only: xsimd::pow (xsimd 8) gives 0 for 0^0, NaN for 1^NaN
-// and inf^0, 0 for 0^-1; IEEE (and numpy) say 1, 1, 1 and inf.
+// std::pow, not xsimd::pow (xsimd 8 gives 0 for 0^0, NaN for 1^NaN and inf^0,
+// 0 for 0^-1; IEEE and numpy say 1, 1, 1 and inf).
 struct Power {
   template <class T>
   T operator()(T x, T y) const {
@@ -189,31 +153,9 @@ template <class T>
 using Wrapping =
     std::conditional_t<std::is_same_v<T, std::int32_t>, std::uint32_t, T>;
 
-// bool elements are handled as their bytes (always 0 or 1 in kiln): xtensor's
-// SIMD path cannot load bool arrays into most expressions, bytes vectorize.
+// bool elements are handled as their bytes (always 0 or 1 in kiln).
 template <class T>
 using Stored = std::conditional_t<std::is_same_v<T, bool>, std::uint8_t, T>;
-
-// ---- adapting buffers ----
-
-using Extent1 = std::array<std::size_t, 1>;
-
-template <class S>
-const S* elements(const Array& a) {
-  return static_cast<const S*>(a.buffer()->host_data());
-}
-// S may be const: inputs are read-only views, outputs writable ones. The
-// pointer goes to xt::adapt as a prvalue: given an lvalue, the adaptor would
-// keep a reference to the variable rather than a copy of the pointer.
-template <class S>
-auto flat(S* p, std::size_t n) {
-  return xt::adapt(static_cast<S*>(p), n, xt::no_ownership(), Extent1{n});
-}
-template <class S>
-auto shaped(S* p, const ShapeVec& shape) {
-  return xt::adapt(static_cast<S*>(p), xt::compute_size(shape),
-                   xt::no_ownership(), shape);
-}
 
 [[noreturn]] void unsupported(Prim p, DType d) {
   throw DTypeError(detail::str_cat(
@@ -225,18 +167,44 @@ void check_host_dtypes(Prim p, std::span<const Array> inputs, const Aval& out) {
   check_host_dtype(p, out.dtype);
 }
 
-// ---- drivers: evaluate an expression builder `f` over adapted operands ----
+// ---- drivers: run an element functor `f` over flat operands or broadcast rows ----
 
-template <class S, class F>
-void unary_apply(F f, const void* x, void* out, std::size_t n) {
-  const auto xv = flat(static_cast<const S*>(x), n);
-  auto o = flat(static_cast<S*>(out), n);
-  xt::noalias(o) = f(xv);
+// GCC vectorizes loops at -O3 only (at -O2 just the "very cheap" ones): this asks
+// for it on the plain loops below.
+#if defined(__GNUC__) && !defined(__clang__)
+#define KILN_VECTORIZE [[gnu::optimize("tree-loop-vectorize")]]
+#else
+#define KILN_VECTORIZE
+#endif
+
+// out[i] = f(x[i]). `out` may be `x` itself (the fused kernels reuse chunks).
+template <class In, class Out, class F>
+KILN_VECTORIZE void map1(F f, const void* x, void* out, std::size_t n) {
+  const In* a = static_cast<const In*>(x);
+  Out* o = static_cast<Out*>(out);
+  for (std::size_t i = 0; i < n; ++i) o[i] = static_cast<Out>(f(a[i]));
 }
 
-// Below this many elements per output row, broadcasting goes through xtensor's
-// steppers rather than one flat assignment per row (each costs ~30 ns): measured
-// on (4096, 8) + (4096, 1) rows win 2x, on (65536, 2) + (2,) steppers win 10x.
+// out[i] = f(x[i]) on xsimd batches of T (f takes and gives a batch): full
+// batches in place, the last partial one through a zero-padded copy, so each
+// element's bits do not depend on its position.
+template <class T, class F>
+void map_batches(F f, const void* x, void* out, std::size_t n) {
+  using B = xsimd::batch<T>;
+  constexpr std::size_t kW = B::size;
+  const T* a = static_cast<const T*>(x);
+  T* o = static_cast<T*>(out);
+  std::size_t i = 0;
+  for (; i + kW <= n; i += kW) f(B::load_unaligned(a + i)).store_unaligned(o + i);
+  if (i == n) return;
+  alignas(64) T ta[kW] = {}, to[kW];
+  std::memcpy(ta, a + i, (n - i) * sizeof(T));
+  f(B::load_aligned(ta)).store_aligned(to);
+  std::memcpy(o + i, to, (n - i) * sizeof(T));
+}
+
+// Below this many elements per output row, a broadcast runs the loops here
+// rather than one SIMD kernel call per row (each call costs more than such a row).
 constexpr std::size_t kMinRow = 8;
 
 // The operands of a binary kernel: flat (n elements, each operand contiguous or
@@ -253,74 +221,32 @@ struct BinaryArgs {
   const Shape* shape = nullptr;  // the output's, when not flat
 };
 
-// out = f(x, y). Scalars are passed as lvalues that outlive the assignment
-// (xtensor keeps a reference to them).
+// out[i] = f(a[i], b[i]) over one row; A/B: the operand is contiguous (else
+// one broadcast element).
+template <class In, class Out, class F, bool A, bool B>
+KILN_VECTORIZE void map2_row(F f, const In* a, const In* b, Out* out, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) {
+    out[i] = static_cast<Out>(f(a[A ? i : 0], b[B ? i : 0]));
+  }
+}
+
+// out = f(a, b) over flat operands or broadcast rows (of any length: the loop
+// has no per-row setup worth avoiding).
 template <class In, class Out, class F>
 void binary_apply(F f, const BinaryArgs& args) {
   const In* pa = static_cast<const In*>(args.a);
   const In* pb = static_cast<const In*>(args.b);
   Out* po = static_cast<Out*>(args.out);
-  // One contiguous output row; operand k advances by step[k] (0 or 1).
-  const auto row_op = [&](const std::array<std::size_t, 2>& off,
-                          const std::array<std::size_t, 2>& step,
-                          std::size_t out_off, std::size_t len) {
-    auto o = flat(po + out_off, len);
-    if (step[0] != 0 && step[1] != 0) {
-      xt::noalias(o) = f(flat(pa + off[0], len), flat(pb + off[1], len));
-    } else if (step[0] != 0) {
-      const In y = pb[off[1]];
-      xt::noalias(o) = f(flat(pa + off[0], len), y);
-    } else {
-      const In x = pa[off[0]];
-      xt::noalias(o) = f(x, flat(pb + off[1], len));
-    }
-  };
-  if (args.shape == nullptr) {
-    return row_op({0, 0}, {args.a_scalar ? 0u : 1u, args.b_scalar ? 0u : 1u},
-                  0, args.n);
-  }
-  const auto plan = BroadcastPlan<2>::make(*args.shape, {args.a_shape, args.b_shape});
-  if (plan.row_length() >= kMinRow) return plan.for_each_row(row_op);
-  auto o = shaped(po, plan.extents);
-  xt::noalias(o) = f(shaped(pa, plan.operand_extents(0)),
-                     shaped(pb, plan.operand_extents(1)));
-}
-
-// GCC vectorizes loops at -O3 only (at -O2 just the "very cheap" ones): this asks
-// for it on the few plain loops below, which xtensor cannot express with SIMD.
-#if defined(__GNUC__) && !defined(__clang__)
-#define KILN_VECTORIZE [[gnu::optimize("tree-loop-vectorize")]]
-#else
-#define KILN_VECTORIZE
-#endif
-
-// out[i] = f(a[i], b[i]) as bool bytes over one row; A/B: the operand is
-// contiguous (else one broadcast element). `out` may not overlap the operands.
-template <class In, class F, bool A, bool B>
-KILN_VECTORIZE void compare_row(F f, const In* __restrict a, const In* __restrict b,
-                                std::uint8_t* __restrict out, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i) {
-    out[i] = static_cast<std::uint8_t>(f(a[A ? i : 0], b[B ? i : 0]));
-  }
-}
-
-// A comparison over flat operands or broadcast rows (rows of any length: the
-// loop has no per-row setup worth avoiding).
-template <class In, class F>
-void compare_apply(F f, const BinaryArgs& args) {
-  const In* pa = static_cast<const In*>(args.a);
-  const In* pb = static_cast<const In*>(args.b);
-  auto* po = static_cast<std::uint8_t*>(args.out);
   const auto row_op = [&](const std::array<std::size_t, 2>& off,
                           const std::array<std::size_t, 2>& step,
                           std::size_t out_off, std::size_t len) {
     const In* a = pa + off[0];
     const In* b = pb + off[1];
-    std::uint8_t* o = po + out_off;
-    if (step[0] != 0 && step[1] != 0) return compare_row<In, F, true, true>(f, a, b, o, len);
-    if (step[0] != 0) return compare_row<In, F, true, false>(f, a, b, o, len);
-    if (step[1] != 0) return compare_row<In, F, false, true>(f, a, b, o, len);
-    compare_row<In, F, false, false>(f, a, b, o, len);
+    Out* o = po + out_off;
+    if (step[0] != 0 && step[1] != 0) return map2_row<In, Out, F, true, true>(f, a, b, o, len);
+    if (step[0] != 0) return map2_row<In, Out, F, true, false>(f, a, b, o, len);
+    if (step[1] != 0) return map2_row<In, Out, F, false, true>(f, a, b, o, len);
+    map2_row<In, Out, F, false, false>(f, a, b, o, len);
   };
   if (args.shape == nullptr) {
     return row_op({0, 0}, {args.a_scalar ? 0u : 1u, args.b_scalar ? 0u : 1u}, 0, args.n);
@@ -337,47 +263,49 @@ void unary_kernel(DType dtype, const void* a, void* out, std::size_t n) {
   constexpr bool kFloat = std::is_floating_point_v<T>;
   constexpr bool kInt = std::is_integral_v<T> && !std::is_same_v<T, bool>;
   constexpr bool kBool = std::is_same_v<T, bool>;
-  const auto run = [&](auto f) { unary_apply<T>(f, a, out, n); };
+  // Float math on batches; `f` takes and gives an xsimd batch of T.
+  const auto batches = [&](auto f) { map_batches<T>(f, a, out, n); };
+  // Everything else element by element (map1), on T or its wrapping or stored type.
   if constexpr (has_trait(P, PrimTrait::kMath)) {
-    if constexpr (kFloat) return run([](const auto& x) { return MathDef<P>::cpu(x); });
+    if constexpr (kFloat) return batches([](const auto& x) { return MathDef<P>::cpu(x); });
   } else if constexpr (P == Prim::kExp) {
-    if constexpr (kFloat) return run([](const auto& x) { return xt::exp(x); });
+    if constexpr (kFloat) return batches([](const auto& x) { return xsimd::exp(x); });
   } else if constexpr (P == Prim::kLog) {
-    if constexpr (kFloat) return run([](const auto& x) { return xt::log(x); });
+    if constexpr (kFloat) return batches([](const auto& x) { return xsimd::log(x); });
   } else if constexpr (P == Prim::kTanh) {
-    if constexpr (kFloat) return run([](const auto& x) { return xt::tanh(x); });
+    if constexpr (kFloat) return batches([](const auto& x) { return xsimd::tanh(x); });
   } else if constexpr (P == Prim::kSqrt) {
-    if constexpr (kFloat) return run([](const auto& x) { return xt::sqrt(x); });
+    if constexpr (kFloat) return batches([](const auto& x) { return xsimd::sqrt(x); });
   } else if constexpr (P == Prim::kRsqrt) {
-    if constexpr (kFloat) return run([](const auto& x) { return T(1) / xt::sqrt(x); });
+    if constexpr (kFloat) return batches([](const auto& x) { return T(1) / xsimd::sqrt(x); });
   } else if constexpr (P == Prim::kSigmoid) {
     // exp(-x) overflows to inf for very negative x, which still gives 0.
-    if constexpr (kFloat) return run([](const auto& x) { return T(1) / (T(1) + xt::exp(-x)); });
+    if constexpr (kFloat) {
+      return batches([](const auto& x) { return T(1) / (T(1) + xsimd::exp(-x)); });
+    }
   } else if constexpr (P == Prim::kAbs || P == Prim::kRelu) {
     if constexpr (kFloat && P == Prim::kAbs) {
-      return run([](const auto& x) { return xt::abs(x); });
+      return batches([](const auto& x) { return xsimd::abs(x); });
     } else if constexpr (kFloat) {
-      static constexpr T kZero = 0;
-      return run([](const auto& x) { return apply<NanMaximum>(x, kZero); });
+      return batches([](const auto& x) {
+        return NanMaximum{}.simd_apply(x, std::decay_t<decltype(x)>(T(0)));
+      });
     } else if constexpr (kInt && std::is_unsigned_v<T>) {  // both are the identity on u32
       std::memcpy(out, a, n * sizeof(T));
       return;
     } else if constexpr (kInt && P == Prim::kAbs) {
-      return run([](const auto& x) { return apply<WrappingAbs>(x); });
+      return map1<T, T>(WrappingAbs{}, a, out, n);
     } else if constexpr (kInt) {
-      static constexpr T kZero = 0;
-      return run([](const auto& x) { return xt::maximum(x, kZero); });
+      return map1<T, T>([](T x) { return x > T(0) ? x : T(0); }, a, out, n);
     }
   } else if constexpr (P == Prim::kBitwiseNot || P == Prim::kLogicalNot) {
     if constexpr (kBool) {
-      return unary_apply<std::uint8_t>([](const auto& x) { return apply<FlipBit>(x); }, a, out, n);
+      return map1<std::uint8_t, std::uint8_t>(FlipBit{}, a, out, n);
     } else if constexpr (kInt && P == Prim::kBitwiseNot) {
-      return run([](const auto& x) { return apply<BitNot>(x); });
+      return map1<T, T>(BitNot{}, a, out, n);
     }
   } else if constexpr (P == Prim::kNeg) {
-    if constexpr (!kBool) {
-      return unary_apply<W>([](const auto& x) { return -x; }, a, out, n);
-    }
+    if constexpr (!kBool) return map1<W, W>([](W x) { return static_cast<W>(-x); }, a, out, n);
   } else {
     static_assert(kUnhandled<P>, "a unary primitive without a CPU kernel");
   }
@@ -403,12 +331,11 @@ void binary_kernel(DType dtype, const BinaryArgs& args) {
   constexpr bool kInt = kIntOrBool && !std::is_same_v<T, bool>;
   const auto run = [&](auto f) { binary_apply<S, S>(f, args); };
   const auto wrapping = [&](auto f) { binary_apply<W, W>(f, args); };
-  // Comparisons write bool bytes, in plain loops the compiler vectorizes
-  // (xtensor's cast of comparison batches to bytes ran element by element).
-  const auto compare = [&](auto f) { compare_apply<S>(f, args); };
+  // Comparisons write bool bytes.
+  const auto compare = [&](auto f) { binary_apply<S, std::uint8_t>(f, args); };
   if constexpr (has_trait(P, PrimTrait::kMath)) {
     // A binary MathDef's CPU kernel is scalar, applied element by element.
-    if constexpr (kFloat) return run([](const auto& x, const auto& y) { return apply<MathScalar<P>>(x, y); });
+    if constexpr (kFloat) return run(MathScalar<P>{});
   } else if constexpr (P == Prim::kEq) {
     return compare(std::equal_to<>{});
   } else if constexpr (P == Prim::kNe) {
@@ -422,35 +349,33 @@ void binary_kernel(DType dtype, const BinaryArgs& args) {
   } else if constexpr (P == Prim::kGe) {
     return compare(std::greater_equal<>{});
   } else if constexpr (P == Prim::kMaximum) {
-    return run([](const auto& x, const auto& y) { return apply<NanMaximum>(x, y); });
+    return run(NanMaximum{});
   } else if constexpr (P == Prim::kMinimum) {
-    return run([](const auto& x, const auto& y) { return apply<NanMinimum>(x, y); });
+    return run(NanMinimum{});
   } else if constexpr (P == Prim::kLogicalAnd || P == Prim::kBitwiseAnd) {
-    if constexpr (kIntOrBool) return run([](const auto& x, const auto& y) { return apply<BitAnd>(x, y); });
+    if constexpr (kIntOrBool) return run(BitAnd{});
   } else if constexpr (P == Prim::kLogicalOr || P == Prim::kBitwiseOr) {
-    if constexpr (kIntOrBool) return run([](const auto& x, const auto& y) { return apply<BitOr>(x, y); });
+    if constexpr (kIntOrBool) return run(BitOr{});
   } else if constexpr (P == Prim::kBitwiseXor) {
-    if constexpr (kIntOrBool) return run([](const auto& x, const auto& y) { return apply<BitXor>(x, y); });
+    if constexpr (kIntOrBool) return run(BitXor{});
   } else if constexpr (P == Prim::kShiftLeft) {
-    if constexpr (kInt) return run([](const auto& x, const auto& y) { return apply<ShiftLeft>(x, y); });
+    if constexpr (kInt) return run(ShiftLeft{});
   } else if constexpr (P == Prim::kShiftRightLogical) {
-    if constexpr (kInt) {
-      return run([](const auto& x, const auto& y) { return apply<ShiftRightLogical>(x, y); });
-    }
+    if constexpr (kInt) return run(ShiftRightLogical{});
   } else if constexpr (P == Prim::kAdd) {
-    if constexpr (!std::is_same_v<T, bool>) return wrapping([](const auto& x, const auto& y) { return x + y; });
+    if constexpr (!std::is_same_v<T, bool>) return wrapping(std::plus<W>{});
   } else if constexpr (P == Prim::kSub) {
-    if constexpr (!std::is_same_v<T, bool>) return wrapping([](const auto& x, const auto& y) { return x - y; });
+    if constexpr (!std::is_same_v<T, bool>) return wrapping(std::minus<W>{});
   } else if constexpr (P == Prim::kMul) {
-    if constexpr (!std::is_same_v<T, bool>) return wrapping([](const auto& x, const auto& y) { return x * y; });
+    if constexpr (!std::is_same_v<T, bool>) return wrapping(std::multiplies<W>{});
   } else if constexpr (P == Prim::kDiv) {
     if constexpr (kFloat) {
-      return run([](const auto& x, const auto& y) { return x / y; });
+      return run(std::divides<T>{});
     } else if constexpr (kInt) {
-      return run([](const auto& x, const auto& y) { return apply<IntDivide>(x, y); });
+      return run(IntDivide{});
     }
   } else if constexpr (P == Prim::kPow) {
-    if constexpr (kFloat) return run([](const auto& x, const auto& y) { return apply<Power>(x, y); });
+    if constexpr (kFloat) return run(Power{});
   } else {
     static_assert(kUnhandled<P>, "a binary primitive without a CPU kernel");
   }
@@ -488,15 +413,12 @@ template <class From, class To>
 void generic_astype(const FlatOperand* in, void* out, std::size_t n) {
   using F = Stored<From>;
   using T = Stored<To>;
-  const auto xv = flat(static_cast<const F*>(in[0].data), n);
-  auto o = flat(static_cast<T*>(out), n);
-  if constexpr (std::is_same_v<To, bool>) {
-    static constexpr F kZero = 0;  // numpy: nonzero (and NaN) is true
-    xt::noalias(o) = xt::cast<std::uint8_t>(xt::not_equal(xv, kZero));
+  if constexpr (std::is_same_v<To, bool>) {  // numpy: nonzero (and NaN) is true
+    map1<F, T>([](F x) { return x != F(0); }, in[0].data, out, n);
   } else if constexpr (std::is_floating_point_v<F> && std::is_integral_v<T>) {
-    xt::noalias(o) = apply<SaturatingCast<T>>(xv);
+    map1<F, T>(SaturatingCast<T>{}, in[0].data, out, n);
   } else {
-    xt::noalias(o) = xt::cast<T>(xv);
+    map1<F, T>([](F x) { return static_cast<T>(x); }, in[0].data, out, n);
   }
 }
 
