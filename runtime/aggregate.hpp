@@ -10,11 +10,12 @@
 // with fields makes the type invisible: it must say what it is some other way,
 // see static.hpp); no C array fields (found with parenthesized initialisation,
 // which does not elide braces: such a type is not visible); no bit-fields
-// (their names cannot be read).
+// (their names cannot be read; bit_field finds most of them, below).
 #pragma once
 
 #include <array>
 #include <cstddef>
+#include <limits>
 #include <string_view>
 #include <tuple>
 #include <type_traits>
@@ -124,8 +125,12 @@ constexpr std::size_t count_fields() {
   }
 }
 
+template <class T>
+constexpr bool bit_field();
+
 // Whether kiln can see T's fields: a non-union aggregate with at most
-// kMaxAggregateFields fields, no C array among them, all of them its own (bases, if any, empty: a
+// kMaxAggregateFields fields, no C array or bit-field found among them (see
+// bit_field), all of them its own (bases, if any, empty: a
 // standard-layout class keeps all its fields in one class, so with fields of
 // its own its bases have none; a base with fields is invisible, as to
 // structured bindings).
@@ -136,7 +141,7 @@ constexpr bool visible_aggregate() {
   } else {
     constexpr std::size_t n = count_initializers<T>();
     constexpr std::size_t bases = count_bases<T, n>();
-    if constexpr (n > kMaxAggregateFields || c_array_field<T>()) {
+    if constexpr (n > kMaxAggregateFields || c_array_field<T>() || bit_field<T>()) {
       return false;
     } else if constexpr (bases == 0) {
       return true;
@@ -179,6 +184,119 @@ constexpr void for_each_field(T& v, F&& f) {
   with_fields<kFieldCount<std::remove_const_t<T>>>(v, [&](auto, auto&... fields) {
     (f(fields), ...);
   });
+}
+
+// ---- bit-fields ----
+// kiln cannot read a bit-field's name (its address cannot be taken), and C++20
+// cannot ask whether a field is one. Two probes find the usual ones:
+// - by value: an integer or enum field set, in a constant expression, to a value
+//   that needs every bit of its type reads back different when the field is
+//   narrower (`int level : 3`). Needs every field type to be default
+//   constructible in a constant expression (numbers, enums, std::string, ...).
+// - by size: a struct of scalar fields smaller than those fields laid out in
+//   order (`bool a : 1, b : 1` share a byte; so does a packed struct).
+// Missed, and still failing inside the field-name code below: a bit-field as
+// wide as its type, or a `bool : 1` beside fields of a non-literal type.
+
+// A value of integer or enum type F that needs all of F's bits (no bit-field
+// narrower than F holds it), or a value-initialized F.
+template <class F>
+constexpr F field_probe(bool full) {
+  if constexpr (std::is_enum_v<F>) {
+    if (full) return static_cast<F>(field_probe<std::underlying_type_t<F>>(true));
+  } else if constexpr (std::is_integral_v<F> && !std::is_same_v<F, bool>) {
+    if (full) return std::numeric_limits<F>::max();
+  }
+  return F{};
+}
+
+template <std::size_t K>
+struct NthField {
+  template <class... F>
+  constexpr auto operator()(auto, const F&... fields) const {
+    return std::get<K>(std::forward_as_tuple(fields...));
+  }
+};
+
+// Whether field K of T (field types Types) drops bits of a full-width value.
+// (Dropping them is the point: the compilers' warnings about it are off here.)
+#if defined(__clang__)
+#pragma clang diagnostic push
+#pragma clang diagnostic ignored "-Wbitfield-constant-conversion"
+#elif defined(__GNUC__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Woverflow"
+#endif
+template <class T, class Types, std::size_t K, std::size_t... I>
+constexpr bool drops_bits(std::index_sequence<I...>) {
+  using FK = std::remove_cv_t<std::tuple_element_t<K, Types>>;
+  const T t{field_probe<std::remove_cv_t<std::tuple_element_t<I, Types>>>(I == K)...};
+  return with_fields<sizeof...(I)>(t, NthField<K>{}) != field_probe<FK>(true);
+}
+#if defined(__clang__)
+#pragma clang diagnostic pop
+#elif defined(__GNUC__)
+#pragma GCC diagnostic pop
+#endif
+
+template <class T, class Types, std::size_t K>
+constexpr bool narrower_field() {
+  using FK = std::remove_cv_t<std::tuple_element_t<K, Types>>;
+  using All = std::make_index_sequence<std::tuple_size_v<Types>>;
+  if constexpr (!std::is_enum_v<FK> && !(std::is_integral_v<FK> && !std::is_same_v<FK, bool>)) {
+    return false;
+  } else if constexpr (requires { typename std::bool_constant<drops_bits<T, Types, K>(All{})>; }) {
+    return drops_bits<T, Types, K>(All{});
+  } else {
+    return false;  // not constant-evaluable (a field type that is not literal)
+  }
+}
+
+// The size of a struct of the fields Types laid out in order (Itanium ABI).
+template <class... F>
+constexpr std::size_t laid_out_size() {
+  std::size_t end = 0, align = 1;
+  ((end = (end + alignof(F) - 1) / alignof(F) * alignof(F) + sizeof(F),
+    align = alignof(F) > align ? alignof(F) : align), ...);
+  return (end + align - 1) / align * align;
+}
+
+template <class T, class Types>
+struct BitFieldProbe;
+template <class T, class... F>
+struct BitFieldProbe<T, std::tuple<F...>> {
+  static constexpr bool kProbeable =
+      ((!std::is_reference_v<F> && std::is_default_constructible_v<std::remove_cv_t<F>>) && ...);
+  static constexpr bool found() {
+    if constexpr (!kProbeable) {
+      return false;
+    } else {
+      if constexpr ((std::is_scalar_v<F> && ...)) {
+        if (sizeof(T) < laid_out_size<F...>()) return true;
+      }
+      return [&]<std::size_t... K>(std::index_sequence<K...>) {
+        return (narrower_field<T, std::tuple<F...>, K>() || ...);
+      }(std::index_sequence_for<F...>());
+    }
+  }
+};
+
+// Whether T is an aggregate with a bit-field either probe finds (above).
+template <class T>
+constexpr bool bit_field() {
+  if constexpr (!plain_aggregate<T>()) {
+    return false;
+  } else {
+    constexpr std::size_t n = count_initializers<T>();
+    if constexpr (n == 0 || n > kMaxAggregateFields || count_bases<T, n>() != 0 ||
+                  has_c_array_field<T, n>()) {
+      return false;
+    } else {
+      using Types = typename decltype(with_fields<n>(std::declval<const T&>(),
+                                                     TypesOfFields{}))::type;
+      return BitFieldProbe<T, Types>::found();
+    }
+  }
 }
 
 // ---- field names ----

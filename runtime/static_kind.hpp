@@ -170,6 +170,7 @@ enum class StaticKind : std::uint8_t {
   kRejectCallable,
   kRejectPointer,
   kRejectCArray,
+  kRejectBitField,     // a struct with a bit-field (aggregate.hpp's bit_field)
   kRejectSmartPointer,
   kRejectReference,
   kRejectView,
@@ -284,6 +285,8 @@ constexpr StaticKind static_kind() {
     return std::is_empty_v<T> ? StaticKind::kStateless : StaticKind::kRejectCapturingLambda;
   } else if constexpr (c_array_field<T>()) {
     return StaticKind::kRejectCArray;  // a C array field
+  } else if constexpr (bit_field<T>()) {
+    return StaticKind::kRejectBitField;
   } else if constexpr (visible_aggregate<T>() && !Module<T> && holds_arrays<T>()) {
     return StaticKind::kRejectUnregistered;
   } else if constexpr (aggregate_parts_kind<T>() != StaticKind::kComposite) {
@@ -378,6 +381,15 @@ struct kiln_static_leaf_rejects_c_array {
                 "kiln: a C array (or a string literal) cannot be a static leaf: it "
                 "decays to a pointer to memory the caller owns. Pass std::string for "
                 "text, std::array or std::vector for numbers, or an Array");
+};
+template <class T>
+struct kiln_static_leaf_rejects_bit_field {
+  static_assert(detail::kAlwaysFalse<T>,
+                "kiln: a struct with a bit-field (or a packed layout) cannot be a static "
+                "leaf: kiln compares and prints a static struct field by field, and C++ "
+                "cannot name a bit-field. Make the field a plain integer (or bool), or "
+                "declare the struct a value with KILN_STATIC_VALUE(T) and give it == and "
+                "a hash");
 };
 template <class T>
 struct kiln_static_leaf_rejects_smart_pointer {
@@ -511,6 +523,8 @@ constexpr void check_static_leaf() {
     (void)sizeof(kiln_static_leaf_rejects_pointer<T>);
   } else if constexpr (k == StaticKind::kRejectCArray) {
     (void)sizeof(kiln_static_leaf_rejects_c_array<T>);
+  } else if constexpr (k == StaticKind::kRejectBitField) {
+    (void)sizeof(kiln_static_leaf_rejects_bit_field<T>);
   } else if constexpr (k == StaticKind::kRejectSmartPointer) {
     (void)sizeof(kiln_static_leaf_rejects_smart_pointer<T>);
   } else if constexpr (k == StaticKind::kRejectReference) {

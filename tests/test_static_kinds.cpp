@@ -98,6 +98,23 @@ struct Tagged : Tag {
   }
 };
 
+// Bit-fields: refused in a struct compared field by field (kiln cannot name
+// them), accepted in one that declares itself a value.
+struct Quant {
+  int bits : 5;
+  float scale;
+};
+struct Packed {
+  int bits : 5;
+  bool symmetric : 1;
+  KILN_STATIC_VALUE(Packed);
+  friend bool operator==(const Packed&, const Packed&) = default;
+  template <class H>
+  friend H AbslHashValue(H h, const Packed& p) {
+    return H::combine(std::move(h), static_cast<int>(p.bits), static_cast<bool>(p.symmetric));
+  }
+};
+
 template <class T>
 constexpr StaticKind kind = detail::static_kind<T>();
 
@@ -180,6 +197,10 @@ void check_kind(StaticKind k) {
     case StaticKind::kRejectCArray:
       static_assert(kind<char[5]> == StaticKind::kRejectCArray);
       return check_refused("string_literal_argument.cpp");
+    case StaticKind::kRejectBitField:
+      static_assert(kind<Quant> == StaticKind::kRejectBitField && kind<Packed> == StaticKind::kValue);
+      check_key_rule(Packed{4, true}, Packed{4, true}, Packed{3, true}, "static value changed");
+      return check_refused("bit_field_in_static.cpp");
     case StaticKind::kRejectSmartPointer:
       static_assert(kind<std::shared_ptr<const Cfg>> == StaticKind::kRejectSmartPointer);
       return check_refused("shared_ptr_argument.cpp");
