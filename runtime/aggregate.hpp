@@ -219,25 +219,16 @@ struct NthField {
 };
 
 // Whether field K of T (field types Types) drops bits of a full-width value.
-// (Dropping them is the point: the compilers' warnings about it are off here.)
-#if defined(__clang__)
-#pragma clang diagnostic push
-#pragma clang diagnostic ignored "-Wbitfield-constant-conversion"
-#elif defined(__GNUC__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Woverflow"
-#endif
+// (Dropping them is the point. Which field gets the value is a function
+// argument, `set` (== K), so that the compilers do not fold the initializer
+// while instantiating this and warn about the overflow; a diagnostic pragma
+// would not do: GCC drops it when kiln.hpp is in a precompiled header.)
 template <class T, class Types, std::size_t K, std::size_t... I>
-constexpr bool drops_bits(std::index_sequence<I...>) {
+constexpr bool drops_bits(std::size_t set, std::index_sequence<I...>) {
   using FK = std::remove_cv_t<std::tuple_element_t<K, Types>>;
-  const T t{field_probe<std::remove_cv_t<std::tuple_element_t<I, Types>>>(I == K)...};
+  const T t{field_probe<std::remove_cv_t<std::tuple_element_t<I, Types>>>(I == set)...};
   return with_fields<sizeof...(I)>(t, NthField<K>{}) != field_probe<FK>(true);
 }
-#if defined(__clang__)
-#pragma clang diagnostic pop
-#elif defined(__GNUC__)
-#pragma GCC diagnostic pop
-#endif
 
 template <class T, class Types, std::size_t K>
 constexpr bool narrower_field() {
@@ -245,8 +236,8 @@ constexpr bool narrower_field() {
   using All = std::make_index_sequence<std::tuple_size_v<Types>>;
   if constexpr (!std::is_enum_v<FK> && !(std::is_integral_v<FK> && !std::is_same_v<FK, bool>)) {
     return false;
-  } else if constexpr (requires { typename std::bool_constant<drops_bits<T, Types, K>(All{})>; }) {
-    return drops_bits<T, Types, K>(All{});
+  } else if constexpr (requires { typename std::bool_constant<drops_bits<T, Types, K>(K, All{})>; }) {
+    return drops_bits<T, Types, K>(K, All{});
   } else {
     return false;  // not constant-evaluable (a field type that is not literal)
   }
