@@ -74,15 +74,18 @@ run_test() {
   pack_logs
 }
 
+# The doctest filter of suite $1 in test_kiln (tests/test_suites.txt).
+only() { awk -v g="$1" '$1 == g {print $2}' "$G/bin/test_suites.txt"; }
+
 say "== tests (deadline ${DEADLINE}s, $(left)s left)"
-run_test vulkan_stream 60 test_vulkan_stream
-run_test backend_ops 90 test_backend_ops
-run_test ops 90 test_ops
-run_test vulkan 150 test_vulkan
+run_test vulkan_stream 60 test_kiln "$(only vulkan_stream)"
+run_test backend_ops 90 test_kiln "$(only backend_ops)"
+run_test ops 90 test_kiln "$(only ops)"
+run_test vulkan 150 test_kiln "$(only vulkan)"
 run_test fusion 90 test_fusion
-run_test autodiff 90 test_autodiff
-run_test jit 90 test_jit
-run_test modules 90 test_modules
+run_test autodiff 90 test_kiln "$(only autodiff)"
+run_test jit 90 test_kiln "$(only jit)"
+run_test modules 90 test_kiln "$(only modules)"
 
 # ops bench (kiln vulkan, bench/ops_bench) and its JAX peers (GPU, then CPU for
 # reference); no validation or key checks. Files: ops_bench.txt, jax_gpu.txt, jax_cpu.txt.
@@ -115,12 +118,12 @@ fi
 
 # CI's other Vulkan variants (tests/meson.build), while time is left.
 say "== CI variants"
-KILN_VK_FORCE_STAGING=1 KILN_VK_DISABLE_PUSH_DESCRIPTOR=1 run_test ops_staging 60 test_ops
-KILN_VK_MAX_STORAGE_BUFFER_RANGE=256 run_test ops_addresses 60 test_ops
-KILN_VK_FORCE_STAGING=1 KILN_VK_DISABLE_PUSH_DESCRIPTOR=1 run_test vulkan_stream_staging 45 test_vulkan_stream
-KILN_VK_MAX_STORAGE_BUFFER_RANGE=256 run_test vulkan_addresses 90 test_vulkan '-tc=*on Vulkan*,*maxStorageBufferRange*,*65535*,*around the 4-*,*4-wide*'
-KILN_VK_DISABLE_BUFFER_ADDRESS=1 run_test vulkan_no_addresses 45 test_vulkan '-tc=*refused*'
-KILN_VK_DISABLE_TEXEL_LOADS=1 KILN_VK_DISABLE_PUSH_DESCRIPTOR=1 run_test vulkan_matmul_buffers 45 test_vulkan '-tc=*matmul*'
+KILN_VK_FORCE_STAGING=1 KILN_VK_DISABLE_PUSH_DESCRIPTOR=1 run_test ops_staging 60 test_kiln "$(only ops)"
+KILN_VK_MAX_STORAGE_BUFFER_RANGE=256 run_test ops_addresses 60 test_kiln "$(only ops)"
+KILN_VK_FORCE_STAGING=1 KILN_VK_DISABLE_PUSH_DESCRIPTOR=1 run_test vulkan_stream_staging 45 test_kiln "$(only vulkan_stream)"
+KILN_VK_MAX_STORAGE_BUFFER_RANGE=256 run_test vulkan_addresses 90 test_kiln "$(only vulkan)" '-tc=*on Vulkan*,*maxStorageBufferRange*,*65535*,*around the 4-*,*4-wide*'
+KILN_VK_DISABLE_BUFFER_ADDRESS=1 run_test vulkan_no_addresses 45 test_kiln "$(only vulkan)" '-tc=*refused*'
+KILN_VK_DISABLE_TEXEL_LOADS=1 KILN_VK_DISABLE_PUSH_DESCRIPTOR=1 run_test vulkan_matmul_buffers 45 test_kiln "$(only vulkan)" '-tc=*matmul*'
 KILN_VK_MAX_STORAGE_BUFFER_RANGE=256 run_test fusion_addresses 60 test_fusion
 # ops_bench once under the validation layer and key checks (bitonic sort, scatter_add at size).
 run_test ops_bench_validated 60 ops_bench --reps 1

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # (Copies are stripped of debug info only: kiln names callables from the symbol
-# table, so a full strip changes test_jit's expected messages.)
+# table, so a full strip changes the jit suite's expected messages.)
 # Bundles kiln's already-built Vulkan test binaries (from build/, never rebuilt
 # here), the shared libraries they need beyond glibc/libstdc++/libgcc_s, the
 # Vulkan loader and the Khronos validation layer into .gpu/bundle.tar.gz, for
@@ -19,8 +19,9 @@ stage="$(mktemp -d /tmp/kiln-gpu-stage.XXXXXX)"
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/bin" "$stage/lib" "$stage/layers"
 
-tests=(test_backend_ops test_ops test_vulkan test_fusion test_vulkan_stream
-       test_autodiff test_jit test_modules)
+# test_kiln holds most suites; tests/test_suites.txt (written by tests/meson.build)
+# gives each suite's doctest filter, which device_run.sh reads.
+tests=(test_kiln test_fusion)
 bins=()
 for t in "${tests[@]}"; do
   if [ -x "$build/tests/$t" ]; then bins+=("$build/tests/$t"); else echo "pack: MISSING $build/tests/$t" >&2; fi
@@ -29,6 +30,7 @@ for b in bench_vulkan ops_bench; do
   if [ -x "$build/bench/$b" ]; then bins+=("$build/bench/$b"); else echo "pack: no $b" >&2; fi
 done
 for b in "${bins[@]}"; do strip --strip-debug -o "$stage/bin/$(basename "$b")" "$b"; done
+cp "$build/tests/test_suites.txt" "$stage/bin/"
 
 # libkiln: the real file stripped, with its soname links.
 real="$(readlink -f "$build/libkiln.so.0")"
