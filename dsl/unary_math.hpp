@@ -454,20 +454,20 @@ struct MathDef<Prim::kErfinv> {
 
   static auto cpu(const auto& x) {
     using T = detail::math::Elem<decltype(x)>;
-    using Temp = std::decay_t<decltype(x)>;
+    using V = std::decay_t<decltype(x)>;
     constexpr T kInf = std::numeric_limits<T>::infinity();
-    Temp r;
+    V r;
     if constexpr (std::is_same_v<T, float>) {
-      const Temp w = -log1p(-(x * x));
-      const Temp small = w - 2.5f;
-      const Temp large = sqrt(w) - 3.0f;
+      const V w = -log1p(-(x * x));
+      const V small = w - 2.5f;
+      const V large = sqrt(w) - 3.0f;
       r = select(w < 5.0f, detail::math::horner(kSmall, small), detail::math::horner(kLarge, large));
     } else {
-      const Temp w = -log((T(1) - x) * (T(1) + x));
-      const Temp near = w - 3.125;
-      const Temp s = sqrt(w);
-      const Temp mid = s - 3.25;
-      const Temp far = s - 5.0;
+      const V w = -log((T(1) - x) * (T(1) + x));
+      const V near = w - 3.125;
+      const V s = sqrt(w);
+      const V mid = s - 3.25;
+      const V far = s - 5.0;
       r = select(w < 6.25, detail::math::horner(kBelow6_25, near),
                  select(w < 16.0, detail::math::horner(kBelow16, mid),
                         detail::math::horner(kAbove16, far)));
