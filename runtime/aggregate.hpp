@@ -280,12 +280,10 @@ constexpr bool bit_field() {
   } else {
     constexpr std::size_t n = count_initializers<T>();
     if constexpr (n == 0 || n > kMaxAggregateFields || count_bases<T, n>() != 0 ||
-                  has_c_array_field<T, n>()) {
+                  c_array_field<T>()) {
       return false;
     } else {
-      using Types = typename decltype(with_fields<n>(std::declval<const T&>(),
-                                                     TypesOfFields{}))::type;
-      return BitFieldProbe<T, Types>::found();
+      return BitFieldProbe<T, FieldTypes<T>>::found();
     }
   }
 }

@@ -115,6 +115,22 @@ struct Packed {
   }
 };
 
+// What aggregate.hpp's bit_field finds, and what it must not mistake for one.
+enum class Small : std::uint8_t { kA, kB };
+struct Narrow { int level : 3; int other; };            // by value
+struct TwoFlags { bool a : 1; bool b : 1; };            // by size
+struct NarrowEnum { Small s : 2; int k; };              // an enum, by value
+struct Wide { std::uint64_t big : 40; double d; };      // 64-bit, by value
+struct Padded { char c; int i; short s; };              // padding is not packing
+struct WithEmpty { [[no_unique_address]] Tag t; int i; };
+struct ConstField { int a; const int b = 3; };
+struct Texts { int n; std::string s; std::vector<int> v; };
+static_assert(detail::bit_field<Narrow>() && detail::bit_field<TwoFlags>() &&
+              detail::bit_field<NarrowEnum>() && detail::bit_field<Wide>());
+static_assert(!detail::bit_field<Padded>() && !detail::bit_field<WithEmpty>() &&
+              !detail::bit_field<ConstField>() && !detail::bit_field<Texts>() &&
+              !detail::bit_field<Cfg>());
+
 template <class T>
 constexpr StaticKind kind = detail::static_kind<T>();
 
