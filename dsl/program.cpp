@@ -12,6 +12,13 @@
 
 namespace kiln {
 
+Program::Program() = default;
+Program::Program(const Program&) = default;
+Program::Program(Program&&) noexcept = default;
+Program& Program::operator=(const Program&) = default;
+Program& Program::operator=(Program&&) noexcept = default;
+Program::~Program() = default;
+
 ValueId Program::new_value(const Aval& aval) {
   avals.push_back(aval);
   return static_cast<ValueId>(avals.size() - 1);

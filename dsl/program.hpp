@@ -43,6 +43,15 @@ struct Program {
   std::vector<ValueId> outputs;
   std::vector<std::string> output_names;
 
+  // Special members out of line (program.cpp): code that holds a Program
+  // does not instantiate the equation vector's destructor and copies.
+  Program();
+  Program(const Program&);
+  Program(Program&&) noexcept;
+  Program& operator=(const Program&);
+  Program& operator=(Program&&) noexcept;
+  ~Program();
+
   ValueId new_value(const Aval& aval);
   std::size_t num_values() const { return avals.size(); }
 };

@@ -158,8 +158,16 @@ std::ostream& operator<<(std::ostream& os, const GradientTransformation& t) {
 }
 
 bool operator==(const Stage&, const Stage&) = default;
+GradientTransformation::GradientTransformation() = default;
 GradientTransformation::GradientTransformation(std::vector<Stage> stages)
     : stages_(std::move(stages)) {}
+GradientTransformation::GradientTransformation(const GradientTransformation&) = default;
+GradientTransformation::GradientTransformation(GradientTransformation&&) noexcept = default;
+GradientTransformation& GradientTransformation::operator=(const GradientTransformation&) =
+    default;
+GradientTransformation& GradientTransformation::operator=(GradientTransformation&&) noexcept =
+    default;
+GradientTransformation::~GradientTransformation() = default;
 bool operator==(const GradientTransformation&, const GradientTransformation&) = default;
 
 GradientTransformation identity() { return GradientTransformation(); }

@@ -274,8 +274,15 @@ class GradientTransformation {
  public:
   // Owns its stages by value, and == and the hash cover them: a static value.
   KILN_STATIC_VALUE(GradientTransformation);
-  GradientTransformation() = default;  // the identity
+  GradientTransformation();  // the identity
   explicit GradientTransformation(std::vector<Stage> stages);
+  // Special members out of line (transform.cpp): a program that names an
+  // optimizer does not instantiate the stage vector's destructor and copies.
+  GradientTransformation(const GradientTransformation&);
+  GradientTransformation(GradientTransformation&&) noexcept;
+  GradientTransformation& operator=(const GradientTransformation&);
+  GradientTransformation& operator=(GradientTransformation&&) noexcept;
+  ~GradientTransformation();
 
   // State for gradients shaped like `gradient_template` (use
   // optim::gradient_template(model); a tree shaped like the params instead is

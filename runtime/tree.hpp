@@ -37,8 +37,16 @@
   static constexpr std::string_view kiln_module_field_names() {          \
     return #__VA_ARGS__;                                                 \
   }                                                                      \
-  auto kiln_fields() { return std::tie(__VA_ARGS__); }                   \
-  auto kiln_fields() const { return std::tie(__VA_ARGS__); }             \
+  auto kiln_fields() {                                                   \
+    return [this](auto&& kiln_f) -> decltype(auto) {                     \
+      return kiln_f(__VA_ARGS__);                                        \
+    };                                                                   \
+  }                                                                      \
+  auto kiln_fields() const {                                             \
+    return [this](auto&& kiln_f) -> decltype(auto) {                     \
+      return kiln_f(__VA_ARGS__);                                        \
+    };                                                                   \
+  }                                                                      \
   static Type* kiln_module_self() /* declared only: read by decltype */
 
 // Inside a KILN_MODULE struct: fields that are deliberately not part of its
@@ -48,7 +56,11 @@
 // KILN_MODULE is a compile error (see check_module in tree_traits.hpp).
 //   struct Net { Array w; Stats stats; KILN_MODULE(Net, w); KILN_NOT_IN_TREE(stats); };
 #define KILN_NOT_IN_TREE(...)                                                 \
-  auto kiln_untracked_fields() const { return std::tie(__VA_ARGS__); } \
+  auto kiln_untracked_fields() const {                                  \
+    return [this](auto&& kiln_f) -> decltype(auto) {                    \
+      return kiln_f(__VA_ARGS__);                                       \
+    };                                                                  \
+  }                                                                     \
   static_assert(true, "")
 
 namespace kiln {
