@@ -218,6 +218,13 @@ struct ContextFactory {
     caps.subgroup_size = sub.subgroupSize;
     caps.max_shared_memory = lim.maxComputeSharedMemorySize;
     for (int i = 0; i < 3; ++i) caps.max_group_count[i] = lim.maxComputeWorkGroupCount[i];
+    // Tests lower the grid limit to reach 2-D dispatch grids with small arrays
+    // (65535 * 256 elements otherwise).
+    if (const auto lowered = detail::env::count("KILN_VK_MAX_GROUP_COUNT")) {
+      for (auto& m : caps.max_group_count) {
+        m = static_cast<std::uint32_t>(std::min<std::uint64_t>(m, *lowered));
+      }
+    }
     caps.max_invocations = lim.maxComputeWorkGroupInvocations;
     caps.max_bindings = std::min({kMaxBindings, lim.maxPerStageDescriptorStorageBuffers,
                                   lim.maxPerStageResources});
