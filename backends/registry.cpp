@@ -1,5 +1,6 @@
-// Maps a Device to the backend that runs it; lists the devices and picks the
-// default one.
+// The CPU and Vulkan backends register themselves when libkiln loads: with
+// dsl/ (backend_for) and with runtime/ (listing, default choice, synchronize,
+// upload), which call through those registries and link no backend.
 #include <cblas.h>
 #include <vulkan/vulkan.h>
 
@@ -32,22 +33,20 @@ bool is_hardware(VkPhysicalDeviceType t) {
          t == VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU;
 }
 
-}  // namespace
-
-Backend& backend_for(Device d) {
-  if (d.kind == Device::Kind::kCpu) {
-    static cpu::CpuBackend cpu_backend;
-    return cpu_backend;
-  }
-  return vk::backend(d.index);
+Backend& cpu_backend_at(int) {
+  static cpu::CpuBackend backend;
+  return backend;
 }
 
-void synchronize(Device d) {
-  if (d.kind == Device::Kind::kVulkan) vk::Context::get(d.index).stream().synchronize();
+Backend& vulkan_backend_at(int index) { return vk::backend(index); }
+
+void sync_vulkan(int index) { vk::Context::get(index).stream().synchronize(); }
+
+Array upload_to_vulkan(const Array& host, int index) {
+  return vk::backend(index).from_host(host);
 }
 
-std::vector<DeviceInfo> devices() {
-  std::vector<DeviceInfo> out;
+void list_cpu(std::vector<DeviceInfo>& out) {
   DeviceInfo cpu;
   cpu.device = Device::cpu();
   cpu.name = "cpu";
@@ -66,11 +65,14 @@ std::vector<DeviceInfo> devices() {
                                gemm, "; ", openblas_get_config(), " (", openblas_get_corename(),
                                " kernels)");
   out.push_back(cpu);
+}
+
+void list_vulkan(std::vector<DeviceInfo>& out) {
   std::vector<VkPhysicalDevice> phys;
   try {
     phys = vk::physical_devices();
   } catch (const Error&) {
-    return out;  // no Vulkan loader or driver: the CPU only
+    return;  // no Vulkan loader or driver: the CPU only
   }
   for (std::size_t i = 0; i < phys.size(); ++i) {
     DeviceInfo info;
@@ -105,11 +107,10 @@ std::vector<DeviceInfo> devices() {
     }
     out.push_back(std::move(info));
   }
-  return out;
 }
 
-namespace detail {
-Device best_device() {
+// The first hardware Vulkan GPU (1.2 or newer).
+std::optional<Device> prefer_vulkan() {
   try {
     const auto phys = vk::physical_devices();
     for (std::size_t i = 0; i < phys.size(); ++i) {
@@ -121,8 +122,25 @@ Device best_device() {
     }
   } catch (const Error&) {
   }
-  return Device::cpu();
+  return std::nullopt;
 }
-}  // namespace detail
 
+[[maybe_unused]] const bool kRegistered = [] {
+  register_backend(Device::Kind::kCpu, &cpu_backend_at);
+  register_backend(Device::Kind::kVulkan, &vulkan_backend_at);
+  detail::DevicePlatform cpu;
+  cpu.kind = Device::Kind::kCpu;
+  cpu.append_devices = &list_cpu;
+  detail::register_platform(cpu);
+  detail::DevicePlatform vulkan;
+  vulkan.kind = Device::Kind::kVulkan;
+  vulkan.append_devices = &list_vulkan;
+  vulkan.preferred = &prefer_vulkan;
+  vulkan.synchronize = &sync_vulkan;
+  vulkan.from_host = &upload_to_vulkan;
+  detail::register_platform(vulkan);
+  return true;
+}();
+
+}  // namespace
 }  // namespace kiln

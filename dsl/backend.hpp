@@ -89,7 +89,12 @@ namespace detail {
 [[noreturn]] void control_reached_backend(Prim p);
 }  // namespace detail
 
-// Defined in backends/registry.cpp. Throws DeviceError for an unavailable device.
+// The backend that runs `d`. Throws DeviceError for an unavailable device, or
+// one of a kind no backend in this build registered.
 Backend& backend_for(Device d);
+// Registers the backend of one device kind (`get(index)` returns the backend of
+// device `index`); each backend calls it from a static initialiser
+// (backends/registry.cpp), so dsl/ links no backend.
+void register_backend(Device::Kind kind, Backend& (*get)(int index));
 
 }  // namespace kiln

@@ -66,8 +66,7 @@ template <class T, class Write>
 Array array(const Shape& shape, Write&& write);
 template <class T>
 Array scalar(T value);  // 0-D
-// Copies `a` to `device` (returns `a` itself when it is already there).
-Array to_device(const Array& a, Device device);
+// to_device(a, device): runtime/array.hpp.
 
 // ---- unary elementwise ----
 Array neg(const Array& a);

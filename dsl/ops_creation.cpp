@@ -72,17 +72,6 @@ Array arange(double start, double stop, double step, DType dtype, Device device)
                                      Aval{dtype, shape});
 }
 
-Array to_device(const Array& a, Device device) {
-  detail::check_readable(a, "to_device");
-  if (a.device() == device) return a;
-  if (device == Device::cpu()) {
-    auto buf = HostBuffer::allocate(a.nbytes());
-    a.buffer()->read(buf->host_data());
-    return Array(a.dtype(), a.shape(), std::move(buf));
-  }
-  return backend_for(device).from_host(to_device(a, Device::cpu()));
-}
-
 Array scalar_like(const Array& like, double value, const char* op) {
   detail::check_not_none(op, like, "array operand");
   check_representable(op, value, like.dtype());

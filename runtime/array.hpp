@@ -150,6 +150,10 @@ Array Array::from_writer(Shape shape, Write&& write) {
   return Array(dtype_of_v<T>, std::move(shape), std::move(buf));
 }
 
+// Copies `a` to `device` (returns `a` itself when it is already there).
+// DeviceError when this build has no backend for `device`.
+Array to_device(const Array& a, Device device);
+
 template <class T>
 const T* Array::data() const {
   check_element_type(dtype_of_v<T>, "data");

@@ -21,7 +21,6 @@
 #include <random>
 #include <unordered_map>
 
-#include "kiln/dsl/ops.hpp"  // to_device (as runtime/xtensor.hpp)
 #include "kiln/runtime/checkpoint_manifest.hpp"
 #include "kiln/runtime/checkpoint_read.hpp"
 #include "kiln/runtime/npy.hpp"

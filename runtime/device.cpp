@@ -1,12 +1,15 @@
-// Device naming, parsing and the process-wide default.
+// Device naming, parsing, the process-wide default, and the registry of
+// device platforms the backends fill.
 #include "kiln/runtime/device.hpp"
 
+#include <array>
 #include <atomic>
 #include <cstdlib>
 #include <mutex>
 #include <optional>
 
 #include "absl/strings/numbers.h"
+#include "kiln/runtime/array.hpp"
 #include "kiln/runtime/env.hpp"
 #include "kiln/runtime/error.hpp"
 #include "kiln/runtime/strings.hpp"
@@ -45,7 +48,72 @@ std::ostream& operator<<(std::ostream& os, const DeviceInfo& d) {
 namespace {
 std::mutex g_mu;
 std::optional<Device> g_default;
+
+constexpr std::size_t kKinds = 2;  // Device::Kind's values
+// Filled by static initialisers when libkiln loads, read afterwards: no lock.
+std::array<std::optional<detail::DevicePlatform>, kKinds>& platforms() {
+  static std::array<std::optional<detail::DevicePlatform>, kKinds> all;
+  return all;
+}
 }  // namespace
+
+namespace detail {
+void register_platform(const DevicePlatform& p) {
+  platforms()[static_cast<std::size_t>(p.kind)] = p;
+}
+
+const DevicePlatform* platform(Device::Kind kind) {
+  const auto& slot = platforms()[static_cast<std::size_t>(kind)];
+  return slot ? &*slot : nullptr;
+}
+
+Device best_device() {
+  for (const auto& p : platforms()) {
+    if (!p || !p->preferred) continue;
+    if (const std::optional<Device> d = p->preferred()) return *d;
+  }
+  return Device::cpu();
+}
+}  // namespace detail
+
+void synchronize(Device d) {
+  const detail::DevicePlatform* p = detail::platform(d.kind);
+  if (p != nullptr && p->synchronize != nullptr) p->synchronize(d.index);
+}
+
+std::vector<DeviceInfo> devices() {
+  std::vector<DeviceInfo> out;
+  if (const detail::DevicePlatform* cpu = detail::platform(Device::Kind::kCpu);
+      cpu != nullptr && cpu->append_devices != nullptr) {
+    cpu->append_devices(out);
+  } else {  // no CPU backend linked (the fuzz targets): what the runtime knows
+    DeviceInfo info;
+    info.device = Device::cpu();
+    info.name = info.type = "cpu";
+    info.f16 = info.bf16 = info.f64 = info.bool_storage = true;
+    out.push_back(std::move(info));
+  }
+  for (const auto& p : platforms()) {
+    if (p && p->kind != Device::Kind::kCpu && p->append_devices) p->append_devices(out);
+  }
+  return out;
+}
+
+Array to_device(const Array& a, Device device) {
+  detail::check_readable(a, "to_device");
+  if (a.device() == device) return a;
+  if (device == Device::cpu()) {
+    auto buf = HostBuffer::allocate(a.nbytes());
+    a.buffer()->read(buf->host_data());
+    return Array(a.dtype(), a.shape(), std::move(buf));
+  }
+  const detail::DevicePlatform* p = detail::platform(device.kind);
+  if (p == nullptr || p->from_host == nullptr) {
+    throw DeviceError(detail::str_cat("[to_device] this build of kiln has no backend for ",
+                                      device.to_string()));
+  }
+  return p->from_host(to_device(a, Device::cpu()), device.index);
+}
 
 Device default_device() {
   std::lock_guard lock(g_mu);

@@ -4,10 +4,13 @@
 
 #include <ostream>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace kiln {
+
+class Array;
 
 struct Device {
   enum class Kind : unsigned char { kCpu, kVulkan };
@@ -55,8 +58,30 @@ std::vector<DeviceInfo> devices();
 std::ostream& operator<<(std::ostream& os, const DeviceInfo& d);
 
 namespace detail {
-// The first hardware Vulkan GPU, else the CPU (defined by the backend registry).
+// The first hardware Vulkan GPU, else the CPU: the first device a registered
+// platform prefers.
 Device best_device();
+
+// What a backend layer tells the runtime about one kind of device. Each
+// backend registers its own (backends/registry.cpp) when libkiln loads, so
+// runtime/ lists, picks, waits for and uploads to devices without linking a
+// backend; a build without one (the fuzz targets') has the CPU alone.
+struct DevicePlatform {
+  Device::Kind kind = Device::Kind::kCpu;
+  // Appends this kind's devices, in index order.
+  void (*append_devices)(std::vector<DeviceInfo>& out) = nullptr;
+  // A device of this kind worth making the default (hardware), if any.
+  std::optional<Device> (*preferred)() = nullptr;
+  // Waits for the work queued on device `index` (null: nothing is queued).
+  void (*synchronize)(int index) = nullptr;
+  // A copy of the host array `host` on device `index`.
+  Array (*from_host)(const Array& host, int index) = nullptr;
+};
+// Registers `p` for p.kind, replacing an earlier one; called from a static
+// initialiser (the registry outlives every caller).
+void register_platform(const DevicePlatform& p);
+// The platform registered for `kind`, or null.
+const DevicePlatform* platform(Device::Kind kind);
 }  // namespace detail
 
 }  // namespace kiln

@@ -17,8 +17,8 @@
 #include <xtensor/xexpression.hpp>
 #include <xtensor/xnoalias.hpp>
 
-#include "kiln/dsl/ops.hpp"  // to_device, default_device
-#include "kiln/runtime/array.hpp"
+#include "kiln/runtime/array.hpp"  // to_device
+#include "kiln/runtime/device.hpp"  // default_device
 
 namespace kiln {
 
