@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "kiln/runtime/dtype.hpp"  // which includes this file at its end
 #include "kiln/runtime/error.hpp"
 
 namespace kiln {
