@@ -19,3 +19,12 @@
 #include "kiln/runtime/shape.hpp"
 #include "kiln/runtime/thread_pool.hpp"
 #include "kiln/runtime/tree.hpp"
+
+// The backends register themselves when libkiln loads (backends/registry.cpp).
+// Every program that includes kiln.hpp names that registration, so linking
+// libkiln statically (-Ddefault_library=static) keeps it: nothing else refers
+// to it.
+extern "C" const bool kiln_backends_registered;
+namespace kiln::detail {
+[[gnu::used]] static const bool* const kLinkBackends = &kiln_backends_registered;
+}  // namespace kiln::detail

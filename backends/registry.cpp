@@ -125,7 +125,7 @@ std::optional<Device> prefer_vulkan() {
   return std::nullopt;
 }
 
-[[maybe_unused]] const bool kRegistered = [] {
+bool register_builtin() {
   register_backend(Device::Kind::kCpu, &cpu_backend_at);
   register_backend(Device::Kind::kVulkan, &vulkan_backend_at);
   detail::DevicePlatform cpu;
@@ -140,7 +140,12 @@ std::optional<Device> prefer_vulkan() {
   vulkan.from_host = &upload_to_vulkan;
   detail::register_platform(vulkan);
   return true;
-}();
+}
 
 }  // namespace
 }  // namespace kiln
+
+// Registers the backends when libkiln loads. kiln.hpp names it, so that a
+// program linking libkiln statically links this file too: nothing else refers
+// to it (the layers below call through the registries).
+extern "C" const bool kiln_backends_registered = kiln::register_builtin();
