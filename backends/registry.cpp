@@ -47,11 +47,7 @@ Array upload_to_vulkan(const Array& host, int index) {
 }
 
 void list_cpu(std::vector<DeviceInfo>& out) {
-  DeviceInfo cpu;
-  cpu.device = Device::cpu();
-  cpu.name = "cpu";
-  cpu.type = "cpu";
-  cpu.f16 = cpu.bf16 = cpu.f64 = cpu.bool_storage = true;
+  DeviceInfo cpu = detail::cpu_device_info();
   // Which code runs: the SIMD level of the elementwise kernels, what runs f32
   // GEMMs, and OpenBLAS's build and the kernels it picked for this CPU (f64
   // GEMMs); bench tables print this.

@@ -4,26 +4,26 @@
 #include "kiln/dsl/backend.hpp"
 
 #include <array>
+#include <utility>
 
 #include "kiln/runtime/error.hpp"
 #include "kiln/runtime/strings.hpp"
 
 namespace kiln {
 namespace {
-using Getter = Backend& (*)(int index);
 // Written by static initialisers, read afterwards: no lock.
-std::array<Getter, 2>& getters() {
-  static std::array<Getter, 2> all{};
+std::array<BackendGetter, Device::kKinds>& getters() {
+  static std::array<BackendGetter, Device::kKinds> all{};
   return all;
 }
 }  // namespace
 
-void register_backend(Device::Kind kind, Backend& (*get)(int index)) {
-  getters()[static_cast<std::size_t>(kind)] = get;
+BackendGetter register_backend(Device::Kind kind, BackendGetter get) {
+  return std::exchange(getters()[static_cast<std::size_t>(kind)], get);
 }
 
 Backend& backend_for(Device d) {
-  const Getter get = getters()[static_cast<std::size_t>(d.kind)];
+  const BackendGetter get = getters()[static_cast<std::size_t>(d.kind)];
   if (get == nullptr) {
     throw DeviceError(detail::str_cat("[device] this build of kiln has no backend for ",
                                       d.to_string()));

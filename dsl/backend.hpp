@@ -94,7 +94,9 @@ namespace detail {
 Backend& backend_for(Device d);
 // Registers the backend of one device kind (`get(index)` returns the backend of
 // device `index`); each backend calls it from a static initialiser
-// (backends/registry.cpp), so dsl/ links no backend.
-void register_backend(Device::Kind kind, Backend& (*get)(int index));
+// (backends/registry.cpp), so dsl/ links no backend. Returns the getter it
+// replaces (null if none).
+using BackendGetter = Backend& (*)(int index);
+BackendGetter register_backend(Device::Kind kind, BackendGetter get);
 
 }  // namespace kiln

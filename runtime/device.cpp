@@ -49,15 +49,22 @@ namespace {
 std::mutex g_mu;
 std::optional<Device> g_default;
 
-constexpr std::size_t kKinds = 2;  // Device::Kind's values
 // Filled by static initialisers when libkiln loads, read afterwards: no lock.
-std::array<std::optional<detail::DevicePlatform>, kKinds>& platforms() {
-  static std::array<std::optional<detail::DevicePlatform>, kKinds> all;
+std::array<std::optional<detail::DevicePlatform>, Device::kKinds>& platforms() {
+  static std::array<std::optional<detail::DevicePlatform>, Device::kKinds> all;
   return all;
 }
 }  // namespace
 
 namespace detail {
+DeviceInfo cpu_device_info() {
+  DeviceInfo info;
+  info.device = Device::cpu();
+  info.name = info.type = "cpu";
+  info.f16 = info.bf16 = info.f64 = info.bool_storage = true;
+  return info;
+}
+
 void register_platform(const DevicePlatform& p) {
   platforms()[static_cast<std::size_t>(p.kind)] = p;
 }
@@ -87,11 +94,7 @@ std::vector<DeviceInfo> devices() {
       cpu != nullptr && cpu->append_devices != nullptr) {
     cpu->append_devices(out);
   } else {  // no CPU backend linked (the fuzz targets): what the runtime knows
-    DeviceInfo info;
-    info.device = Device::cpu();
-    info.name = info.type = "cpu";
-    info.f16 = info.bf16 = info.f64 = info.bool_storage = true;
-    out.push_back(std::move(info));
+    out.push_back(detail::cpu_device_info());
   }
   for (const auto& p : platforms()) {
     if (p && p->kind != Device::Kind::kCpu && p->append_devices) p->append_devices(out);

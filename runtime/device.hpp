@@ -3,6 +3,7 @@
 #pragma once
 
 #include <ostream>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -14,6 +15,7 @@ class Array;
 
 struct Device {
   enum class Kind : unsigned char { kCpu, kVulkan };
+  static constexpr std::size_t kKinds = 2;  // Kind's values (registries index by Kind)
   Kind kind = Kind::kCpu;
   int index = 0;
 
@@ -77,6 +79,9 @@ struct DevicePlatform {
   // A copy of the host array `host` on device `index`.
   Array (*from_host)(const Array& host, int index) = nullptr;
 };
+// The CPU's entry in devices() as far as the runtime knows it (what the CPU
+// backend's append_devices starts from, adding its kernels to `driver`).
+DeviceInfo cpu_device_info();
 // Registers `p` for p.kind, replacing an earlier one; called from a static
 // initialiser (the registry outlives every caller).
 void register_platform(const DevicePlatform& p);

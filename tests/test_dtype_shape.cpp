@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include <kiln/dsl/backend.hpp>
 #include <kiln/kiln.hpp>
 
 using namespace kiln;
@@ -60,6 +61,44 @@ TEST_CASE("devices parse and print") {
   CHECK(Device::vulkan(1).to_string() == "vulkan:1");
   CHECK_THROWS_WITH_AS(parse_device("gpu"), doctest::Contains("cannot parse device 'gpu'"),
                        DeviceError);
+}
+
+// A build without a Vulkan backend (the fuzz targets', or one that registers
+// none): what the registries answer when a kind has nothing registered.
+TEST_CASE("a device kind no backend registered: the CPU alone, and errors naming the device") {
+  const detail::DevicePlatform* registered = detail::platform(Device::Kind::kVulkan);
+  REQUIRE(registered != nullptr);
+  const detail::DevicePlatform saved = *registered;
+  detail::DevicePlatform empty;
+  empty.kind = Device::Kind::kVulkan;
+  detail::register_platform(empty);
+  const BackendGetter getter = register_backend(Device::Kind::kVulkan, nullptr);
+  struct Restore {
+    detail::DevicePlatform platform;
+    BackendGetter getter;
+    ~Restore() {
+      detail::register_platform(platform);
+      register_backend(Device::Kind::kVulkan, getter);
+    }
+  } restore{saved, getter};
+  const bool had_backend = getter != nullptr;
+  REQUIRE(had_backend);
+
+  const std::vector<DeviceInfo> all = devices();
+  REQUIRE(all.size() == 1);
+  CHECK(all[0].device == Device::cpu());
+  CHECK(all[0].name == "cpu");
+  CHECK(all[0].driver.find("kiln SIMD") == 0);  // the CPU backend's part
+  CHECK(detail::best_device() == Device::cpu());
+  synchronize(Device::vulkan(0));  // nothing registered, nothing queued
+  const std::vector<float> values = {1.0f, 2.0f};
+  const Array a = Array::from_data<float>(values, {2});
+  CHECK_THROWS_WITH_AS(to_device(a, Device::vulkan(0)),
+                       "[to_device] this build of kiln has no backend for vulkan:0",
+                       DeviceError);
+  CHECK_THROWS_WITH_AS(backend_for(Device::vulkan(1)),
+                       "[device] this build of kiln has no backend for vulkan:1", DeviceError);
+  CHECK(to_device(a, Device::cpu()).to_vector<float>() == std::vector<float>{1.0f, 2.0f});
 }
 
 // Run by the test below in a child process: the default device from KILN_DEVICE.
