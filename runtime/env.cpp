@@ -39,6 +39,7 @@ constexpr Spec kTable[] = {
     {"KILN_VK_MAP_GROUP_CAP", Kind::kCount, 1, 0xffffffffu},
     {"KILN_VK_MAX_GROUP_COUNT", Kind::kCount, 1, 0xffffffffu},
     {"KILN_VK_CHECK_KEYS", Kind::kFlag},
+    {"KILN_VK_PROFILE", Kind::kText},  // 1: kernel times to stderr at exit; else a JSON file
     {"KILN_CACHE_DIR", Kind::kText},
     {"KILN_DISK_CACHE", Kind::kFlag},
     {"KILN_WHILE_MAX_BATCH", Kind::kCount, 1, 1u << 20},

@@ -397,3 +397,44 @@ TEST_CASE("a kernel key shared by two different kernels is an error under KILN_V
     CHECK(msg.find("'%c = OpConstant %u32 1' vs '%c = OpConstant %u32 2'") != std::string::npos);
   }
 }
+
+TEST_CASE("the kernel profile counts each dispatch and copy by kind, with device time") {
+  vk::Stream& stream = vk::Context::get(0).stream();
+  if (vk::Context::get(0).caps().timestamp_period == 0.0) {
+    MESSAGE("skipped: the compute queue has no timestamps");
+    return;
+  }
+  CHECK(vk::kernel_kind("matmul|f32|T=8|reg|mnk=4,4,4") == "matmul|f32");
+  CHECK(vk::kernel_kind("map|fused{add(0,1)2:f32;}") == "map|fused");
+  CHECK(vk::kernel_kind("sort.pass|n=8|s=1") == "sort.pass");
+  CHECK(vk::kernel_kind("scatter|add|elem") == "scatter|add");
+  stream.synchronize();
+  const bool was = stream.profiling();
+  stream.set_profiling(true);
+  stream.reset_profile();
+  const Array a = to_device(random::normal(random::key(0), {64, 64}), kGpu);
+  const Array c = matmul(a, a);
+  const Array d = matmul(c, a);
+  (void)d.to_vector<float>();
+  const std::vector<vk::KernelTime> rows = stream.profile();
+  stream.set_profiling(was);
+  std::size_t matmuls = 0;
+  double total = 0.0;
+  for (const auto& k : rows) {
+    CHECK(k.ms >= 0.0);
+    total += k.ms;
+    if (k.kind.rfind("matmul|f32", 0) == 0) matmuls += k.dispatches;
+  }
+  CHECK(matmuls == 2);
+  CHECK(total > 0.0);
+  // Sorted by time, and the report names every kind.
+  for (std::size_t i = 1; i < rows.size(); ++i) CHECK(rows[i - 1].ms >= rows[i].ms);
+  const std::string table = stream.profile_report(false);
+  const std::string json = stream.profile_report(true);
+  for (const auto& k : rows) {
+    CHECK(table.find(k.kind) != std::string::npos);
+    CHECK(json.find("\"kind\": \"" + k.kind + "\"") != std::string::npos);
+  }
+  stream.reset_profile();
+  CHECK(stream.profile().empty());
+}

@@ -345,6 +345,17 @@ struct ContextFactory {
       KILN_VK(vkCreateDevice(phys, &di, nullptr, &c->device_));
       vkGetDeviceQueue(c->device_, c->family_, 0, &c->queue_);
     }
+    {
+      std::uint32_t n = 0;
+      vkGetPhysicalDeviceQueueFamilyProperties(phys, &n, nullptr);
+      std::vector<VkQueueFamilyProperties> fams(n);
+      vkGetPhysicalDeviceQueueFamilyProperties(phys, &n, fams.data());
+      const std::uint32_t bits = c->family_ < n ? fams[c->family_].timestampValidBits : 0;
+      if (bits > 0 && lim.timestampPeriod > 0.0f) {
+        caps.timestamp_period = lim.timestampPeriod;
+        caps.timestamp_mask = bits >= 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << bits) - 1;
+      }
+    }
     c->init_objects();
     return c;
   }

@@ -88,6 +88,10 @@ struct Capabilities {
   bool texel_loads = false;
   std::uint64_t max_texel_buffer_elements = 0;
   std::uint64_t min_texel_buffer_offset_alignment = 0;
+  // Timestamps on the compute queue (Stream's kernel profile): nanoseconds per
+  // tick, 0 where the queue family has none; the valid bits of a timestamp.
+  double timestamp_period = 0.0;
+  std::uint64_t timestamp_mask = 0;
 };
 
 // Optional features kiln can do without. Each is set from the device, then by the

@@ -2,6 +2,7 @@
 #include "kiln/backends/vulkan/pipeline.hpp"
 
 #include <bit>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -170,6 +171,26 @@ VkDescriptorSetLayout PipelineCache::set_layout(std::uint32_t bindings, std::uin
   return layout;
 }
 
+std::string kernel_kind(std::string_view key) {
+  std::size_t end = 0;
+  int fields = 0;
+  for (; end < key.size(); ++end) {
+    const char c = key[end];
+    if (c == '|') {
+      if (++fields == 2) break;
+    } else if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '.') {
+      break;
+    }
+  }
+  // A field that is a parameter ("|n=8") is not part of the kind.
+  if (end < key.size() && key[end] == '=') {
+    const std::size_t bar = key.rfind('|', end);
+    if (bar != std::string_view::npos) end = bar;
+  }
+  while (end > 0 && key[end - 1] == '|') --end;
+  return std::string(key.substr(0, end));
+}
+
 Pipeline& PipelineCache::compile(const std::string& key, const KernelSource& src) {
   auto it = by_text_.find(src.text);
   if (it != by_text_.end()) {
@@ -188,6 +209,7 @@ Pipeline& PipelineCache::compile(const std::string& key, const KernelSource& src
   p->texel = src.texel;
   p->texel_format = src.texel_format;
   p->text = src.text;
+  p->kind = kernel_kind(key);
   p->set_layout = set_layout(src.bindings, src.texel);
   p->addressed = src.addressed;
   const std::uint32_t push_words =

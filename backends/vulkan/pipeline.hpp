@@ -17,6 +17,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -57,6 +58,7 @@ struct Pipeline : std::enable_shared_from_this<Pipeline> {
   VkFormat texel_format = VK_FORMAT_UNDEFINED;
   std::uint32_t addressed = 0;  // KernelSource::addressed
   std::string text;
+  std::string kind;  // its key's first fields (kernel_kind): the profile's rows
   // Cache bookkeeping: the lowering keys that map to it (under PipelineCache's
   // lock), when a lookup last returned it, and whether the cache still holds
   // it (cleared when it is evicted; a kept reference, PipelineCache::touch,
@@ -65,6 +67,11 @@ struct Pipeline : std::enable_shared_from_this<Pipeline> {
   mutable std::atomic<std::uint64_t> last_used{0};
   std::atomic<bool> cached{true};
 };
+
+// A kernel key's kind, for the profile: its text up to the second '|' field or
+// the first character that starts a parameter ("matmul|f32|T=..." -> "matmul|f32",
+// "map|fused{..." -> "map|fused").
+std::string kernel_kind(std::string_view key);
 
 struct PipelineStats {
   std::size_t pipelines = 0;     // distinct kernels compiled

@@ -3,12 +3,16 @@
 #include "kiln/backends/vulkan/stream.hpp"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <optional>
 
 #include "kiln/backends/vulkan/check.hpp"
 #include "kiln/backends/vulkan/context.hpp"
 #include "kiln/backends/vulkan/pipeline.hpp"
 #include "kiln/backends/vulkan/spirv.hpp"
+#include "kiln/runtime/env.hpp"
 #include "kiln/runtime/error.hpp"
 #include "kiln/runtime/strings.hpp"
 
@@ -16,6 +20,36 @@ namespace kiln::vk {
 namespace {
 constexpr std::uint32_t kMaxDispatchesPerBatch = 64;  // outside a program scope
 constexpr std::uint32_t kSetsPerPool = 64;
+// Timestamps a profiled batch can hold; later commands in it go untimed.
+constexpr std::uint32_t kQueriesPerBatch = 8192;
+
+// Streams whose profile KILN_VK_PROFILE reports at exit (contexts live until then).
+std::mutex g_profiled_mu;
+std::vector<const Stream*>& profiled_streams() {
+  static auto* v = new std::vector<const Stream*>();
+  return *v;
+}
+void report_profiles_at_exit() {
+  const std::optional<std::string> where = detail::env::text("KILN_VK_PROFILE");
+  std::lock_guard lock(g_profiled_mu);
+  const bool to_stderr = !where || *where == "1";
+  std::string json = "[";
+  for (const Stream* s : profiled_streams()) {
+    if (to_stderr) {
+      std::fputs(s->profile_report(false).c_str(), stderr);
+    } else {
+      json += (json.size() > 1 ? ",\n" : "") + s->profile_report(true);
+    }
+  }
+  if (to_stderr) return;
+  json += "]\n";
+  if (std::FILE* f = std::fopen(where->c_str(), "w")) {
+    std::fputs(json.c_str(), f);
+    std::fclose(f);
+  } else {
+    std::fprintf(stderr, "kiln: KILN_VK_PROFILE: cannot write %s\n", where->c_str());
+  }
+}
 }  // namespace
 
 BufferRange range_of(const VulkanBuffer& b) {
@@ -66,14 +100,26 @@ Stream::Stream(Context& ctx) : ctx_(ctx) {
     later_stages_ |= VK_PIPELINE_STAGE_TRANSFER_BIT;
     later_access_ |= VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
   }
+  if (const auto p = detail::env::text("KILN_VK_PROFILE"); p && *p != "0") {
+    set_profiling(true);
+    std::lock_guard lock(g_profiled_mu);
+    if (profiled_streams().empty()) std::atexit(report_profiles_at_exit);
+    profiled_streams().push_back(this);
+  }
 }
 
 // Only for a released device (Context::~Context), after synchronize(): no batch
 // is recording or in flight.
 Stream::~Stream() {
+  {
+    std::lock_guard lock(g_profiled_mu);
+    auto& v = profiled_streams();
+    v.erase(std::remove(v.begin(), v.end(), this), v.end());
+  }
   const VkDevice dev = ctx_.handle();
   auto destroy = [&](Batch& b) {
     vkDestroyFence(dev, b.fence, nullptr);
+    if (b.queries != VK_NULL_HANDLE) vkDestroyQueryPool(dev, b.queries, nullptr);
     for (VkDescriptorPool p : b.pools) vkDestroyDescriptorPool(dev, p, nullptr);
     for (const auto& s : b.staging) ctx_.allocator().free(s);
   };
@@ -114,6 +160,18 @@ Stream::Batch& Stream::open() {
   bi.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
   KILN_VK(vkBeginCommandBuffer(b->cmd, &bi));
   b->serial = next_serial_++;
+  b->timed = profiling_;
+  b->stamps.clear();
+  if (b->timed) {
+    if (b->queries == VK_NULL_HANDLE) {
+      VkQueryPoolCreateInfo qi{VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO};
+      qi.queryType = VK_QUERY_TYPE_TIMESTAMP;
+      qi.queryCount = kQueriesPerBatch;
+      KILN_VK(vkCreateQueryPool(ctx_.handle(), &qi, nullptr, &b->queries));
+    }
+    vkCmdResetQueryPool(b->cmd, b->queries, 0, kQueriesPerBatch);
+    vkCmdWriteTimestamp(b->cmd, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, b->queries, 0);
+  }
   ++stats_.command_buffers;
   recording_ = std::move(b);
   return *recording_;
@@ -252,6 +310,7 @@ void Stream::dispatch(const Pipeline& p, std::span<const VulkanBuffer* const> bu
                        static_cast<std::uint32_t>(push.size() * 4), push.data());
   }
   vkCmdDispatch(b.cmd, groups[0], groups[1], groups[2]);
+  if (b.timed) stamp(b, p.kind);
   ++stats_.dispatches;
   ++b.dispatches;
   if (program_depth_ == 0 && b.dispatches >= kMaxDispatchesPerBatch) submit_locked();
@@ -279,6 +338,7 @@ void Stream::upload(const VulkanBuffer& dst, const void* src) {
         VK_ACCESS_TRANSFER_WRITE_BIT);
   VkBufferCopy region{s.offset, a.offset, bytes};
   vkCmdCopyBuffer(b.cmd, s.buffer, a.buffer, 1, &region);
+  if (b.timed) stamp(b, "copy (upload)");
   ++stats_.transfers;
   b.staging.push_back(s);
   dst.set_last_use(b.serial);
@@ -303,6 +363,7 @@ void Stream::read(const VulkanBuffer& src, void* dst) {
         VK_ACCESS_TRANSFER_WRITE_BIT);
   VkBufferCopy region{a.offset, s.offset, src.nbytes()};
   vkCmdCopyBuffer(b.cmd, a.buffer, s.buffer, 1, &region);
+  if (b.timed) stamp(b, "copy (read)");
   ++stats_.transfers;
   src.set_last_use(b.serial);
   submit_locked();
@@ -413,7 +474,90 @@ void Stream::submit_locked() {
   check_messages();
 }
 
+void Stream::stamp(Batch& b, std::string_view kind) {
+  if (b.stamps.size() + 1 >= kQueriesPerBatch) return;
+  vkCmdWriteTimestamp(b.cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, b.queries,
+                      static_cast<std::uint32_t>(b.stamps.size() + 1));
+  b.stamps.emplace_back(kind);
+}
+
+// After the batch's fence: its timestamps, as differences, into profile_.
+void Stream::collect_profile(Batch& b) {
+  if (!b.timed || b.stamps.empty()) return;
+  const auto n = static_cast<std::uint32_t>(b.stamps.size() + 1);
+  std::vector<std::uint64_t> t(n);
+  KILN_VK(vkGetQueryPoolResults(ctx_.handle(), b.queries, 0, n, n * sizeof(std::uint64_t),
+                                t.data(), sizeof(std::uint64_t),
+                                VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT));
+  const std::uint64_t mask = ctx_.caps().timestamp_mask;
+  const double ms_per_tick = ctx_.caps().timestamp_period * 1e-6;
+  for (std::uint32_t i = 0; i + 1 < n; ++i) {
+    const std::uint64_t ticks = ((t[i + 1] & mask) - (t[i] & mask)) & mask;
+    const std::string& kind = b.stamps[i];
+    auto it = std::find_if(profile_.begin(), profile_.end(),
+                           [&](const KernelTime& k) { return k.kind == kind; });
+    if (it == profile_.end()) it = profile_.insert(profile_.end(), KernelTime{kind});
+    ++it->dispatches;
+    it->ms += static_cast<double>(ticks) * ms_per_tick;
+  }
+  b.stamps.clear();
+}
+
+void Stream::set_profiling(bool on) {
+  std::lock_guard lock(mu_);
+  profiling_ = on && ctx_.caps().timestamp_period > 0.0;
+}
+
+bool Stream::profiling() const {
+  std::lock_guard lock(mu_);
+  return profiling_;
+}
+
+std::vector<KernelTime> Stream::profile() const {
+  std::lock_guard lock(mu_);
+  std::vector<KernelTime> out = profile_;
+  std::stable_sort(out.begin(), out.end(),
+                   [](const KernelTime& a, const KernelTime& b) { return a.ms > b.ms; });
+  return out;
+}
+
+void Stream::reset_profile() {
+  std::lock_guard lock(mu_);
+  profile_.clear();
+}
+
+std::string Stream::profile_report(bool json) const {
+  const std::vector<KernelTime> rows = profile();
+  double total = 0.0;
+  std::size_t count = 0;
+  for (const KernelTime& k : rows) {
+    total += k.ms;
+    count += k.dispatches;
+  }
+  const std::string device = ctx_.device().to_string() + " (" + ctx_.name() + ")";
+  if (json) {
+    std::string s = detail::str_cat("{\"device\": \"", device, "\", \"total_ms\": ", total,
+                                    ", \"commands\": ", count, ", \"kinds\": [");
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      s += detail::str_cat(i ? ", " : "", "{\"kind\": \"", rows[i].kind, "\", \"count\": ",
+                           rows[i].dispatches, ", \"ms\": ", rows[i].ms, "}");
+    }
+    return s + "]}";
+  }
+  std::string s = detail::str_cat("kiln: kernel profile of ", device, ": ", total, " ms of device time in ",
+                                  count, " commands\n");
+  for (const KernelTime& k : rows) {
+    char line[256];
+    std::snprintf(line, sizeof line, "  %-28s %8zu  %10.3f ms  %5.1f%%  %9.2f us each\n",
+                  k.kind.c_str(), k.dispatches, k.ms, total > 0 ? 100.0 * k.ms / total : 0.0,
+                  k.dispatches ? 1e3 * k.ms / static_cast<double>(k.dispatches) : 0.0);
+    s += line;
+  }
+  return s;
+}
+
 void Stream::retire(Batch& b) {
+  collect_profile(b);
   KILN_VK(vkResetFences(ctx_.handle(), 1, &b.fence));
   KILN_VK(vkResetCommandBuffer(b.cmd, 0));
   for (std::size_t i = 0; i < b.pools.size() && i <= b.pool; ++i) {

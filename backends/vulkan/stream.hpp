@@ -26,6 +26,8 @@
 #include <mutex>
 #include <optional>
 #include <span>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "kiln/backends/vulkan/memory.hpp"
@@ -57,6 +59,15 @@ struct StreamStats {
                                     // device -> host barrier that ends each batch)
   std::size_t reused = 0;           // outputs placed in the memory of a dead array
                                     // whose commands had not finished
+};
+
+// Device time of one kind of kernel (Stream::profile): the kind is the start of
+// its pipeline key ("matmul|f32", "map|fused", "reduce|sum", "sort.pass");
+// copies are "copy (upload)" and "copy (read)".
+struct KernelTime {
+  std::string kind;
+  std::size_t dispatches = 0;
+  double ms = 0.0;
 };
 
 // Memory accesses recorded since the last barrier, as byte ranges of VkBuffers.
@@ -125,6 +136,20 @@ class Stream {
   void synchronize();
   StreamStats stats() const;
   std::size_t submits() const { return stats().submits; }
+  // Kernel profile (KILN_VK_PROFILE, or on demand): while on, each command
+  // buffer writes a GPU timestamp when it starts and after every dispatch and
+  // copy; when it retires, the difference to the previous timestamp is added to
+  // the command's kind. Commands that overlap (no barrier between them) share
+  // the time as the queue finishes them. No effect on a queue without
+  // timestamps (Capabilities::timestamp_period == 0). Batches begun before it
+  // was switched on are not timed.
+  void set_profiling(bool on);
+  bool profiling() const;
+  // By device time, largest first.
+  std::vector<KernelTime> profile() const;
+  void reset_profile();
+  // The profile as a table (to stderr at exit under KILN_VK_PROFILE=1) or JSON.
+  std::string profile_report(bool json) const;
   std::size_t dispatches() const { return stats().dispatches; }
 
  private:
@@ -143,6 +168,11 @@ class Stream {
     std::vector<std::shared_ptr<const Pipeline>> pipelines;
     std::uint32_t dispatches = 0;
     std::uint64_t serial = 0;  // 1, 2, ... in the order batches are begun (= submitted)
+    // Profiling: timestamp 0 starts the batch, timestamp i + 1 follows the
+    // command of kind stamps[i].
+    VkQueryPool queries = VK_NULL_HANDLE;
+    bool timed = false;
+    std::vector<std::string> stamps;
   };
   struct Deferred {
     Allocation alloc;
@@ -154,6 +184,8 @@ class Stream {
   void wait_locked(bool all);
   void retire(Batch& b);
   void check_messages();
+  void stamp(Batch& b, std::string_view kind);
+  void collect_profile(Batch& b);
   // Records a barrier first if `accesses` conflict with what came since the last
   // one, then notes them as done at `stage`.
   void order(VkCommandBuffer cmd, std::span<const HazardTracker::Access> accesses,
@@ -179,6 +211,8 @@ class Stream {
   std::uint64_t retired_serial_ = 0;  // every batch up to this one has retired
   std::vector<Deferred> deferred_;    // memory of dead arrays, by last batch
   StreamStats stats_;
+  bool profiling_ = false;
+  std::vector<KernelTime> profile_;  // by first appearance
 };
 
 }  // namespace kiln::vk
