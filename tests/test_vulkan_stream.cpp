@@ -22,6 +22,7 @@
 
 #include "kiln/backends/vulkan/context.hpp"
 #include "kiln/backends/vulkan/pipeline.hpp"
+#include "kiln/backends/vulkan/profile.hpp"
 #include "kiln/backends/vulkan/stream.hpp"
 #include "kiln/dsl/backend.hpp"
 #include "kiln/dsl/executable.hpp"
@@ -399,7 +400,6 @@ TEST_CASE("a kernel key shared by two different kernels is an error under KILN_V
 }
 
 TEST_CASE("the kernel profile counts each dispatch and copy by kind, with device time") {
-  vk::Stream& stream = vk::Context::get(0).stream();
   if (vk::Context::get(0).caps().timestamp_period == 0.0) {
     MESSAGE("skipped: the compute queue has no timestamps");
     return;
@@ -408,16 +408,16 @@ TEST_CASE("the kernel profile counts each dispatch and copy by kind, with device
   CHECK(vk::kernel_kind("map|fused{add(0,1)2:f32;}") == "map|fused");
   CHECK(vk::kernel_kind("sort.pass|n=8|s=1") == "sort.pass");
   CHECK(vk::kernel_kind("scatter|add|elem") == "scatter|add");
-  stream.synchronize();
-  const bool was = stream.profiling();
-  stream.set_profiling(true);
-  stream.reset_profile();
+  synchronize(kGpu);
+  const bool was = vulkan::profiling(kGpu);
+  vulkan::set_profiling(kGpu, true);
+  vulkan::reset_profile(kGpu);
   const Array a = to_device(random::normal(random::key(0), {64, 64}), kGpu);
   const Array c = matmul(a, a);
   const Array d = matmul(c, a);
   (void)d.to_vector<float>();
-  const std::vector<vk::KernelTime> rows = stream.profile();
-  stream.set_profiling(was);
+  const std::vector<vulkan::KernelTime> rows = vulkan::profile(kGpu);
+  vulkan::set_profiling(kGpu, was);
   std::size_t matmuls = 0;
   double total = 0.0;
   for (const auto& k : rows) {
@@ -429,12 +429,14 @@ TEST_CASE("the kernel profile counts each dispatch and copy by kind, with device
   CHECK(total > 0.0);
   // Sorted by time, and the report names every kind.
   for (std::size_t i = 1; i < rows.size(); ++i) CHECK(rows[i - 1].ms >= rows[i].ms);
-  const std::string table = stream.profile_report(false);
-  const std::string json = stream.profile_report(true);
+  const std::string table = vulkan::profile_report(kGpu);
+  const std::string json = vulkan::profile_report(kGpu, true);
   for (const auto& k : rows) {
     CHECK(table.find(k.kind) != std::string::npos);
     CHECK(json.find("\"kind\": \"" + k.kind + "\"") != std::string::npos);
   }
-  stream.reset_profile();
-  CHECK(stream.profile().empty());
+  vulkan::reset_profile(kGpu);
+  CHECK(vulkan::profile(kGpu).empty());
+  CHECK_THROWS_WITH_AS(vulkan::profile(Device::cpu()),
+                       doctest::Contains("[vulkan.profile] cpu is not a Vulkan device"), DeviceError);
 }

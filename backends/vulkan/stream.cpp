@@ -616,3 +616,24 @@ StreamStats Stream::stats() const {
 }
 
 }  // namespace kiln::vk
+
+namespace kiln::vulkan {
+namespace {
+vk::Stream& stream_of(Device device, const char* op) {
+  if (device.kind != Device::Kind::kVulkan) {
+    throw DeviceError(detail::str_cat("[vulkan.", op, "] ", device.to_string(),
+                                      " is not a Vulkan device"));
+  }
+  return vk::Context::get(device.index).stream();
+}
+}  // namespace
+
+void set_profiling(Device device, bool on) { stream_of(device, "set_profiling").set_profiling(on); }
+bool profiling(Device device) { return stream_of(device, "profiling").profiling(); }
+std::vector<KernelTime> profile(Device device) { return stream_of(device, "profile").profile(); }
+void reset_profile(Device device) { stream_of(device, "reset_profile").reset_profile(); }
+std::string profile_report(Device device, bool json) {
+  return stream_of(device, "profile_report").profile_report(json);
+}
+
+}  // namespace kiln::vulkan

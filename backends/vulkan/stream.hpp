@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "kiln/backends/vulkan/memory.hpp"
+#include "kiln/backends/vulkan/profile.hpp"
 
 namespace kiln::vk {
 
@@ -61,14 +62,7 @@ struct StreamStats {
                                     // whose commands had not finished
 };
 
-// Device time of one kind of kernel (Stream::profile): the kind is the start of
-// its pipeline key ("matmul|f32", "map|fused", "reduce|sum", "sort.pass");
-// copies are "copy (upload)" and "copy (read)".
-struct KernelTime {
-  std::string kind;
-  std::size_t dispatches = 0;
-  double ms = 0.0;
-};
+using vulkan::KernelTime;  // profile.hpp
 
 // Memory accesses recorded since the last barrier, as byte ranges of VkBuffers.
 // Ranges, not handles: arrays are suballocated from shared blocks, so two arrays
@@ -136,13 +130,11 @@ class Stream {
   void synchronize();
   StreamStats stats() const;
   std::size_t submits() const { return stats().submits; }
-  // Kernel profile (KILN_VK_PROFILE, or on demand): while on, each command
-  // buffer writes a GPU timestamp when it starts and after every dispatch and
-  // copy; when it retires, the difference to the previous timestamp is added to
-  // the command's kind. Commands that overlap (no barrier between them) share
-  // the time as the queue finishes them. No effect on a queue without
-  // timestamps (Capabilities::timestamp_period == 0). Batches begun before it
-  // was switched on are not timed.
+  // Kernel profile (profile.hpp): while on, each command buffer writes a GPU
+  // timestamp when it starts and after every dispatch and copy; when it
+  // retires, the difference to the previous timestamp is added to the
+  // command's kind. No effect on a queue without timestamps
+  // (Capabilities::timestamp_period == 0).
   void set_profiling(bool on);
   bool profiling() const;
   // By device time, largest first.

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""The PyTorch (CUDA) and JAX (CUDA) peers of bench/gpu_steps.cpp, which prints
-the same JSON lines; a table script joins them by (case, dtype, n). Run on the
-device machine by scripts/gpu/device_run.sh through bench/run_gpu.py:
+"""The PyTorch (CUDA) and JAX (CUDA) peers of bench/gpu_steps.cpp (kiln on Vulkan,
+issue 40's GPU table): the same cases, sizes and timing, the same JSON lines.
+scripts/gpu/device_run.sh runs it once per framework on the device machine and
+bench/run_gpu.py joins the lines by (case, dtype, n) into one table:
 
   python3 bench/peers/gpu_peers.py --impl torch|jax [--cases matmul,mlp,cnn,
       transformer,embedding_grad,sort] [--sizes 1024,2048,4096,8192]
@@ -10,45 +11,57 @@ device machine by scripts/gpu/device_run.sh through bench/run_gpu.py:
 One framework per process (each grabs GPU memory). f32 is real f32 on both: torch
 with allow_tf32 off for matmul and cuDNN, JAX with jax_default_matmul_precision
 "highest" (and XLA_PYTHON_CLIENT_PREALLOCATE=false); every line says "tf32": false.
---platform cpu and --small (tiny sizes) are for smoke tests without a GPU.
+--platform cpu with --small (gpu_steps' --small sizes: matmul 64, 128; MLP batch
+64, 64-256-256-100; CNN batch 16; transformer batch 2, seq 32, embed 64, heads 2;
+embedding vocab 512, tokens 256; sort 4096) is a smoke test without a GPU.
 
 Timing: 3 warm-up calls (compile, autotune), then --repetitions timed samples,
 each ending in a full device sync; "ms" is their median, "samples" all of them.
-First line {"case": "env", ...}; then one line per case (and dtype, n); a case
-that fails (e.g. OOM) prints {"case", "impl", "error"} and the next one runs.
+First line {"case": "env", ...} (versions, device, driver); then one line per case
+(per dtype and n for matmul); a case that fails (e.g. OOM) prints {"case", "impl",
+"error"} and the next one runs. The step cases print "n": null (their sizes are
+extra fields) and "first_loss" (the initial weights') besides "final_loss".
 
 matmul (f32, f16, bf16; n in --sizes): C = A @ B, A, B (n, n) normal(0, 1) cast to
   the dtype, C of the dtype (f16/bf16 accumulate in f32, the frameworks' default).
   A sample is k back-to-back products then a sync, divided by k, with
-  k = max(1, ceil(2e12 / (2 n^3))) (2e9 with --small); "tflops" = 2 n^3 / (ms 1e9).
+  k = max(1, ceil(2e12 / (2 n^3))) (2e8 with --small); "tflops" = 2 n^3 / (ms 1e9).
   JAX: a jitted jnp.matmul (precision HIGHEST for f32), block_until_ready on the last.
 mlp_step (f32): 1024 -> 4096 -> 4096 -> 1000, Linear with bias, ReLU between,
   batch 2048, x[i, j] = ((i * 1024 + j) % 251) / 251, label i % 1000, softmax
   cross entropy (mean). One step = forward + backward + Adam (lr 1e-3, betas 0.9,
-  0.999, eps 1e-8), timed up to the loss as a Python float.
+  0.999, eps 1e-8), timed up to the loss as a Python float. torch: eager
+  nn.Sequential, torch.optim.Adam (foreach); JAX: jax.jit, optax.adam, params and
+  optimizer state donated. Weights uniform +-1/sqrt(fan_in) (as kiln's), each
+  framework's own PRNG.
 cnn_step (f32): x (512, 1, 28, 28) NCHW, x[flat j] = (j % 251) / 251, label i % 10;
   conv 1->32 3x3 pad 1 (bias), ReLU, maxpool 2/2, conv 32->64 3x3 pad 1 (bias),
   ReLU, maxpool 2/2, flatten 64*7*7 -> linear 10; softmax CE; Adam step as above.
 transformer_step (f32): one pre-norm block as kiln's nn::TransformerBlock, batch 16,
   seq 512, embed 512, heads 8, mlp 2048: h = x + Wo attn(RoPE(Wq ln1(x)),
   RoPE(Wk ln1(x)), Wv ln1(x)), out = h + W2 gelu_tanh(W1 ln2(h) + b1) + b2.
-  LayerNorm eps 1e-5 with weight and bias; q, k, v, o projections without bias;
-  causal, scale 1/sqrt(head_dim); RoPE rotate-half (pairs (i, i + d/2), angle
-  p * 10000^(-2i/d), tables made in f64 and cast to f32, as kiln). x[b, s, e] =
-  sin(0.01 * (flat index % 1000)), loss = mean(block(x)^2), Adam step as above.
-  Differences from kiln's block that remain: torch runs F.scaled_dot_product_attention
-  (is_causal, a fused kernel: -inf masking, its own scaling order; "sdpa": true);
-  JAX runs plain jnp attention (q * scale) k^T with finfo.min masking as kiln,
-  "attention": "jnp". Initial weights come from each framework's PRNG (the same
-  distributions as kiln: Linear weights and biases uniform +-1/sqrt(fan_in),
-  LayerNorm ones and zeros), so losses differ slightly; optimizer as optax/torch.
+  LayerNorm eps 1e-5 with weight (ones) and bias (zeros); q, k, v, o projections
+  without bias; causal, scale 1/sqrt(head_dim); RoPE rotate-half (pairs (i, i +
+  d/2) of each head, angle p * 10000^(-2i/d), tables made in f64 and cast to f32,
+  as kiln). x[b, s, e] = sin(0.01 * (flat index % 1000)), loss = mean(block(x)^2),
+  Adam step as above. Given the same weights, the torch and JAX blocks agree
+  (loss and gradients to ~1e-8). Differences from kiln's block that remain:
+  - torch calls F.scaled_dot_product_attention(is_causal=True) ("sdpa": true), a
+    fused kernel (-inf masking, scale applied inside, no (S, S) weights kept);
+    JAX writes the attention in jnp as kiln does ((q * scale) k^T, finfo.min
+    masking, softmax, @ v; "attention": "jnp").
+  - initial weights come from each framework's PRNG (kiln's distributions), so
+    the losses differ from kiln's in the digits, not in size;
+  - x is computed in f64 and rounded to f32 (kiln: sin in f32), <= 1 ulp apart;
+  - Adam is torch.optim.Adam / optax.adam (same update rule as kiln's optim::adam).
 embedding_grad (f32): grad wrt table (32768, 64) of sum(take(table, ids) * weights),
   8192 ids; as bench/peers/jax_ops.py; torch via torch.autograd.grad. "n": null.
 sort (f32, n = 1 << 20): uniform [0, 1) values; jitted jnp.sort / torch.sort(x,
   stable=True).values.
-The step cases print "n": null; their sizes are the extra fields.
 """
 import argparse
+import gc
+import itertools
 import math
 import os
 import shutil
@@ -57,6 +70,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 from common import emit
 
 ap = argparse.ArgumentParser()
@@ -71,11 +85,14 @@ args = ap.parse_args()
 WARMUP = 3
 S = args.small
 SIZES = [int(s) for s in (args.sizes or ("64,128" if S else "1024,2048,4096,8192")).split(",")]
-FLOP_BUDGET = 2e9 if S else 2e12  # per matmul sample
-MLP = dict(batch=8, sizes=(64, 256, 256, 1000)) if S else dict(batch=2048, sizes=(1024, 4096, 4096, 1000))
-CNN_BATCH = 8 if S else 512
-TF = dict(batch=8, seq=32, embed=32, heads=8) if S else dict(batch=16, seq=512, embed=512, heads=8)
-EMB = dict(vocab=512, dim=64, tokens=256) if S else dict(vocab=32768, dim=64, tokens=8192)
+FLOP_BUDGET = 2e8 if S else 2e12  # per matmul sample
+# --small: bench/gpu_steps.cpp's --small sizes, so a dry run's table joins like rows.
+MLP = {"batch": 64, "sizes": (64, 256, 256, 100)} if S else \
+    {"batch": 2048, "sizes": (1024, 4096, 4096, 1000)}
+CNN_BATCH = 16 if S else 512
+TF = {"batch": 2, "seq": 32, "embed": 64, "heads": 2} if S else \
+    {"batch": 16, "seq": 512, "embed": 512, "heads": 8}
+EMB = {"vocab": 512, "dim": 64, "tokens": 256} if S else {"vocab": 32768, "dim": 64, "tokens": 8192}
 SORT_N = 4096 if S else 1 << 20
 
 if args.impl == "jax":
@@ -88,53 +105,70 @@ def driver_version():
     if args.platform != "gpu" or not shutil.which("nvidia-smi"):
         return None
     try:
-        return subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                              capture_output=True, text=True, timeout=20).stdout.strip() or None
+        r = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                           check=False, capture_output=True, text=True, timeout=20)
+        return r.stdout.strip() or None
     except Exception:  # noqa: BLE001 - informational only
         return None
 
 
 def timed(call, per=1):
-    """WARMUP untimed calls, then --repetitions timed ones (call() syncs); ms / per."""
-    samples, out, first = [], None, None
+    """WARMUP untimed calls, then --repetitions timed ones (call() ends in a sync);
+    returns the fields (ms / per) and what the first and the last call returned."""
+    samples = []
     for i in range(WARMUP + args.repetitions):
         t0 = time.perf_counter()
         out = call()
         ms = (time.perf_counter() - t0) * 1e3
-        first = ms if i == 0 else first
+        if i == 0:
+            first, first_ms = out, ms
         if i >= WARMUP:
             samples.append(ms / per)
     return {"ms": statistics.median(samples), "samples": [round(t, 5) for t in samples],
-            "first_call_ms": round(first, 3)}, out
+            "first_call_ms": round(first_ms, 3)}, first, out
 
 
-def x_mlp():  # x[i, j] = ((i * in + j) % 251) / 251, as float64 -> f32 by the caller
-    import numpy as np
+def x_mlp():  # x[i, j] = ((i * in + j) % 251) / 251 (f64; the caller casts), label i % classes
     b, i = MLP["batch"], MLP["sizes"][0]
     return (np.arange(b * i) % 251).reshape(b, i) / 251.0, np.arange(b) % MLP["sizes"][-1]
 
 
 def x_cnn():
-    import numpy as np
-    return ((np.arange(CNN_BATCH * 784) % 251) / 251.0).reshape(CNN_BATCH, 1, 28, 28), np.arange(CNN_BATCH) % 10
+    x = (np.arange(CNN_BATCH * 784) % 251) / 251.0
+    return x.reshape(CNN_BATCH, 1, 28, 28), np.arange(CNN_BATCH) % 10
 
 
 def x_transformer():
-    import numpy as np
     b, s, e = TF["batch"], TF["seq"], TF["embed"]
     return np.sin(0.01 * (np.arange(b * s * e) % 1000)).reshape(b, s, e)
 
 
 def rope_tables(seq, d, theta=10000.0):
     """cos, sin (seq, d/2) in f64 as kiln's RotaryPositionalEmbedding."""
-    import numpy as np
     ang = np.arange(seq)[:, None] * theta ** (-2.0 * np.arange(d // 2)[None, :] / d)
     return np.cos(ang), np.sin(ang)
 
 
+def matmul_cases(base, operands, product, wait):
+    """One matmul line per dtype and n: operands(dtype, n) -> (a, b); product(dtype,
+    a, b) -> a @ b; wait(c) syncs. A sample is k products, then the sync."""
+    for d in ("f32", "f16", "bf16"):
+        for n in SIZES:
+            def one(d=d, n=n):
+                a, b = operands(d, n)
+                k = max(1, math.ceil(FLOP_BUDGET / (2 * n ** 3)))
+
+                def sample():
+                    for _ in range(k):
+                        c = product(d, a, b)
+                    wait(c)
+                r = timed(sample, per=k)[0]
+                return {"dtype": d, "n": n, "k": k, "tflops": 2 * n ** 3 / (r["ms"] * 1e9), **r}
+            run_case("matmul", base, one, dtype=d, n=n)
+
+
 # ---------------------------------------------------------------- torch
 def torch_impl():
-    import numpy as np
     import torch
     import torch.nn.functional as F
     from torch import nn
@@ -149,27 +183,16 @@ def torch_impl():
     base = {"impl": "torch", "device": torch.cuda.get_device_name() if gpu else "cpu",
             "framework": torch.__version__, "tf32": False}
     emit({"case": "env", **base, "cuda": torch.version.cuda, "driver": driver_version(),
-          "cudnn": torch.backends.cudnn.version() if gpu else None, "platform": args.platform})
+          "cudnn": torch.backends.cudnn.version() if gpu else None, "platform": args.platform,
+          "allow_tf32": [torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32]})
     torch.manual_seed(0)
-    t = lambda a, dt=torch.float32: torch.as_tensor(np.asarray(a), device=dev).to(dt)  # noqa: E731
+    t = lambda a, dt=torch.float32: torch.as_tensor(np.asarray(a), device=dev).to(dt)
     dtypes = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
 
     def matmul():
-        for dname, dt in dtypes.items():
-            for n in SIZES:
-                def one():
-                    a = torch.randn(n, n, device=dev).to(dt)
-                    b = torch.randn(n, n, device=dev).to(dt)
-                    k = max(1, math.ceil(FLOP_BUDGET / (2 * n ** 3)))
-
-                    def sample():
-                        for _ in range(k):
-                            c = a @ b
-                        sync()
-                        return c
-                    r, _ = timed(sample, per=k)
-                    return {"dtype": dname, "n": n, "k": k, "tflops": 2 * n ** 3 / (r["ms"] * 1e9), **r}
-                run_case("matmul", base, one, dtype=dname, n=n)
+        randn = lambda d, n: torch.randn(n, n, device=dev).to(dtypes[d])
+        matmul_cases(base, lambda d, n: (randn(d, n), randn(d, n)), lambda d, a, b: a @ b,
+                     lambda c: sync())
 
     def train(model, x, y, loss_fn):
         model = model.to(dev)
@@ -183,16 +206,17 @@ def torch_impl():
             out = loss.item()
             sync()
             return out
-        r, loss = timed(step)
-        return {"dtype": "f32", "n": None, "final_loss": loss, **r}
+        r, first, last = timed(step)
+        return {"dtype": "f32", "n": None, "first_loss": first, "final_loss": last, **r}
 
     def mlp():
         s = MLP["sizes"]
         layers = []
-        for i, (a, b) in enumerate(zip(s[:-1], s[1:])):
+        for i, (a, b) in enumerate(itertools.pairwise(s)):
             layers += [nn.Linear(a, b)] + ([nn.ReLU()] if i < len(s) - 2 else [])
         x, y = x_mlp()
-        return {"batch": MLP["batch"], **train(nn.Sequential(*layers), t(x), t(y, torch.long), F.cross_entropy)}
+        return {"batch": MLP["batch"],
+                **train(nn.Sequential(*layers), t(x), t(y, torch.long), F.cross_entropy)}
 
     def cnn():
         model = nn.Sequential(nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2, 2),
@@ -218,7 +242,7 @@ def torch_impl():
 
         def forward(self, x):
             B, S, E = x.shape
-            heads = lambda z: z.view(B, S, self.h, E // self.h).transpose(1, 2)  # noqa: E731
+            heads = lambda z: z.view(B, S, self.h, E // self.h).transpose(1, 2)
             a = self.ln1(x)
             q, k, v = self.rope(heads(self.q(a))), self.rope(heads(self.k(a))), heads(self.v(a))
             att = F.scaled_dot_product_attention(q, k, v, is_causal=True)
@@ -251,9 +275,12 @@ def torch_impl():
             return r
         return {"dtype": "f32", "n": SORT_N, **timed(sample)[0]}
 
-    cleanup = torch.cuda.empty_cache if gpu else (lambda: None)
-    return base, cleanup, dict(matmul=matmul, mlp=mlp, cnn=cnn, transformer=transformer,
-                               embedding_grad=embedding_grad, sort=sort)
+    def cleanup():  # after each case: its tensors (or an OOM's) go back to the device
+        gc.collect()
+        if gpu:
+            torch.cuda.empty_cache()
+    return base, cleanup, {"matmul": matmul, "mlp": mlp, "cnn": cnn, "transformer": transformer,
+                           "embedding_grad": embedding_grad, "sort": sort}
 
 
 # ---------------------------------------------------------------- jax
@@ -262,7 +289,6 @@ def jax_impl():
 
     import jax
     import jax.numpy as jnp
-    import numpy as np
     import optax
     from jax import lax
 
@@ -275,31 +301,23 @@ def jax_impl():
     try:
         import jaxlib
         from jax.extend import backend
-        extra = {"jaxlib": jaxlib.__version__, "platform_version": backend.get_backend().platform_version}
+        extra = {"jaxlib": jaxlib.__version__,
+                 "platform_version": backend.get_backend().platform_version}
     except Exception as e:  # noqa: BLE001 - informational only
         extra = {"jaxlib": None, "platform_version": repr(e)}
-    emit({"case": "env", **base, **extra, "driver": driver_version(), "platform": args.platform})
-    f32 = lambda a: jnp.asarray(np.asarray(a, np.float32))  # noqa: E731
-    keys = iter(jax.random.split(jax.random.key(0), 64))
+    emit({"case": "env", **base, **extra, "driver": driver_version(), "platform": args.platform,
+          "matmul_precision": getattr(jax.config, "jax_default_matmul_precision", None)})
+    f32 = lambda a: jnp.asarray(np.asarray(a, np.float32))
+    counter = iter(range(1 << 30))
+    new_key = lambda: jax.random.fold_in(jax.random.key(0), next(counter))
     dtypes = {"f32": jnp.float32, "f16": jnp.float16, "bf16": jnp.bfloat16}
 
     def matmul():
-        for dname, dt in dtypes.items():
-            prec = lax.Precision.HIGHEST if dname == "f32" else None
-            mm = jax.jit(partial(jnp.matmul, precision=prec))
-            for n in SIZES:
-                def one():
-                    a = jax.random.normal(next(keys), (n, n), jnp.float32).astype(dt)
-                    b = jax.random.normal(next(keys), (n, n), jnp.float32).astype(dt)
-                    k = max(1, math.ceil(FLOP_BUDGET / (2 * n ** 3)))
-
-                    def sample():
-                        for _ in range(k):
-                            c = mm(a, b)
-                        return c.block_until_ready()
-                    r, _ = timed(sample, per=k)
-                    return {"dtype": dname, "n": n, "k": k, "tflops": 2 * n ** 3 / (r["ms"] * 1e9), **r}
-                run_case("matmul", base, one, dtype=dname, n=n)
+        highest = {"f32": lax.Precision.HIGHEST}
+        mm = {d: jax.jit(partial(jnp.matmul, precision=highest.get(d))) for d in dtypes}
+        randn = lambda d, n: jax.random.normal(new_key(), (n, n)).astype(dtypes[d])
+        matmul_cases(base, lambda d, n: (randn(d, n), randn(d, n)), lambda d, a, b: mm[d](a, b),
+                     lambda c: c.block_until_ready())
 
     def linear(key, i, o, bias=True):  # weight (o, i), bias (o,): uniform +-1/sqrt(i), as kiln
         kw, kb = jax.random.split(key)
@@ -329,15 +347,15 @@ def jax_impl():
             jax.block_until_ready((p, s))
             state[:] = [p, s]
             return float(loss)
-        r, loss = timed(sample)
-        return {"dtype": "f32", "n": None, "final_loss": loss, **r}
+        r, first, last = timed(sample)
+        return {"dtype": "f32", "n": None, "first_loss": first, "final_loss": last, **r}
 
     def ce(logits, y):
         return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
 
     def mlp():
         s = MLP["sizes"]
-        params = [linear(next(keys), a, b) for a, b in zip(s[:-1], s[1:])]
+        params = [linear(new_key(), a, b) for a, b in itertools.pairwise(s)]
 
         def loss_fn(params, x, y):
             for p in params[:-1]:
@@ -361,8 +379,8 @@ def jax_impl():
         def pool(x):
             return lax.reduce_window(x, -jnp.inf, lax.max, (1, 1, 2, 2), (1, 1, 2, 2), "VALID")
 
-        params = {"c1": conv_init(next(keys), 1, 32), "c2": conv_init(next(keys), 32, 64),
-                  "fc": linear(next(keys), 64 * 7 * 7, 10)}
+        params = {"c1": conv_init(new_key(), 1, 32), "c2": conv_init(new_key(), 32, 64),
+                  "fc": linear(new_key(), 64 * 7 * 7, 10)}
 
         def loss_fn(p, x, y):
             h = pool(jax.nn.relu(conv(p["c1"], x)))
@@ -375,10 +393,10 @@ def jax_impl():
         e, nh, s = TF["embed"], TF["heads"], TF["seq"]
         d = e // nh
         cos, sin = (f32(a) for a in rope_tables(s, d))
-        ln = lambda: {"w": jnp.ones(e), "b": jnp.zeros(e)}  # noqa: E731
-        params = {"ln1": ln(), "ln2": ln(), "fc1": linear(next(keys), e, 4 * e),
-                  "fc2": linear(next(keys), 4 * e, e),
-                  **{n: linear(next(keys), e, e, bias=False) for n in ("q", "k", "v", "o")}}
+        ln = lambda: {"w": jnp.ones(e), "b": jnp.zeros(e)}
+        params = {"ln1": ln(), "ln2": ln(), "fc1": linear(new_key(), e, 4 * e),
+                  "fc2": linear(new_key(), 4 * e, e),
+                  **{n: linear(new_key(), e, e, bias=False) for n in ("q", "k", "v", "o")}}
 
         def layer_norm(p, x):
             c = x - x.mean(-1, keepdims=True)
@@ -390,15 +408,17 @@ def jax_impl():
 
         def block(p, x):
             B = x.shape[0]
-            heads = lambda z: z.reshape(B, s, nh, d).transpose(0, 2, 1, 3)  # noqa: E731
+            heads = lambda z: z.reshape(B, s, nh, d).transpose(0, 2, 1, 3)
             a = layer_norm(p["ln1"], x)
-            q, k, v = rope(heads(dense(p["q"], a))), rope(heads(dense(p["k"], a))), heads(dense(p["v"], a))
+            q, k = rope(heads(dense(p["q"], a))), rope(heads(dense(p["k"], a)))
+            v = heads(dense(p["v"], a))
             logits = (q * (1.0 / math.sqrt(d))) @ k.swapaxes(-1, -2)
             mask = jnp.tril(jnp.ones((s, s), bool))
             logits = jnp.where(mask, logits, jnp.finfo(logits.dtype).min)
             att = jax.nn.softmax(logits, axis=-1) @ v
             h = x + dense(p["o"], att.transpose(0, 2, 1, 3).reshape(B, s, e))
-            return h + dense(p["fc2"], jax.nn.gelu(dense(p["fc1"], layer_norm(p["ln2"], h)), approximate=True))
+            m = jax.nn.gelu(dense(p["fc1"], layer_norm(p["ln2"], h)), approximate=True)
+            return h + dense(p["fc2"], m)
 
         def loss_fn(p, x, _):
             out = block(p, x)
@@ -406,22 +426,22 @@ def jax_impl():
         return {**TF, "attention": "jnp", **train(loss_fn, params, f32(x_transformer()), None)}
 
     def embedding_grad():
-        ids = jax.random.randint(next(keys), (EMB["tokens"],), 0, EMB["vocab"])
-        table = jax.random.normal(next(keys), (EMB["vocab"], EMB["dim"]))
-        w = jax.random.normal(next(keys), (EMB["tokens"], EMB["dim"]))
+        ids = jax.random.randint(new_key(), (EMB["tokens"],), 0, EMB["vocab"])
+        table = jax.random.normal(new_key(), (EMB["vocab"], EMB["dim"]))
+        w = jax.random.normal(new_key(), (EMB["tokens"], EMB["dim"]))
         # ids and weights are arguments: as constants XLA would fold the scatter.
         g = jax.jit(jax.grad(lambda t, i, v: jnp.sum(jnp.take(t, i, axis=0) * v)))
         return {"dtype": "f32", "n": None, **EMB,
                 **timed(lambda: g(table, ids, w).block_until_ready())[0]}
 
     def sort():
-        x = jax.random.uniform(next(keys), (SORT_N,))
+        x = jax.random.uniform(new_key(), (SORT_N,))
         srt = jax.jit(jnp.sort)
         return {"dtype": "f32", "n": SORT_N, **timed(lambda: srt(x).block_until_ready())[0]}
 
-    import gc
-    return base, gc.collect, dict(matmul=matmul, mlp=mlp, cnn=cnn, transformer=transformer,
-                                  embedding_grad=embedding_grad, sort=sort)
+    return base, gc.collect, {"matmul": matmul, "mlp": mlp, "cnn": cnn,
+                              "transformer": transformer, "embedding_grad": embedding_grad,
+                              "sort": sort}
 
 
 CASE_NAMES = {"matmul": "matmul", "mlp": "mlp_step", "cnn": "cnn_step",
@@ -442,7 +462,7 @@ if __name__ == "__main__":
     base, CLEANUP, cases = (torch_impl if args.impl == "torch" else jax_impl)()
     for c in args.cases.split(","):
         if c not in cases:
-            emit({"case": c, "impl": args.impl, "error": f"unknown case (one of {', '.join(cases)})"})
+            emit({"case": c, "impl": args.impl, "error": f"unknown case, not in {list(cases)}"})
         elif c == "matmul":
             cases[c]()  # one line (or error) per dtype and n
         else:

@@ -1,11 +1,18 @@
 #!/usr/bin/env bash
 # Runs on the device machine (repo root = cwd of `run`): unpacks .gpu/bundle.tar.gz,
-# prints the GPU/Vulkan setup, runs kiln's Vulkan test binaries with the Khronos
-# validation layer on (CI's vulkan_env), then bench_vulkan via bench/run_vulkan.py,
-# then CI's extra Vulkan variants while time is left. Everything stays inside
-# DEADLINE seconds (default 470) so a `run` with timeout_s=540 ends cleanly.
-# Files back in $OUT: summary.txt (streamed), logs.tgz (refreshed after each
-# step; per-binary logs), bench.txt.
+# prints the GPU/Vulkan setup, then in this order (issue 40), each step inside
+# what is left of DEADLINE seconds (default 420, for a `run` with timeout_s=480):
+#  1. kiln's Vulkan suites with the Khronos validation layer on (CI's
+#     vulkan_env), one pass, at most SUITE_BUDGET seconds (default 150) in all;
+#  2. the GPU table: build/bench/gpu_steps and ops_bench (kiln, Vulkan) beside
+#     bench/peers/gpu_peers.py --impl torch and --impl jax (CUDA), one process
+#     each, joined by bench/run_gpu.py into table.md (rewritten after each step);
+#  3. the kernel profile of kiln's transformer and MLP steps (KILN_VK_PROFILE);
+#  4. with FULL=1, CI's other Vulkan variants and bench_vulkan while time is left.
+# Files back in $OUT: summary.txt (streamed), table.md, profile.txt, logs.tgz
+# (every log and raw JSON line). Local dry run on lavapipe (no GPU):
+#   SKIP_GL=1 STEPS_ARGS=--small PEERS_ARGS="--platform cpu --small" OUT=/tmp/o \
+#     bash scripts/gpu/device_run.sh
 set -u
 cd "$(dirname "$0")/../.."
 root=$PWD
@@ -14,7 +21,8 @@ OUT=${OUT:-/tmp/kiln-out}
 mkdir -p "$OUT"
 L=/tmp/kiln-logs
 rm -rf "$L" /tmp/kc && mkdir -p "$L" /tmp/kc
-DEADLINE=${DEADLINE:-470}
+DEADLINE=${DEADLINE:-420}
+SUITE_BUDGET=${SUITE_BUDGET:-150}
 S=$OUT/summary.txt
 say() { echo "$*" | tee -a "$S"; }
 left() { echo $((DEADLINE - SECONDS)); }
@@ -23,7 +31,7 @@ pack_logs() { tar -C "$L" -czf "$OUT/logs.tgz.tmp" . && mv "$OUT/logs.tgz.tmp" "
 tar -xzf "$G/bundle.tar.gz" -C "$G" || { say "unpack failed"; exit 1; }
 # The image's libGLX_nvidia (the Vulkan ICD) needs glvnd: Debian's glvnd/loader
 # packages (.gpu/gl, from pack.sh), unpacked into / as the device README says.
-for f in "$G"/gl/*.deb; do dpkg -x "$f" /; done; ldconfig
+[ -n "${SKIP_GL:-}" ] || { for f in "$G"/gl/*.deb; do dpkg -x "$f" /; done; ldconfig; }
 export LD_LIBRARY_PATH=$G/lib VK_LAYER_PATH=$G/layers
 ICD=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 {
@@ -62,6 +70,7 @@ export KILN_GOLDEN_DIR=$root/tests/golden KILN_COMPILE_FAIL_DIR=$root/tests/comp
 run_test() {
   local name=$1 cap=$2 bin=$3; shift 3
   local t=$(left); [ "$t" -gt "$cap" ] && t=$cap
+  if [ -n "${SUITES_END:-}" ]; then local s=$((SUITES_END - SECONDS)); [ "$t" -gt "$s" ] && t=$s; fi
   if [ "$t" -lt 15 ]; then say "== $name: SKIPPED (no time left)"; return; fi
   local log=$L/$name.log t0=$SECONDS
   echo "== $name: $bin $* (timeout ${t}s) env: $(env | grep -E '^KILN_|^VK_' | sort | tr '\n' ' ')" > "$log"
@@ -77,33 +86,49 @@ run_test() {
 # The doctest filter of suite $1 in test_kiln (tests/test_suites.txt).
 only() { awk -v g="$1" '$1 == g {print $2}' "$G/bin/test_suites.txt"; }
 
-say "== tests (deadline ${DEADLINE}s, $(left)s left)"
-run_test vulkan_stream 60 test_kiln "$(only vulkan_stream)"
-run_test backend_ops 90 test_kiln "$(only backend_ops)"
-run_test ops 90 test_kiln "$(only ops)"
-run_test vulkan 150 test_kiln "$(only vulkan)"
-run_test fusion 90 test_fusion
-run_test autodiff 90 test_kiln "$(only autodiff)"
-run_test jit 90 test_kiln "$(only jit)"
-run_test modules 90 test_kiln "$(only modules)"
+say "== 1. tests (deadline ${DEADLINE}s, $(left)s left, suites ${SUITE_BUDGET}s)"
+SUITES_END=$((SECONDS + SUITE_BUDGET))
+run_test vulkan_stream 40 test_kiln "$(only vulkan_stream)"
+run_test vulkan 60 test_kiln "$(only vulkan)"
+run_test backend_ops 60 test_kiln "$(only backend_ops)"
+run_test fusion 45 test_fusion
+run_test ops 45 test_kiln "$(only ops)"
+run_test autodiff 45 test_kiln "$(only autodiff)"
+run_test jit 45 test_kiln "$(only jit)"
+run_test modules 45 test_kiln "$(only modules)"
+unset SUITES_END
 
-# ops bench (kiln vulkan, bench/ops_bench) and its JAX peers (GPU, then CPU for
-# reference); no validation or key checks. Files: ops_bench.txt, jax_gpu.txt, jax_cpu.txt.
-run_step() {  # run_step NAME CAP OUTFILE cmd... (OUTFILE under $OUT; stdout+stderr)
-  local name=$1 cap=$2 f=$OUT/$3; shift 3
+# 2. The GPU table. No validation, no key checks (they would measure the layer).
+run_step() {  # run_step NAME CAP FILE cmd... (FILE under $L; stdout, stderr to FILE.err)
+  local name=$1 cap=$2 f=$L/$3; shift 3
   local t=$(left); [ "$t" -gt "$cap" ] && t=$cap
   if [ "$t" -lt 20 ]; then say "== $name: SKIPPED ($(left)s left)"; return; fi
   local t0=$SECONDS
-  KILN_VALIDATION=0 KILN_VK_CHECK_KEYS=0 PYTHONUNBUFFERED=1 timeout -k 5 "$t" "$@" > "$f" 2>&1
+  KILN_VALIDATION=0 KILN_VK_CHECK_KEYS=0 PYTHONUNBUFFERED=1 timeout -k 5 "$t" "$@" > "$f" 2> "$f.err"
   local rc=$?
   say "== $name: rc=$rc in $((SECONDS - t0))s$([ $rc = 124 ] && echo ' TIMEOUT') (timeout ${t}s)"
-  grep -v '^{' "$f" | tail -6 | cut -c1-300 | sed 's/^/   /' | tee -a "$S"
-  grep '^{' "$f" | cut -c1-600 | sed 's/^/   /' | tee -a "$S"
+  tail -4 "$f.err" | cut -c1-300 | sed 's/^/   /' | tee -a "$S"
+  python3 bench/run_gpu.py "$L"/*.jsonl > "$OUT/table.md" 2>> "$L/table.err"
+  pack_logs
 }
-run_step ops_bench 120 ops_bench.txt env KILN_DEVICE=vulkan "$G/bin/ops_bench" --reps 5
-run_step jax_ops_gpu 120 jax_gpu.txt python3 bench/peers/jax_ops.py --platform gpu --repetitions 5
-run_step jax_ops_cpu 90 jax_cpu.txt python3 bench/peers/jax_ops.py --platform cpu --repetitions 5
+say "== 2. GPU table ($(left)s left)"
+run_step kiln_steps 150 kiln_steps.jsonl env KILN_DEVICE=vulkan "$G/bin/gpu_steps" --reps 5 ${STEPS_ARGS:-}
+run_step kiln_ops 60 kiln_ops.jsonl env KILN_DEVICE=vulkan "$G/bin/ops_bench" --reps 5 ${OPS_ARGS:-}
+run_step torch 100 torch.jsonl python3 bench/peers/gpu_peers.py --impl torch ${PEERS_ARGS:-}
+run_step jax 140 jax.jsonl python3 bench/peers/gpu_peers.py --impl jax ${PEERS_ARGS:-}
+cat "$OUT/table.md" | tee -a "$S"
 
+# 3. Where kiln's step time goes: device time per kernel kind.
+say "== 3. kernel profile ($(left)s left)"
+: > "$OUT/profile.txt"
+for c in transformer mlp; do
+  run_step "profile_$c" 60 "profile_$c.jsonl.txt" \
+    env KILN_DEVICE=vulkan "$G/bin/gpu_steps" --cases "$c" --reps 5 --profile ${STEPS_ARGS:-}
+  { echo "== $c step"; grep -v '^{' "$L/profile_$c.jsonl.txt.err"; } >> "$OUT/profile.txt"
+done
+head -40 "$OUT/profile.txt" | tee -a "$S"
+
+if [ -n "${FULL:-}" ]; then
 # bench: no validation, no key checks (they would measure the layer).
 if [ "$(left)" -gt 70 ] && [ -x "$G/bin/bench_vulkan" ]; then
   mkdir -p /tmp/bb/bench && ln -sf "$G/bin/bench_vulkan" /tmp/bb/bench/bench_vulkan
@@ -127,5 +152,6 @@ KILN_VK_DISABLE_TEXEL_LOADS=1 KILN_VK_DISABLE_PUSH_DESCRIPTOR=1 run_test vulkan_
 KILN_VK_MAX_STORAGE_BUFFER_RANGE=256 run_test fusion_addresses 60 test_fusion
 # ops_bench once under the validation layer and key checks (bitonic sort, scatter_add at size).
 run_test ops_bench_validated 60 ops_bench --reps 1
+fi
 say "== done at ${SECONDS}s"
 pack_logs

@@ -7,7 +7,7 @@
 # the device machine (another OS image, no Debian packages). .gpu/ is in .gitignore, so it travels only when `run` names it in `carry`.
 # Rerun after a rebuild:  bash scripts/gpu/pack.sh
 # On the device (the device tool, docs/ARCHITECTURE.md "Testing on a real GPU"):
-#   run(command="DEADLINE=470 bash scripts/gpu/device_run.sh", carry=[".gpu"], timeout_s=540)
+#   run(command="bash scripts/gpu/device_run.sh", carry=[".gpu"], timeout_s=480)
 set -euo pipefail
 src="$(cd "$(dirname "$0")" && pwd)"   # scripts/gpu: devinfo.c
 root="$(cd "$src/../.." && pwd)"
@@ -26,7 +26,7 @@ bins=()
 for t in "${tests[@]}"; do
   if [ -x "$build/tests/$t" ]; then bins+=("$build/tests/$t"); else echo "pack: MISSING $build/tests/$t" >&2; fi
 done
-for b in bench_vulkan ops_bench; do
+for b in bench_vulkan ops_bench gpu_steps; do
   if [ -x "$build/bench/$b" ]; then bins+=("$build/bench/$b"); else echo "pack: no $b" >&2; fi
 done
 for b in "${bins[@]}"; do strip --strip-debug -o "$stage/bin/$(basename "$b")" "$b"; done
