@@ -36,6 +36,7 @@ constexpr Spec kTable[] = {
     {"KILN_VK_DISABLE_BUFFER_ADDRESS", Kind::kFlag},
     {"KILN_VK_MAX_STORAGE_BUFFER_RANGE", Kind::kCount, 256, kMax},
     {"KILN_VK_DISABLE_TEXEL_LOADS", Kind::kFlag},
+    {"KILN_VK_DISABLE_COOPMAT", Kind::kFlag},
     {"KILN_VK_MAP_GROUP_CAP", Kind::kCount, 1, 0xffffffffu},
     {"KILN_VK_MAX_GROUP_COUNT", Kind::kCount, 1, 0xffffffffu},
     {"KILN_VK_CHECK_KEYS", Kind::kFlag},

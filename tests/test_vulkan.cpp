@@ -28,6 +28,8 @@
 #include "kiln/backends/vulkan/context.hpp"
 #include "kiln/backends/vulkan/disk_cache.hpp"
 #include "kiln/backends/vulkan/external.hpp"
+#include "kiln/backends/vulkan/kernels.hpp"
+#include "kiln/backends/vulkan/spirv.hpp"
 #include "kiln/backends/vulkan/memory.hpp"
 #include "kiln/backends/vulkan/pipeline.hpp"
 
@@ -1135,4 +1137,52 @@ TEST_CASE("a child fork()ed after Vulkan was initialised gets a DeviceError, not
   CHECK(out.find("cpu 12") != std::string::npos);
   // The parent goes on.
   CHECK(sum(a).item<float>() == 8.0f);
+}
+
+// f16 matmul takes the tensor cores where the device has cooperative matrices
+// (Capabilities::coopmat; a GPU such as NVIDIA's), else the FMA kernels. Integer
+// inputs in [-3, 3] keep every product and sum exact (|sum| <= 9 K < 2048), so
+// the device must give the CPU's bits. Shapes: whole 128 x 128 blocks, tiles
+// past M and N (multiples of 16, not of 128), batches with a broadcast operand,
+// and a shape the cooperative kernel leaves to the FMA path (N % 16 != 0).
+TEST_CASE("f16 matmul on cooperative matrices (where the device has them) equals the CPU") {
+  if (!vk::Context::get(0).caps().storage_16bit) {
+    MESSAGE("skipped: no f16 arrays on this device");
+    return;
+  }
+  const std::string coop = vk::Context::get(0).caps().coopmat ? "yes" : "no";
+  MESSAGE("cooperative matrices: " << coop);
+  const auto ints = [](const Shape& s) {
+    const auto n = static_cast<std::size_t>(numel(s));
+    std::uniform_int_distribution<int> pick(-3, 3);
+    std::vector<float> v(n);
+    for (auto& x : v) x = static_cast<float>(pick(rng()));
+    return astype(Array::from_data<float>(v, s), f16);
+  };
+  const std::vector<std::pair<Shape, Shape>> cases = {
+      {{128, 64}, {64, 128}}, {{256, 80}, {80, 384}}, {{144, 48}, {48, 80}},
+      {{16, 16}, {16, 16}},   {{3, 32, 16}, {3, 16, 48}}, {{2, 1, 48, 32}, {3, 32, 64}},
+      {{64, 32}, {32, 40}}};
+  for (const auto& [sa, sb] : cases) {
+    CAPTURE(to_string(sa));
+    CAPTURE(to_string(sb));
+    const Array a = ints(sa), b = ints(sb);
+    const Array want = matmul(a, b);
+    const Array got = matmul(to_device(a, kGpu), to_device(b, kGpu));
+    REQUIRE(got.dtype() == f16);
+    REQUIRE(got.shape() == want.shape());
+    CHECK(astype(got, f32).to_vector<float>() == astype(want, f32).to_vector<float>());
+  }
+}
+
+// The cooperative kernel's SPIR-V assembles and passes SPIRV-Tools' Vulkan
+// validation on every machine, with or without the extension to run it.
+TEST_CASE("the cooperative-matrix matmul kernel is valid SPIR-V for 32- and 64-wide subgroups") {
+  for (std::uint32_t sg : {32u, 64u}) {
+    const Aval out{f16, {3, 144, 80}};
+    const vk::MatmulSpec s = vk::matmul_spec({3, 144, 48}, {48, 80}, out);
+    const vk::KernelSource src = vk::coop_matmul_source(s, sg);
+    CHECK(src.text.find("OpCooperativeMatrixMulAddNV") != std::string::npos);
+    CHECK_NOTHROW(vk::spv::assemble(src.text, false));
+  }
 }

@@ -255,7 +255,7 @@ struct ContextFactory {
     vkGetPhysicalDeviceProperties2(phys, &p3);
     caps.max_allocation_size = m3.maxMemoryAllocationSize;
 
-    bool has_push = false;
+    bool has_push = false, has_coop = false;
     {
       std::uint32_t n = 0;
       KILN_VK(vkEnumerateDeviceExtensionProperties(phys, nullptr, &n, nullptr));
@@ -264,6 +264,9 @@ struct ContextFactory {
       for (const auto& e : exts) {
         if (std::strcmp(e.extensionName, VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME) == 0) {
           has_push = true;
+        }
+        if (std::strcmp(e.extensionName, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME) == 0) {
+          has_coop = true;
         }
       }
     }
@@ -278,6 +281,7 @@ struct ContextFactory {
     q.disable_texel_loads = q.disable_texel_loads || env_flag("KILN_VK_DISABLE_TEXEL_LOADS");
     q.disable_buffer_address =
         q.disable_buffer_address || env_flag("KILN_VK_DISABLE_BUFFER_ADDRESS");
+    q.disable_coopmat = q.disable_coopmat || env_flag("KILN_VK_DISABLE_COOPMAT");
     if (cpu && !q.disable_texel_loads) {
       caps.texel_loads = true;
       for (VkFormat f : {VK_FORMAT_R32G32B32A32_SFLOAT, VK_FORMAT_R32G32B32A32_SINT,
@@ -313,6 +317,14 @@ struct ContextFactory {
       caps.address_int8 = caps.buffer_device_address && caps.storage_8bit && f12.shaderInt8;
       caps.address_float16 = caps.buffer_device_address && caps.storage_16bit && f12.shaderFloat16;
       caps.address_int16 = caps.buffer_device_address && caps.bf16 && f2.features.shaderInt16;
+      VkPhysicalDeviceCooperativeMatrixFeaturesNV coop{
+          VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV};
+      if (has_coop && !q.disable_coopmat && caps.storage_16bit && f12.shaderFloat16) {
+        VkPhysicalDeviceFeatures2 fc{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
+        fc.pNext = &coop;
+        vkGetPhysicalDeviceFeatures2(phys, &fc);
+        caps.coopmat = coop.cooperativeMatrix && coop_shape_supported(phys);
+      }
       c->family_ = compute_family(phys, c->props_.deviceName);
       float priority = 1.0f;
       VkDeviceQueueCreateInfo qi{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};
@@ -329,19 +341,28 @@ struct ContextFactory {
       e12.storageBuffer8BitAccess = caps.storage_8bit;
       e12.bufferDeviceAddress = caps.buffer_device_address;
       e12.shaderInt8 = caps.address_int8;
-      e12.shaderFloat16 = caps.address_float16;
+      e12.shaderFloat16 = caps.address_float16 || caps.coopmat;
       VkPhysicalDeviceFeatures2 e2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2};
       e2.pNext = &e11;
       e2.features.shaderFloat64 = caps.float64;
       e2.features.shaderInt64 = caps.int64;
       e2.features.shaderInt16 = caps.address_int16;
-      const char* push_ext = VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME;
+      std::vector<const char*> exts;
+      if (caps.push_descriptor) exts.push_back(VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME);
+      VkPhysicalDeviceCooperativeMatrixFeaturesNV ecoop{
+          VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV};
+      if (caps.coopmat) {
+        exts.push_back(VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME);
+        ecoop.cooperativeMatrix = VK_TRUE;
+        ecoop.pNext = e2.pNext;
+        e2.pNext = &ecoop;
+      }
       VkDeviceCreateInfo di{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO};
       di.pNext = &e2;
       di.queueCreateInfoCount = 1;
       di.pQueueCreateInfos = &qi;
-      di.enabledExtensionCount = caps.push_descriptor ? 1 : 0;
-      di.ppEnabledExtensionNames = &push_ext;
+      di.enabledExtensionCount = static_cast<std::uint32_t>(exts.size());
+      di.ppEnabledExtensionNames = exts.data();
       KILN_VK(vkCreateDevice(phys, &di, nullptr, &c->device_));
       vkGetDeviceQueue(c->device_, c->family_, 0, &c->queue_);
     }
@@ -358,6 +379,26 @@ struct ContextFactory {
     }
     c->init_objects();
     return c;
+  }
+
+  // The device offers 16 x 16 x 16 subgroup matrices, f16 x f16 + f32 -> f32.
+  static bool coop_shape_supported(VkPhysicalDevice phys) {
+    auto get = reinterpret_cast<PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesNV>(
+        vkGetInstanceProcAddr(instance(), "vkGetPhysicalDeviceCooperativeMatrixPropertiesNV"));
+    if (get == nullptr) return false;
+    std::uint32_t n = 0;
+    if (get(phys, &n, nullptr) != VK_SUCCESS) return false;
+    std::vector<VkCooperativeMatrixPropertiesNV> props(
+        n, VkCooperativeMatrixPropertiesNV{VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_NV});
+    if (get(phys, &n, props.data()) != VK_SUCCESS) return false;
+    for (const auto& p : props) {
+      if (p.MSize == 16 && p.NSize == 16 && p.KSize == 16 && p.AType == VK_COMPONENT_TYPE_FLOAT16_NV &&
+          p.BType == VK_COMPONENT_TYPE_FLOAT16_NV && p.CType == VK_COMPONENT_TYPE_FLOAT32_NV &&
+          p.DType == VK_COMPONENT_TYPE_FLOAT32_NV && p.scope == VK_SCOPE_SUBGROUP_NV) {
+        return true;
+      }
+    }
+    return false;
   }
 
   static std::uint32_t compute_family(VkPhysicalDevice phys, const char* name) {

@@ -88,6 +88,12 @@ struct Capabilities {
   bool texel_loads = false;
   std::uint64_t max_texel_buffer_elements = 0;
   std::uint64_t min_texel_buffer_offset_alignment = 0;
+  // Tensor cores: VK_NV_cooperative_matrix with 16 x 16 x 16 f16 x f16 -> f32
+  // subgroup matrices (and shaderFloat16, enabled with it). f16 matmul then
+  // runs on them (kernel_matmul.cpp). KILN_VK_DISABLE_COOPMAT=1 turns it off.
+  // (VK_KHR_cooperative_matrix, which also has bf16, needs SPIRV-Tools and
+  // Vulkan headers newer than Debian 12's to assemble and validate.)
+  bool coopmat = false;
   // Timestamps on the compute queue (Stream's kernel profile): nanoseconds per
   // tick, 0 where the queue family has none; the valid bits of a timestamp.
   double timestamp_period = 0.0;
@@ -106,6 +112,7 @@ struct Quirks {
   bool pipeline_cache_header_only = false;  // driver returns no pipeline data
   bool disable_texel_loads = false;     // KILN_VK_DISABLE_TEXEL_LOADS=1
   bool disable_buffer_address = false;  // KILN_VK_DISABLE_BUFFER_ADDRESS=1
+  bool disable_coopmat = false;         // KILN_VK_DISABLE_COOPMAT=1
   // The driver ends a kernel's loops after this many iterations per invocation,
   // counted over all its loops (0: no limit). llvmpipe: 65535 (gallivm's
   // LP_MAX_TGSI_LOOP_ITERATIONS). Kernels keep each invocation's iterations

@@ -1,9 +1,13 @@
 // Batched matmul, two designs chosen by Capabilities::matmul_shared_tiles.
 //
 // Shared-memory tiles (GPUs): a workgroup of T x T invocations computes a
-// (4T x 4T) block of the output, 4 x 4 outputs per invocation, walking K in
-// steps of 16 through tiles of A and B staged in workgroup memory. Edges are
-// handled by zero-filling the tiles (loads use a clamped index).
+// (8T x 8T) block of the output, 8 x 8 outputs per invocation, walking K in
+// steps of 16 through tiles of A and B staged in workgroup memory. Invocation
+// (tx, ty) owns rows ty + i T and columns tx + j T: neighbouring invocations
+// read neighbouring words of the B tile (no bank conflicts) and store
+// neighbouring columns. Edges are handled by zero-filling the tiles (loads use
+// a clamped index). f16 products without an epilogue take cooperative
+// matrices instead where the device has them (below).
 //
 // Register tiles (CPU-type devices): no shared memory and no barriers (a CPU
 // implementation pays for each barrier by saving and resuming every SIMD slice
@@ -118,9 +122,119 @@ RegisterPlan register_plan(const Context& ctx, const MatmulSpec& s) {
   return p;
 }
 
+// Cooperative-matrix design (Capabilities::coopmat, f16 products without an
+// epilogue): the tensor cores through SPV_NV_cooperative_matrix. A workgroup of
+// kWarps x kWarps subgroups computes a 128 x 128 block; each subgroup owns
+// kTiles x kTiles output tiles of 16 x 16, accumulated in f32 and stored
+// rounded to f16. Per K step of 16 a subgroup loads its kTiles A tiles and
+// kTiles B tiles straight from the arrays (row-major, the L1 and L2 caches
+// share them between subgroups) and issues kTiles^2 multiply-adds. M, N and K
+// are multiples of 16 (the tiles' loads are unguarded): tiles past M or N load
+// the last tile's rows or columns instead and are not stored.
+constexpr std::uint32_t kWarps = 2, kTiles = 4, kTile = 16;
+
+bool coop_fits(const Context& ctx, const MatmulSpec& s, std::uint32_t addressed) {
+  return ctx.caps().coopmat && s.dtype == DType::kF16 && s.fused == nullptr && addressed == 0 &&
+         s.m % kTile == 0 && s.n % kTile == 0 && s.k % kTile == 0 && aligned(s.a_batch, 8) &&
+         aligned(s.b_batch, 8);
+}
+
+}  // namespace
+
+KernelSource coop_matmul_source(const MatmulSpec& s, std::uint32_t sg_size) {
+  const auto u = [](std::int64_t x) { return static_cast<std::uint32_t>(x); };
+  const std::uint32_t block = kWarps * kTiles * kTile;
+  Builder b(kWarps * kWarps * sg_size, 0);
+  const int A = b.buffer(DType::kF16, true);
+  const int B = b.buffer(DType::kF16, true);
+  const int C = b.buffer(DType::kF16, false);
+  const std::string t16 = b.coop_type(DType::kF16, kTile, kTile);
+  const std::string t32 = b.coop_type(DType::kF32, kTile, kTile);
+  const auto add = [&](const Val& x, const Val& y) { return b.op("OpIAdd", Ty::kU32, {x, y}); };
+  const auto mul = [&](const Val& x, const Val& y) { return b.op("OpIMul", Ty::kU32, {x, y}); };
+  const auto umin = [&](const Val& x, const Val& y) { return b.glsl("UMin", Ty::kU32, {x, y}); };
+  const Val M = b.u32(u(s.m)), N = b.u32(u(s.n)), K = b.u32(u(s.k));
+  const Val sg = b.subgroup_id();
+  const Val sx = b.op("OpUMod", Ty::kU32, {sg, b.u32(kWarps)});
+  const Val sy = b.op("OpUDiv", Ty::kU32, {sg, b.u32(kWarps)});
+  const Val row0 = add(mul(b.workgroup_id(1), b.u32(block)), mul(sy, b.u32(kTiles * kTile)));
+  const Val col0 = add(mul(b.workgroup_id(0), b.u32(block)), mul(sx, b.u32(kTiles * kTile)));
+  const Val bz = b.workgroup_id(2);
+  const Val abase = add(b.u32(u(s.a_batch.offset)), offset_of(b, bz, s.batch, s.a_batch.strides));
+  const Val bbase = add(b.u32(u(s.b_batch.offset)), offset_of(b, bz, s.batch, s.b_batch.strides));
+  const Val cbase = mul(bz, b.u32(u(s.m * s.n)));
+  std::vector<Val> rows, cols, arow;  // first row / column of each tile; A's row offset
+  for (std::uint32_t i = 0; i < kTiles; ++i) {
+    rows.push_back(add(row0, b.u32(i * kTile)));
+    cols.push_back(add(col0, b.u32(i * kTile)));
+    arow.push_back(add(abase, mul(umin(rows.back(), b.u32(u(s.m - kTile))), K)));
+  }
+  std::vector<Val> bcol;
+  for (std::uint32_t j = 0; j < kTiles; ++j) {
+    bcol.push_back(add(bbase, umin(cols[j], b.u32(u(s.n - kTile)))));
+  }
+  std::vector<std::string> acc;
+  const std::string zero = b.coop_fill(t32, Ty::kF32, 0.0);
+  for (std::uint32_t i = 0; i < kTiles * kTiles; ++i) {
+    acc.push_back(b.coop_variable(t32));
+    b.coop_set(acc.back(), zero);
+  }
+  b.loop(b.u32(0), K, b.u32(kTile), [&](const Val& k0) {
+    std::vector<std::string> at, bt, sums;
+    for (std::uint32_t i = 0; i < kTiles; ++i) at.push_back(b.coop_load(t16, A, add(arow[i], k0), K));
+    const Val brow = mul(k0, N);
+    for (std::uint32_t j = 0; j < kTiles; ++j) bt.push_back(b.coop_load(t16, B, add(bcol[j], brow), N));
+    for (std::uint32_t i = 0; i < kTiles; ++i) {
+      for (std::uint32_t j = 0; j < kTiles; ++j) {
+        const std::string& v = acc[i * kTiles + j];
+        b.coop_set(v, b.coop_muladd(t32, at[i], bt[j], b.coop_get(t32, v)));
+      }
+    }
+  });
+  for (std::uint32_t i = 0; i < kTiles; ++i) {
+    for (std::uint32_t j = 0; j < kTiles; ++j) {
+      const Val ok = b.op("OpLogicalAnd", Ty::kBool, {b.op("OpULessThan", Ty::kBool, {rows[i], M}),
+                                                     b.op("OpULessThan", Ty::kBool, {cols[j], N})});
+      b.if_then(ok, [&] {
+        const std::string out = b.coop_convert(t16, b.coop_get(t32, acc[i * kTiles + j]));
+        b.coop_store(C, add(cbase, add(mul(rows[i], N), cols[j])), out, N);
+      });
+    }
+  }
+  return KernelSource{b.finish(), 3, 0, 0, VK_FORMAT_UNDEFINED, 0};
+}
+
+namespace {
+
+Launch coop_matmul_kernel(Context& ctx, const MatmulSpec& s) {
+  const std::uint32_t sg_size = ctx.caps().subgroup_size;
+  const std::uint32_t block = kWarps * kTiles * kTile;
+  const std::string key = detail::str_cat(
+      "matmul|f16|coop", kWarps, "x", kTiles, "/", sg_size, "|mnk=", s.m, ",", s.n, ",", s.k,
+      "|b=", detail::join(s.batch, ","), "|a=", s.a_batch.offset, ":",
+      detail::join(s.a_batch.strides, ","), "|b=", s.b_batch.offset, ":",
+      detail::join(s.b_batch.strides, ","));
+  const Pipeline& p = ctx.pipelines().get(key, [&] { return coop_matmul_source(s, sg_size); });
+  const std::int64_t batches = numel(s.batch);
+  const auto& max = ctx.caps().max_group_count;
+  const std::uint64_t gx = (static_cast<std::uint64_t>(s.n) + block - 1) / block;
+  const std::uint64_t gy = (static_cast<std::uint64_t>(s.m) + block - 1) / block;
+  if (gx > max[0] || gy > max[1] || static_cast<std::uint64_t>(batches) > max[2]) {
+    throw DeviceError(detail::str_cat("[matmul] (", s.m, " x ", s.k, ") @ (", s.k, " x ", s.n,
+                                      ") with ", batches, " batches exceeds the dispatch grid of ",
+                                      ctx.device().to_string()));
+  }
+  Launch l;
+  l.pipeline = &p;
+  l.groups = {static_cast<std::uint32_t>(gx), static_cast<std::uint32_t>(gy),
+              static_cast<std::uint32_t>(batches)};
+  return l;
+}
+
 }  // namespace
 
 Launch matmul_kernel(Context& ctx, const MatmulSpec& s, std::uint32_t addressed) {
+  if (coop_fits(ctx, s, addressed)) return coop_matmul_kernel(ctx, s);
   const std::uint32_t T = ctx.caps().max_invocations >= 256 ? 16 : 8;
   const std::uint32_t BK = 16;
   const Ty t = spv::compute_type(s.dtype);
@@ -129,7 +243,7 @@ Launch matmul_kernel(Context& ctx, const MatmulSpec& s, std::uint32_t addressed)
   const auto u = [](std::int64_t x) { return static_cast<std::uint32_t>(x); };
   const RegisterPlan rp = tiled ? RegisterPlan{} : register_plan(ctx, s);
   // Outputs per invocation (rows x columns) and the workgroup's shape.
-  const std::uint32_t R = tiled ? 4 : rp.R, Cn = tiled ? 4 : rp.C;
+  const std::uint32_t R = tiled ? 8 : rp.R, Cn = tiled ? 8 : rp.C;
   const std::uint32_t TX = tiled ? T : rp.TX, TY = tiled ? T : rp.TY;
   const std::uint32_t BM = TY * R, BN = TX * Cn;
   const std::uint32_t threads = TX * TY;
@@ -348,8 +462,8 @@ Launch matmul_kernel(Context& ctx, const MatmulSpec& s, std::uint32_t addressed)
       for (std::uint32_t kk = 0; kk < BK; ++kk) {
         std::vector<Val> av, bv;
         for (std::uint32_t i = 0; i < R; ++i) {
-          av.push_back(b.load_shared(As, add(b.u32(kk * BM), add(mul(ty, b.u32(R)), b.u32(i)))));
-          bv.push_back(b.load_shared(Bs, add(b.u32(kk * BN), add(mul(tx, b.u32(R)), b.u32(i)))));
+          av.push_back(b.load_shared(As, add(b.u32(kk * BM), add(ty, b.u32(i * TY)))));
+          bv.push_back(b.load_shared(Bs, add(b.u32(kk * BN), add(tx, b.u32(i * TX)))));
         }
         for (std::uint32_t i = 0; i < R; ++i) {
           for (std::uint32_t j = 0; j < R; ++j) {
@@ -363,8 +477,8 @@ Launch matmul_kernel(Context& ctx, const MatmulSpec& s, std::uint32_t addressed)
     });
     for (std::uint32_t i = 0; i < R; ++i) {
       for (std::uint32_t j = 0; j < R; ++j) {
-        Val r = add(row0, add(mul(ty, b.u32(R)), b.u32(i)));
-        Val c = add(col0, add(mul(tx, b.u32(R)), b.u32(j)));
+        Val r = add(row0, add(ty, b.u32(i * TY)));
+        Val c = add(col0, add(tx, b.u32(j * TX)));
         Val ok = b.op("OpLogicalAnd", Ty::kBool, {lt(r, M), lt(c, N)});
         b.if_then(ok, [&] { store_at(r, c, add(cbase, add(mul(r, N), c)), b.get(acc[i * R + j])); });
       }

@@ -189,6 +189,9 @@ struct MatmulSpec {
 // The spec of matmul(a, b) -> out (shapes as the op's rule left them).
 MatmulSpec matmul_spec(const Shape& a, const Shape& b, const Aval& out);
 Launch matmul_kernel(Context& ctx, const MatmulSpec& spec, std::uint32_t addressed);
+// The cooperative-matrix kernel's source for subgroups of `subgroup_size`
+// (tests assemble and validate it on devices without the extension).
+KernelSource coop_matmul_source(const MatmulSpec& spec, std::uint32_t subgroup_size);
 
 // ---- column kernels (kernel_columns.cpp) ----
 // Scatters: result[o, idx, q] (+)= updates[o, k, q], the result viewed as

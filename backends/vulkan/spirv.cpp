@@ -596,6 +596,109 @@ Val Builder::convert(const Val& v, Ty to) {
   return op("OpBitcast", to, {v});  // i32 <-> u32: the bit pattern (wraps)
 }
 
+void Builder::need_capability(const std::string& cap) {
+  const std::string line = "OpCapability " + cap;
+  if (std::find(caps_.begin(), caps_.end(), line) == caps_.end()) caps_.push_back(line);
+}
+
+std::string Builder::coop_type(DType elem, std::uint32_t rows, std::uint32_t cols) {
+  if (extensions_.empty() || extensions_.front() != "SPV_NV_cooperative_matrix") {
+    extensions_.insert(extensions_.begin(), "SPV_NV_cooperative_matrix");
+  }
+  need_capability("CooperativeMatrixNV");
+  std::string scalar;
+  if (elem == DType::kF16) {
+    need_f16();
+    need_capability("Float16");
+    scalar = "%f16";
+  } else {
+    scalar = type_id(compute_type(elem));
+  }
+  const std::string scope = u32(3).id;  // Subgroup
+  const std::string r = u32(rows).id, c = u32(cols).id;
+  const std::string id = detail::str_cat("%coop_", scalar.substr(1), "_", rows, "x", cols);
+  if (std::find(declared_.begin(), declared_.end(), id) == declared_.end()) {
+    declared_.push_back(id);
+    globals_.push_back(detail::str_cat(id, " = OpTypeCooperativeMatrixNV ", scalar, " ", scope,
+                                       " ", r, " ", c));
+  }
+  return id;
+}
+
+std::string Builder::coop_load(const std::string& type, int binding, const Val& index,
+                               const Val& stride) {
+  const Binding& b = bindings_[static_cast<std::size_t>(binding)];
+  const std::string ptr = fresh(), r = fresh();
+  emit(detail::str_cat(ptr, " = OpAccessChain ", b.elem_ptr, " ", b.var, " ", u32(0).id, " ",
+                       index.id));
+  emit(detail::str_cat(r, " = OpCooperativeMatrixLoadNV ", type, " ", ptr, " ", stride.id, " ",
+                       constant(Ty::kBool, 0).id));
+  return r;
+}
+
+void Builder::coop_store(int binding, const Val& index, const std::string& value,
+                         const Val& stride) {
+  const Binding& b = bindings_[static_cast<std::size_t>(binding)];
+  const std::string ptr = fresh();
+  emit(detail::str_cat(ptr, " = OpAccessChain ", b.elem_ptr, " ", b.var, " ", u32(0).id, " ",
+                       index.id));
+  emit(detail::str_cat("OpCooperativeMatrixStoreNV ", ptr, " ", value, " ", stride.id, " ",
+                       constant(Ty::kBool, 0).id));
+}
+
+std::string Builder::coop_muladd(const std::string& type, const std::string& a,
+                                 const std::string& b, const std::string& c) {
+  const std::string r = fresh();
+  emit(detail::str_cat(r, " = OpCooperativeMatrixMulAddNV ", type, " ", a, " ", b, " ", c));
+  return r;
+}
+
+std::string Builder::coop_fill(const std::string& type, Ty elem, double v) {
+  const std::string id = detail::str_cat(type, "_fill_", constant(elem, v).id.substr(1));
+  if (std::find(declared_.begin(), declared_.end(), id) == declared_.end()) {
+    declared_.push_back(id);
+    globals_.push_back(detail::str_cat(id, " = OpConstantComposite ", type, " ",
+                                       constant(elem, v).id));
+  }
+  return id;
+}
+
+std::string Builder::coop_convert(const std::string& type, const std::string& v) {
+  const std::string r = fresh();
+  emit(detail::str_cat(r, " = OpFConvert ", type, " ", v));
+  return r;
+}
+
+std::string Builder::coop_variable(const std::string& type) {
+  const std::string v = fresh();
+  vars_.push_back(detail::str_cat(v, " = OpVariable ", ptr_type("Function", type), " Function"));
+  return v;
+}
+
+std::string Builder::coop_get(const std::string& type, const std::string& var) {
+  const std::string r = fresh();
+  emit(detail::str_cat(r, " = OpLoad ", type, " ", var));
+  return r;
+}
+
+void Builder::coop_set(const std::string& var, const std::string& v) {
+  emit(detail::str_cat("OpStore ", var, " ", v));
+}
+
+Val Builder::subgroup_id() {
+  if (subgroup_id_.empty()) {
+    need_capability("GroupNonUniform");
+    subgroup_id_ = "%SubgroupId";
+    globals_.push_back(detail::str_cat(subgroup_id_, " = OpVariable ",
+                                       ptr_type("Input", type_id(Ty::kU32)), " Input"));
+    decorations_.push_back(detail::str_cat("OpDecorate ", subgroup_id_, " BuiltIn SubgroupId"));
+    interface_.push_back(subgroup_id_);
+  }
+  Val r{fresh(), Ty::kU32};
+  emit(detail::str_cat(r.id, " = OpLoad %u32 ", subgroup_id_));
+  return r;
+}
+
 Var Builder::variable(Ty t) {
   Var v{fresh(), t};
   vars_.push_back(detail::str_cat(v.id, " = OpVariable ",
@@ -715,6 +818,7 @@ std::string Builder::finish() {
   declare_push();
   std::string s;
   for (const auto& c : caps_) s += c + "\n";
+  for (const auto& e : extensions_) s += "OpExtension \"" + e + "\"\n";
   if (glsl_) s += "%glsl = OpExtInstImport \"GLSL.std.450\"\n";
   s += psb_ ? "OpMemoryModel PhysicalStorageBuffer64 GLSL450\n"
             : "OpMemoryModel Logical GLSL450\n";

@@ -108,6 +108,26 @@ class Builder {
   void store_shared(int id, const Val& index, const Val& v);
   void barrier();  // workgroup execution + memory barrier
 
+  // Cooperative matrices (SPV_NV_cooperative_matrix, Capabilities::coopmat):
+  // subgroup-scope rows x cols matrices of f16 (DType::kF16) or f32 elements,
+  // held as ids of `coop_type`. Loads and stores take the element index of
+  // the matrix's first element in a storage-buffer binding of the same element
+  // type and the row stride in elements (row-major); the whole subgroup must
+  // execute them (subgroup-uniform control flow).
+  std::string coop_type(DType elem, std::uint32_t rows, std::uint32_t cols);
+  std::string coop_load(const std::string& type, int binding, const Val& index,
+                        const Val& stride);
+  void coop_store(int binding, const Val& index, const std::string& value, const Val& stride);
+  // a * b + c, the result of c's type.
+  std::string coop_muladd(const std::string& type, const std::string& a, const std::string& b,
+                          const std::string& c);
+  std::string coop_fill(const std::string& type, Ty elem, double v);  // every element v
+  std::string coop_convert(const std::string& type, const std::string& v);  // OpFConvert
+  std::string coop_variable(const std::string& type);                 // Function storage
+  std::string coop_get(const std::string& type, const std::string& var);
+  void coop_set(const std::string& var, const std::string& v);
+  Val subgroup_id();  // SubgroupId (GroupNonUniform)
+
   void if_then(const Val& cond, const std::function<void()>& then);
   // for (i = start; i < end; i += step) body(i); with `unroll` > 1 each
   // iteration runs the body for `unroll` consecutive i (the later ones only
@@ -135,6 +155,9 @@ class Builder {
   int push_words_;
   int next_ = 0;
   std::uint32_t addressed_;
+  void need_capability(const std::string& cap);
+  std::vector<std::string> extensions_;
+  std::string subgroup_id_;
   std::vector<std::string> caps_, decorations_, globals_, vars_, prologue_, body_, interface_;
   std::vector<std::string> address_types_;  // pointer types of the addressed bindings
   std::vector<std::string> declared_;  // ids of declared types/constants
