@@ -76,6 +76,7 @@ class Allocator {
   VkDeviceSize alignment_ = 256;
   VkDeviceSize block_size_ = 64ull << 20;
   std::size_t heap_size_ = 0, heap_used_ = 0, in_use_ = 0, peak_ = 0, kept_ = 0;
+  std::size_t max_kept_ = 0;  // bytes of empty blocks kept for reuse, at most
 };
 
 // The storage of one array on a Vulkan device. When it dies its memory goes to the

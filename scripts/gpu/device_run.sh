@@ -9,6 +9,8 @@
 #     each, joined by bench/run_gpu.py into table.md (rewritten after each step);
 #  3. the kernel profile of kiln's transformer and MLP steps (KILN_VK_PROFILE);
 #  4. with FULL=1, CI's other Vulkan variants and bench_vulkan while time is left.
+# A quick re-measure of kiln alone: SUITE_BUDGET=0 SKIP_PEERS=1
+# STEPS_ARGS="--cases transformer,cnn,mlp" PROFILE_CASES=transformer.
 # Files back in $OUT: summary.txt (streamed), table.md, profile.txt, logs.tgz
 # (every log and raw JSON line). Local dry run on lavapipe (no GPU):
 #   SKIP_GL=1 STEPS_ARGS=--small PEERS_ARGS="--platform cpu --small" OUT=/tmp/o \
@@ -114,14 +116,16 @@ run_step() {  # run_step NAME CAP FILE cmd... (FILE under $L; stdout, stderr to 
 say "== 2. GPU table ($(left)s left)"
 run_step kiln_steps 150 kiln_steps.jsonl env KILN_DEVICE=vulkan "$G/bin/gpu_steps" --reps 5 ${STEPS_ARGS:-}
 run_step kiln_ops 60 kiln_ops.jsonl env KILN_DEVICE=vulkan "$G/bin/ops_bench" --reps 5 ${OPS_ARGS:-}
-run_step torch 100 torch.jsonl python3 bench/peers/gpu_peers.py --impl torch ${PEERS_ARGS:-}
-run_step jax 140 jax.jsonl python3 bench/peers/gpu_peers.py --impl jax ${PEERS_ARGS:-}
+if [ -z "${SKIP_PEERS:-}" ]; then
+  run_step torch 100 torch.jsonl python3 bench/peers/gpu_peers.py --impl torch ${PEERS_ARGS:-}
+  run_step jax 140 jax.jsonl python3 bench/peers/gpu_peers.py --impl jax ${PEERS_ARGS:-}
+fi
 cat "$OUT/table.md" | tee -a "$S"
 
 # 3. Where kiln's step time goes: device time per kernel kind.
 say "== 3. kernel profile ($(left)s left)"
 : > "$OUT/profile.txt"
-for c in transformer mlp; do
+for c in ${PROFILE_CASES:-transformer mlp}; do
   run_step "profile_$c" 60 "profile_$c.jsonl.txt" \
     env KILN_DEVICE=vulkan "$G/bin/gpu_steps" --cases "$c" --reps 5 --profile ${STEPS_ARGS:-}
   { echo "== $c step"; grep -v '^{' "$L/profile_$c.jsonl.txt.err"; } >> "$OUT/profile.txt"
