@@ -10,8 +10,8 @@
 //   cnn_step          bench/cnn_step.cpp's CNN at batch 512, one Adam step
 //   transformer_step  one nn::TransformerBlock (embed 512, 8 heads, MLP 2048,
 //                     RoPE, causal), batch 16 x 512 tokens, loss mean(y^2), Adam
-// Embedding gradient and sort are bench/ops_bench's cases. Each case: 3 warm-up
-// calls (trace, compile), then --reps timed samples (median reported); a step
+// Embedding gradient and sort are bench/ops_bench's cases. Each case: 5 warm-up
+// calls (trace, compile, the allocator's kept blocks), then --reps timed samples (median reported); a step
 // sample ends when its loss is read on the host.
 //   build/bench/gpu_steps [--cases matmul,mlp,cnn,transformer] [--sizes 1024,...]
 //                         [--dtypes f32,f16,bf16] [--reps 5] [--small] [--profile]
@@ -85,11 +85,11 @@ std::string head(const std::string& c, const std::string& dtype) {
          "\", \"device\": \"" + default_device().to_string() + " (" + info().name + ")\"";
 }
 
-// Runs `once` 3 times untimed, then `reps` timed samples. With --profile the
+// Runs `once` 5 times untimed, then `reps` timed samples. With --profile the
 // Vulkan kernel profile covers the timed samples only, and goes to stderr.
 bool g_profile = false;
 std::vector<double> timed(int reps, const std::function<void()>& once) {
-  for (int i = 0; i < 3; ++i) once();
+  for (int i = 0; i < 5; ++i) once();
   const Device d = default_device();
   const bool profile = g_profile && d.kind == Device::Kind::kVulkan;
   if (profile) {
@@ -175,7 +175,7 @@ void step_case(const Options& o, const std::string& name, Model model, const Los
     host.push_back(ms_since(t0));
     loss = l.item<float>();
   });
-  host.erase(host.begin(), host.begin() + 3);  // the warm-up calls
+  host.erase(host.begin(), host.begin() + 5);  // the warm-up calls
   std::cout << head(name, "f32") << ", \"n\": null, " << extras << ", \"ms\": " << median(ms)
             << ", \"host_ms\": " << median(host) << ", \"final_loss\": " << loss << ", \"samples\": " << samples_json(ms) << "}"
             << std::endl;

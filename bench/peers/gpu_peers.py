@@ -15,7 +15,7 @@ with allow_tf32 off for matmul and cuDNN, JAX with jax_default_matmul_precision
 64, 64-256-256-100; CNN batch 16; transformer batch 2, seq 32, embed 64, heads 2;
 embedding vocab 512, tokens 256; sort 4096) is a smoke test without a GPU.
 
-Timing: 3 warm-up calls (compile, autotune), then --repetitions timed samples,
+Timing: 5 warm-up calls (compile, autotune, allocator caches), then --repetitions timed samples,
 each ending in a full device sync; "ms" is their median, "samples" all of them.
 First line {"case": "env", ...} (versions, device, driver); then one line per case
 (per dtype and n for matmul); a case that fails (e.g. OOM) prints {"case", "impl",
@@ -82,7 +82,7 @@ ap.add_argument("--platform", choices=["gpu", "cpu"], default="gpu")
 ap.add_argument("--small", action="store_true", help="tiny sizes for a CPU smoke test")
 args = ap.parse_args()
 
-WARMUP = 3
+WARMUP = 5
 S = args.small
 SIZES = [int(s) for s in (args.sizes or ("64,128" if S else "1024,2048,4096,8192")).split(",")]
 FLOP_BUDGET = 2e8 if S else 2e12  # per matmul sample
