@@ -305,6 +305,11 @@ Val emit_one(Builder& b, const Params& params, std::span<const Val> a, DType in,
 
 Val emit_elementwise(Builder& b, Prim p, const Params& params,
                      std::span<const Val> a, DType in, DType out) {
+  struct Exact {  // Builder::set_exact_float for this op's instructions
+    Builder& b;
+    bool was;
+    ~Exact() { b.set_exact_float(was); }
+  } exact{b, b.set_exact_float(true)};
   return visit_prim(p, [&]<Prim P>(PrimC<P>) -> Val {
     constexpr PrimFamily fam = family(P);
     if constexpr (P == Prim::kFull) {

@@ -52,13 +52,10 @@ void emit_equations(Builder& b, const Program& body, std::size_t first, std::siz
     for (ValueId in : eq.inputs) args.push_back(value[in]);
     const DType in = body.avals[eq.inputs.back()].dtype;
     const DType out = body.avals[eq.output].dtype;
+    // Unfused, a product goes to memory before another kernel adds it:
+    // emit_elementwise's instructions are NoContraction (Builder::set_exact_float),
+    // so no driver fuses it into an fma with the next equation here.
     Val r = emit_elementwise(b, eq.prim, eq.params, args, in, out);
-    // Unfused, a product goes to memory before another kernel adds it: keep
-    // drivers from fusing it into an fma with the next equation here.
-    if (spv::is_float(r.ty) && (eq.prim == Prim::kAdd || eq.prim == Prim::kSub ||
-                                eq.prim == Prim::kMul || eq.prim == Prim::kDiv)) {
-      b.no_contraction(r);
-    }
     // Unfused, an f16 (bf16) result is stored as such: round it here the same way.
     if (eq.prim != Prim::kStopGradient) r = b.round_to(out, r);
     value[eq.output] = r;

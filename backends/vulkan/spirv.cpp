@@ -487,6 +487,10 @@ Val Builder::op(const char* opcode, Ty result, std::initializer_list<Val> args) 
   std::string line = detail::str_cat(r.id, " = ", opcode, " ", type_id(result));
   for (const auto& a : args) line += " " + a.id;
   emit(std::move(line));
+  if (exact_float_ && (std::strcmp(opcode, "OpFAdd") == 0 || std::strcmp(opcode, "OpFSub") == 0 ||
+                       std::strcmp(opcode, "OpFMul") == 0)) {
+    no_contraction(r);
+  }
   return r;
 }
 

@@ -11,6 +11,7 @@
 #include <functional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kiln/runtime/dtype.hpp"
@@ -91,6 +92,13 @@ class Builder {
   // Forbids the driver to contract the instruction that made `v` (an OpFMul,
   // OpFAdd, ...) with another one (a * b + c into an fma).
   void no_contraction(const Val& v);
+  // While set, every float add, subtract and multiply `op` emits is
+  // NoContraction: elementwise math rounds each instruction as written, so a
+  // driver that fuses a * b + c into an fma (NVIDIA does; lavapipe does not)
+  // cannot make a fused kernel differ from the unfused ops, or one device from
+  // another. emit_elementwise sets it for its instructions; matmul's own
+  // multiply-adds stay free to contract.
+  bool set_exact_float(bool on) { return std::exchange(exact_float_, on); }
   // Decorates binding `binding`'s variable (e.g. "Coherent").
   void decorate_binding(int binding, const char* decoration);
   // OpMemoryBarrier, device scope, acquire-release on storage-buffer memory.
@@ -177,6 +185,7 @@ class Builder {
   std::string push_var_, wg_id_, num_wg_, local_id_;
   bool u8_ = false, f16_ = false, f64_ = false, glsl_ = false, u64_ = false, psb_ = false;
   bool storage16_ = false, u16_ = false;
+  bool exact_float_ = false;
 };
 
 // The push-constant word where a kernel with `push_words` words of its own finds

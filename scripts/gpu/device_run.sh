@@ -80,7 +80,9 @@ run_test() {
   local rc=$?
   say "== $name: rc=$rc in $((SECONDS - t0))s$([ $rc = 124 ] && echo ' TIMEOUT')$([ $rc -gt 128 ] && echo " SIGNAL $((rc-128))")"
   grep -E '^\[doctest\] (test cases|assertions)' "$log" | tee -a "$S"
-  local nval; nval=$(grep -c 'kiln: vulkan validation:' "$log"); say "   validation messages: $nval"
+  # (test_vulkan's "a validation message fails the next synchronisation" provokes
+  # one: a zero-size vkCreateBuffer, VUID-VkBufferCreateInfo-size-00912.)
+  local nval; nval=$(grep 'kiln: vulkan validation:' "$log" | grep -vc 'size-00912'); say "   validation messages: $nval"
   grep -E 'ERROR:|FATAL|CRASH|SIGSEGV|SIGABRT|Assertion|terminate called|TEST CASE:|skipped:' "$log" | head -16 | cut -c1-400 | sed 's/^/   /' | tee -a "$S"
   pack_logs
 }
