@@ -413,8 +413,15 @@ TEST_CASE("the kernel profile counts each dispatch and copy by kind, with device
   vulkan::set_profiling(kGpu, true);
   vulkan::reset_profile(kGpu);
   const Array a = to_device(random::normal(random::key(0), {64, 64}), kGpu);
-  const Array c = matmul(a, a);
-  const Array d = matmul(c, a);
+  // A compiled call: its two products, whatever else it runs, in one command
+  // buffer (the profile counts them; traced and compiled before the profile).
+  auto two = filter_jit([](const Array& x) { return matmul(matmul(x, x), x); });
+  (void)two(a).to_vector<float>();
+  synchronize(kGpu);
+  vulkan::reset_profile(kGpu);
+  const Array d = two(a);
+  synchronize(kGpu);
+  CHECK(vk::Context::get(0).stream().profiled_batches() == 1);
   (void)d.to_vector<float>();
   const std::vector<vulkan::KernelTime> rows = vulkan::profile(kGpu);
   vulkan::set_profiling(kGpu, was);
@@ -435,6 +442,7 @@ TEST_CASE("the kernel profile counts each dispatch and copy by kind, with device
     CHECK(table.find(k.kind) != std::string::npos);
     CHECK(json.find("\"kind\": \"" + k.kind + "\"") != std::string::npos);
   }
+  CHECK(json.find("\"command_buffers\": ") != std::string::npos);
   vulkan::reset_profile(kGpu);
   CHECK(vulkan::profile(kGpu).empty());
   CHECK_THROWS_WITH_AS(vulkan::profile(Device::cpu()),

@@ -484,6 +484,7 @@ void Stream::stamp(Batch& b, std::string_view kind) {
 // After the batch's fence: its timestamps, as differences, into profile_.
 void Stream::collect_profile(Batch& b) {
   if (!b.timed || b.stamps.empty()) return;
+  ++profiled_batches_;
   const auto n = static_cast<std::uint32_t>(b.stamps.size() + 1);
   std::vector<std::uint64_t> t(n);
   KILN_VK(vkGetQueryPoolResults(ctx_.handle(), b.queries, 0, n, n * sizeof(std::uint64_t),
@@ -524,6 +525,12 @@ std::vector<KernelTime> Stream::profile() const {
 void Stream::reset_profile() {
   std::lock_guard lock(mu_);
   profile_.clear();
+  profiled_batches_ = 0;
+}
+
+std::size_t Stream::profiled_batches() const {
+  std::lock_guard lock(mu_);
+  return profiled_batches_;
 }
 
 std::string Stream::profile_report(bool json) const {
@@ -537,15 +544,17 @@ std::string Stream::profile_report(bool json) const {
   const std::string device = ctx_.device().to_string() + " (" + ctx_.name() + ")";
   if (json) {
     std::string s = detail::str_cat("{\"device\": \"", device, "\", \"total_ms\": ", total,
-                                    ", \"commands\": ", count, ", \"kinds\": [");
+                                    ", \"commands\": ", count, ", \"command_buffers\": ",
+                                    profiled_batches(), ", \"kinds\": [");
     for (std::size_t i = 0; i < rows.size(); ++i) {
       s += detail::str_cat(i ? ", " : "", "{\"kind\": \"", rows[i].kind, "\", \"count\": ",
                            rows[i].dispatches, ", \"ms\": ", rows[i].ms, "}");
     }
     return s + "]}";
   }
-  std::string s = detail::str_cat("kiln: kernel profile of ", device, ": ", total, " ms of device time in ",
-                                  count, " commands\n");
+  std::string s = detail::str_cat("kiln: kernel profile of ", device, ": ", total,
+                                  " ms of device time in ", count, " commands, ",
+                                  profiled_batches(), " command buffers\n");
   for (const KernelTime& k : rows) {
     char line[256];
     std::snprintf(line, sizeof line, "  %-28s %8zu  %10.3f ms  %5.1f%%  %9.2f us each\n",

@@ -140,6 +140,8 @@ class Stream {
   // By device time, largest first.
   std::vector<KernelTime> profile() const;
   void reset_profile();
+  // Command buffers the profile covers (a compiled program's call is one).
+  std::size_t profiled_batches() const;
   // The profile as a table (to stderr at exit under KILN_VK_PROFILE=1) or JSON.
   std::string profile_report(bool json) const;
   std::size_t dispatches() const { return stats().dispatches; }
@@ -205,6 +207,7 @@ class Stream {
   StreamStats stats_;
   bool profiling_ = false;
   std::vector<KernelTime> profile_;  // by first appearance
+  std::size_t profiled_batches_ = 0;
 };
 
 }  // namespace kiln::vk
