@@ -24,22 +24,13 @@
 #include <tuple>
 #include <vector>
 
+#include "cnn_model.hpp"
+
 using namespace kiln;
 
 namespace {
 
-struct Cnn {
-  nn::Conv2d conv1, conv2;
-  nn::Linear head;
-  KILN_MODULE(Cnn, conv1, conv2, head);
-
-  Array operator()(const Array& x) const {
-    const nn::MaxPool2d pool(2, {.stride = 2});
-    Array h = pool(relu(conv1(x)));  // (N, 32, 14, 14)
-    h = pool(relu(conv2(h)));        // (N, 64, 7, 7)
-    return head(reshape(h, {h.shape()[0], -1}));
-  }
-};
+using kiln_bench::Cnn;
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -53,9 +44,7 @@ Array cnn_loss(const Cnn& m, const Array& x, const Array& y) {
 int train_steps(int iters, bool jit, bool json) {
   constexpr int kWarmup = 3;
   const Array keys = random::split(random::key(0), 3);
-  auto k = [&](int i) { return reshape(slice_axis(keys, 0, i, i + 1), {2}); };
-  Cnn model{nn::Conv2d(1, 32, 3, k(0), {.padding = 1}), nn::Conv2d(32, 64, 3, k(1), {.padding = 1}),
-            nn::Linear(64 * 7 * 7, 10, k(2))};
+  Cnn model(keys);
   std::vector<float> xs(128 * 28 * 28);
   for (std::size_t j = 0; j < xs.size(); ++j) xs[j] = static_cast<float>(j % 251) / 251.0f;
   std::vector<std::int32_t> ys(128);
@@ -131,8 +120,7 @@ int main(int argc, char** argv) {
   const int iters = positional >= 0 ? positional : 5;
   const Array keys = random::split(random::key(0), 4);
   auto k = [&](int i) { return reshape(slice_axis(keys, 0, i, i + 1), {2}); };
-  Cnn model{nn::Conv2d(1, 32, 3, k(0), {.padding = 1}), nn::Conv2d(32, 64, 3, k(1), {.padding = 1}),
-            nn::Linear(64 * 7 * 7, 10, k(2))};
+  Cnn model(keys);  // the first three keys
   const Array x = random::uniform(k(3), {128, 1, 28, 28});
   const Array y = random::randint(k(3), {128}, 0, 10);
   auto loss = [](const Cnn& m, const Array& x, const Array& y) {

@@ -33,6 +33,8 @@
 #include <tuple>
 #include <vector>
 
+#include "cnn_model.hpp"
+
 using namespace kiln;
 
 namespace {
@@ -207,24 +209,12 @@ void mlp_case(const Options& o) {
             "\"batch\": " + std::to_string(batch));
 }
 
-struct Cnn {
-  nn::Conv2d conv1, conv2;
-  nn::Linear head;
-  KILN_MODULE(Cnn, conv1, conv2, head);
-  Array operator()(const Array& x) const {
-    const nn::MaxPool2d pool(2, {.stride = 2});
-    Array h = pool(relu(conv1(x)));
-    h = pool(relu(conv2(h)));
-    return head(reshape(h, {h.shape()[0], -1}));
-  }
-};
+using kiln_bench::Cnn;
 
 void cnn_case(const Options& o) {
   const std::int64_t batch = o.small ? 16 : 512;
   const Array keys = random::split(random::key(0), 3);
-  Cnn model{nn::Conv2d(1, 32, 3, key_at(keys, 0), {.padding = 1}),
-            nn::Conv2d(32, 64, 3, key_at(keys, 1), {.padding = 1}),
-            nn::Linear(64 * 7 * 7, 10, key_at(keys, 2))};
+  Cnn model(keys);
   std::vector<float> xs(static_cast<std::size_t>(batch * 28 * 28));
   for (std::size_t j = 0; j < xs.size(); ++j) xs[j] = static_cast<float>(j % 251) / 251.0f;
   std::vector<std::int32_t> ys(static_cast<std::size_t>(batch));

@@ -122,6 +122,26 @@ RegisterPlan register_plan(const Context& ctx, const MatmulSpec& s) {
   return p;
 }
 
+// The launch of `p` over blocks of bm x bn outputs, one grid layer per batch;
+// a grid past the device's workgroup counts is refused.
+Launch grid_launch(const Context& ctx, const MatmulSpec& s, const Pipeline& p, std::uint32_t bm,
+                   std::uint32_t bn) {
+  const std::int64_t batches = numel(s.batch);
+  const auto& max = ctx.caps().max_group_count;
+  const std::uint64_t gx = (static_cast<std::uint64_t>(s.n) + bn - 1) / bn;
+  const std::uint64_t gy = (static_cast<std::uint64_t>(s.m) + bm - 1) / bm;
+  if (gx > max[0] || gy > max[1] || static_cast<std::uint64_t>(batches) > max[2]) {
+    throw DeviceError(detail::str_cat("[matmul] (", s.m, " x ", s.k, ") @ (", s.k, " x ", s.n,
+                                      ") with ", batches, " batches exceeds the dispatch grid of ",
+                                      ctx.device().to_string()));
+  }
+  Launch l;
+  l.pipeline = &p;
+  l.groups = {static_cast<std::uint32_t>(gx), static_cast<std::uint32_t>(gy),
+              static_cast<std::uint32_t>(batches)};
+  return l;
+}
+
 // Cooperative-matrix design (Capabilities::coopmat, f16 products without an
 // epilogue): the tensor cores through SPV_NV_cooperative_matrix. A workgroup of
 // kWarps x kWarps subgroups computes a 128 x 128 block; each subgroup owns
@@ -215,20 +235,7 @@ Launch coop_matmul_kernel(Context& ctx, const MatmulSpec& s) {
       detail::join(s.a_batch.strides, ","), "|b=", s.b_batch.offset, ":",
       detail::join(s.b_batch.strides, ","));
   const Pipeline& p = ctx.pipelines().get(key, [&] { return coop_matmul_source(s, sg_size); });
-  const std::int64_t batches = numel(s.batch);
-  const auto& max = ctx.caps().max_group_count;
-  const std::uint64_t gx = (static_cast<std::uint64_t>(s.n) + block - 1) / block;
-  const std::uint64_t gy = (static_cast<std::uint64_t>(s.m) + block - 1) / block;
-  if (gx > max[0] || gy > max[1] || static_cast<std::uint64_t>(batches) > max[2]) {
-    throw DeviceError(detail::str_cat("[matmul] (", s.m, " x ", s.k, ") @ (", s.k, " x ", s.n,
-                                      ") with ", batches, " batches exceeds the dispatch grid of ",
-                                      ctx.device().to_string()));
-  }
-  Launch l;
-  l.pipeline = &p;
-  l.groups = {static_cast<std::uint32_t>(gx), static_cast<std::uint32_t>(gy),
-              static_cast<std::uint32_t>(batches)};
-  return l;
+  return grid_launch(ctx, s, p, block, block);
 }
 
 }  // namespace
@@ -485,21 +492,7 @@ Launch matmul_kernel(Context& ctx, const MatmulSpec& s, std::uint32_t addressed)
     }
     return KernelSource{b.finish(), bindings, 0, 0, VK_FORMAT_UNDEFINED, addressed};
   });
-  const std::int64_t batches = numel(s.batch);
-  const auto& max = ctx.caps().max_group_count;
-  const std::uint64_t gx = (static_cast<std::uint64_t>(s.n) + BN - 1) / BN;
-  const std::uint64_t gy = (static_cast<std::uint64_t>(s.m) + BM - 1) / BM;
-  if (gx > max[0] || gy > max[1] || static_cast<std::uint64_t>(batches) > max[2]) {
-    throw DeviceError(detail::str_cat("[matmul] (", s.m, " x ", s.k, ") @ (", s.k, " x ",
-                                      s.n, ") with ", batches,
-                                      " batches exceeds the dispatch grid of ",
-                                      ctx.device().to_string()));
-  }
-  Launch l;
-  l.pipeline = &p;
-  l.groups = {static_cast<std::uint32_t>(gx), static_cast<std::uint32_t>(gy),
-              static_cast<std::uint32_t>(batches)};
-  return l;
+  return grid_launch(ctx, s, p, BM, BN);
 }
 
 }  // namespace kiln::vk
