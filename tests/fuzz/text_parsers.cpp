@@ -4,7 +4,8 @@
 //   - A device name that parses must print back to a name that parses to the
 //     same device.
 //   - Subscripts that parse have one term per operand, letters only, an output
-//     of distinct letters each found in some term (sorted when implicit), and
+//     of distinct letters each found in some term (sorted when implicit: no
+//     "->" once spaces are dropped), and
 //     their canonical spelling ("ij,jk->ik") parses to the same result.
 #include <algorithm>
 #include <string>
@@ -32,7 +33,10 @@ void check_einsum(const std::string &text, std::size_t operands) {
     require(parsed.output.find(c, i + 1) == std::string::npos, "einsum: distinct output letters");
     require(all.find(c) != std::string::npos, "einsum: output letters in some term");
   }
-  if (text.find("->") == std::string::npos) {
+  // Spaces are ignored, as numpy's einsum ignores them: "- >" is an arrow too.
+  std::string squeezed = text;
+  squeezed.erase(std::remove(squeezed.begin(), squeezed.end(), ' '), squeezed.end());
+  if (squeezed.find("->") == std::string::npos) {
     require(std::is_sorted(parsed.output.begin(), parsed.output.end()),
             "einsum: implicit output sorted");
   }
