@@ -448,3 +448,47 @@ TEST_CASE("the kernel profile counts each dispatch and copy by kind, with device
   CHECK_THROWS_WITH_AS(vulkan::profile(Device::cpu()),
                        doctest::Contains("[vulkan.profile] cpu is not a Vulkan device"), DeviceError);
 }
+
+// Run by the test below in a child process: one product under KILN_VK_PROFILE.
+TEST_CASE("child: profiled product") {
+  if (std::getenv("KILN_TEST_CHILD") == nullptr) return;
+  (void)matmul(to_device(ones({32, 32}), kGpu), to_device(ones({32, 32}), kGpu)).to_vector<float>();
+}
+
+TEST_CASE("KILN_VK_PROFILE reports at exit: a table on stderr, a JSON file, or why it cannot write") {
+  if (vk::Context::get(0).caps().timestamp_period == 0.0) {
+    MESSAGE("skipped: the compute queue has no timestamps");
+    return;
+  }
+  const auto child = [](const std::string& value) {
+    const std::string cmd = "KILN_TEST_CHILD=1 KILN_VK_PROFILE='" + value + "' /proc/" +
+                            std::to_string(::getpid()) + "/exe -tc='child: profiled product' 2>&1";
+    FILE* p = ::popen(cmd.c_str(), "r");
+    REQUIRE(p != nullptr);
+    std::string out;
+    char buf[512];
+    while (std::fgets(buf, sizeof(buf), p) != nullptr) out += buf;
+    CHECK(::pclose(p) == 0);
+    return out;
+  };
+  const std::string table = child("1");
+  CAPTURE(table);
+  CHECK(table.find("kiln: kernel profile of vulkan:0") != std::string::npos);
+  CHECK(table.find("matmul|f32") != std::string::npos);
+
+  const std::string path = "/tmp/kiln-profile-" + std::to_string(::getpid()) + ".json";
+  (void)child(path);
+  std::string json;
+  if (FILE* f = std::fopen(path.c_str(), "r")) {
+    char buf[512];
+    while (std::fgets(buf, sizeof(buf), f) != nullptr) json += buf;
+    std::fclose(f);
+  }
+  std::remove(path.c_str());
+  CAPTURE(json);
+  CHECK(json.rfind("[{\"device\": \"vulkan:0", 0) == 0);
+  CHECK(json.find("\"kind\": \"matmul|f32\", \"count\": 1") != std::string::npos);
+
+  const std::string bad = child("/nonexistent-dir/p.json");
+  CHECK(bad.find("kiln: KILN_VK_PROFILE: cannot write /nonexistent-dir/p.json") != std::string::npos);
+}

@@ -606,8 +606,9 @@ void Builder::need_capability(const std::string& cap) {
 }
 
 std::string Builder::coop_type(DType elem, std::uint32_t rows, std::uint32_t cols) {
-  if (extensions_.empty() || extensions_.front() != "SPV_NV_cooperative_matrix") {
-    extensions_.insert(extensions_.begin(), "SPV_NV_cooperative_matrix");
+  if (std::find(extensions_.begin(), extensions_.end(), "SPV_NV_cooperative_matrix") ==
+      extensions_.end()) {
+    extensions_.push_back("SPV_NV_cooperative_matrix");
   }
   need_capability("CooperativeMatrixNV");
   std::string scalar;
@@ -629,12 +630,17 @@ std::string Builder::coop_type(DType elem, std::uint32_t rows, std::uint32_t col
   return id;
 }
 
-std::string Builder::coop_load(const std::string& type, int binding, const Val& index,
-                               const Val& stride) {
+std::string Builder::element_ptr(int binding, const Val& index) {
   const Binding& b = bindings_[static_cast<std::size_t>(binding)];
-  const std::string ptr = fresh(), r = fresh();
+  const std::string ptr = fresh();
   emit(detail::str_cat(ptr, " = OpAccessChain ", b.elem_ptr, " ", b.var, " ", u32(0).id, " ",
                        index.id));
+  return ptr;
+}
+
+std::string Builder::coop_load(const std::string& type, int binding, const Val& index,
+                               const Val& stride) {
+  const std::string ptr = element_ptr(binding, index), r = fresh();
   emit(detail::str_cat(r, " = OpCooperativeMatrixLoadNV ", type, " ", ptr, " ", stride.id, " ",
                        constant(Ty::kBool, 0).id));
   return r;
@@ -642,10 +648,7 @@ std::string Builder::coop_load(const std::string& type, int binding, const Val& 
 
 void Builder::coop_store(int binding, const Val& index, const std::string& value,
                          const Val& stride) {
-  const Binding& b = bindings_[static_cast<std::size_t>(binding)];
-  const std::string ptr = fresh();
-  emit(detail::str_cat(ptr, " = OpAccessChain ", b.elem_ptr, " ", b.var, " ", u32(0).id, " ",
-                       index.id));
+  const std::string ptr = element_ptr(binding, index);
   emit(detail::str_cat("OpCooperativeMatrixStoreNV ", ptr, " ", value, " ", stride.id, " ",
                        constant(Ty::kBool, 0).id));
 }

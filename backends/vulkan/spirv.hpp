@@ -164,6 +164,8 @@ class Builder {
   int next_ = 0;
   std::uint32_t addressed_;
   void need_capability(const std::string& cap);
+  // %ptr to element `index` of storage-buffer binding `binding` (OpAccessChain).
+  std::string element_ptr(int binding, const Val& index);
   std::vector<std::string> extensions_;
   std::string subgroup_id_;
   std::vector<std::string> caps_, decorations_, globals_, vars_, prologue_, body_, interface_;
