@@ -8,7 +8,10 @@
 #include <kiln/dsl/backend.hpp>
 #include <kiln/kiln.hpp>
 
+#include "child_process.hpp"
+
 using namespace kiln;
+using kiln::test::run_child;
 
 TEST_CASE("dtype sizes, names and kinds") {
   CHECK(size_of(f32) == 4);
@@ -116,24 +119,6 @@ TEST_CASE("child: default device") {
     std::printf("error=%s\n", e.what());
   }
 }
-
-namespace {
-
-// The output of this test binary's test case `test` run in a child process with
-// KILN_TEST_CHILD=1 and the environment assignments `env`.
-std::string run_child(const std::string& env, const std::string& test) {
-  const std::string cmd = "KILN_TEST_CHILD=1 " + env + " /proc/" + std::to_string(::getpid()) +
-                          "/exe -tc='" + test + "' 2>&1";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::string out;
-  char buf[512];
-  while (std::fgets(buf, sizeof(buf), p) != nullptr) out += buf;
-  CHECK(::pclose(p) == 0);
-  return out;
-}
-
-}  // namespace
 
 TEST_CASE("a KILN_DEVICE that does not parse is an error naming the variable") {
   const std::string out = run_child("KILN_DEVICE=gpu0", "child: default device");

@@ -28,6 +28,7 @@
 #include "kiln/dsl/executable.hpp"
 #include "kiln/dsl/trace.hpp"
 #include "kiln/runtime/strings.hpp"
+#include "child_process.hpp"
 
 using namespace kiln;
 
@@ -461,15 +462,7 @@ TEST_CASE("KILN_VK_PROFILE reports at exit: a table on stderr, a JSON file, or w
     return;
   }
   const auto child = [](const std::string& value) {
-    const std::string cmd = "KILN_TEST_CHILD=1 KILN_VK_PROFILE='" + value + "' /proc/" +
-                            std::to_string(::getpid()) + "/exe -tc='child: profiled product' 2>&1";
-    FILE* p = ::popen(cmd.c_str(), "r");
-    REQUIRE(p != nullptr);
-    std::string out;
-    char buf[512];
-    while (std::fgets(buf, sizeof(buf), p) != nullptr) out += buf;
-    CHECK(::pclose(p) == 0);
-    return out;
+    return test::run_child("KILN_VK_PROFILE='" + value + "'", "child: profiled product");
   };
   const std::string table = child("1");
   CAPTURE(table);
