@@ -269,6 +269,33 @@ TEST_CASE("reductions over any axes on Vulkan equal the CPU") {
   differential({host_random({4, 0}, f32)}, [](auto& x) { return sum(x[0], {1}); });
 }
 
+TEST_CASE("reductions in each of their workgroup tilings equal the CPU") {
+  // (kernel_reduce.cpp's tiling; this device's parallel_invocations decides which
+  // shape gets which, and every one of these reaches a tiled form on lavapipe
+  // (4096) and on a GPU (131072).)
+  // Column reductions: lanes along the outputs, a partial last workgroup (70
+  // and 1001 outputs are no multiple of 8), f16 and NaN included.
+  Array cols = host_random({3000, 70}, f32);
+  differential({cols}, [](auto& x) { return sum(x[0], {0}); }, 1e-4);
+  differential({cols}, [](auto& x) { return max(x[0], {0}); });
+  differential({host_random({400, 1001}, f32)}, [](auto& x) { return sum(x[0], {0}); }, 1e-4);
+  differential({host_random({70, 3, 111}, f32)}, [](auto& x) { return min(x[0], {0, 1}); });
+  differential({astype(host_random({2000, 24}, f32), f16)},
+               [](auto& x) { return astype(sum(x[0], {0}), f32); }, 1e-3);
+  std::vector<float> nan_col(64 * 9, 1.0f);
+  nan_col[37 * 9 + 4] = NAN;
+  differential({Array::from_data<float>(nan_col, {64, 9})}, [](auto& x) { return max(x[0], {0}); });
+  // Row reductions: teams of slices per output, lanes along the elements.
+  differential({cols}, [](auto& x) { return sum(x[0], {1}); }, 1e-4);
+  differential({host_random({300, 513}, f32)}, [](auto& x) { return max(x[0], {1}); });
+  differential({host_random({300, 513}, i32)}, [](auto& x) { return sum(x[0], {1}); });
+  differential({host_random({9, 5, 130}, f32)}, [](auto& x) { return sum(x[0], {0, 2}); }, 1e-4);
+  // A fused prologue under each tiling (the reduced array of an elementwise chain).
+  auto sq = filter_jit([](const Array& a) { return std::tuple{sum(a * a + a, {0}), sum(exp(a), {1})}; });
+  const auto [g0, g1] = sq(to_device(cols, kGpu));
+  check_same(g0, sum(cols * cols + cols, {0}), 1e-4);
+  check_same(g1, sum(exp(cols), {1}), 1e-4);
+}
 TEST_CASE("matmul on Vulkan equals the CPU: tiles, edges, batches, broadcasting") {
   const std::vector<std::pair<Shape, Shape>> cases = {
       {{1, 1}, {1, 1}},       {{3, 5}, {5, 2}},         {{64, 64}, {64, 64}},
@@ -353,6 +380,36 @@ TEST_CASE("take, take_along_axis and one_hot on Vulkan equal the CPU") {
   differential({h, along}, [](auto& x) { return take_along_axis(x[0], x[1], 1); });
   differential({Array::from_data<std::int32_t>(std::vector<std::int32_t>{0, 3, -1, 7, 2}, {5})},
                [](auto& x) { return one_hot(x[0], 4); });
+}
+
+TEST_CASE("scatters split into row blocks equal the CPU bit for bit") {
+  // kernel_columns.cpp: one invocation per (column, block of result rows), each
+  // applying its block's updates in index order, as the CPU's loop does; so
+  // repeated indices sum (or overwrite) in the same order: equal bits (rtol 0).
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<std::int32_t> pick(-1000, 999);
+  std::vector<std::int32_t> ids(3000);
+  for (auto& i : ids) i = pick(rng) / 4;  // [-250, 250): many repeats, negatives wrap
+  const Array idx = Array::from_data<std::int32_t>(ids, {3000});
+  const Array table = host_random({250, 8}, f32);
+  const Array upd = host_random({3000, 8}, f32);
+  differential({table, idx, upd}, [](auto& x) { return scatter_add(x[0], x[1], x[2], 0); }, 0);
+  differential({table, idx, upd}, [](auto& x) { return scatter(x[0], x[1], x[2], 0); }, 0);
+  // The gradient of take (an embedding's backward pass), inside a compiled program.
+  const Array w = host_random({3000, 8}, f32);
+  auto grad_take = [&](const Array& t, const Array& i, const Array& ww) {
+    return grad([&](const Array& tt) { return sum(take(tt, i, 0) * ww); })(t);
+  };
+  auto jitted = filter_jit(grad_take);
+  check_same(jitted(to_device(table, kGpu), to_device(idx, kGpu), to_device(w, kGpu)),
+             grad_take(table, idx, w), 0);
+  // Per-element indices along an inner axis, and i32 updates.
+  std::vector<std::int32_t> along_ids(6 * 40 * 5);
+  for (auto& i : along_ids) i = pick(rng) % 7;  // (-7, 7): negatives wrap
+  const Array along = Array::from_data<std::int32_t>(along_ids, {6, 40, 5});
+  const Array base = host_random({6, 7, 5}, i32);
+  differential({base, along, host_random({6, 40, 5}, i32)},
+               [](auto& x) { return scatter_add_along_axis(x[0], x[1], x[2], 1); }, 0);
 }
 
 TEST_CASE("an index out of range on Vulkan is the CPU's IndexError") {

@@ -242,6 +242,10 @@ struct ContextFactory {
       caps.map_group_cap = 64;
       caps.matmul_shared_tiles = false;
       caps.map_chunks = true;
+      caps.parallel_invocations = 4096;
+    }
+    if (const auto n = detail::env::count("KILN_VK_PARALLEL_INVOCATIONS")) {
+      caps.parallel_invocations = static_cast<std::uint32_t>(std::max<std::uint64_t>(*n, 1));
     }
     if (env_flag("KILN_VK_MATMUL_SHARED")) caps.matmul_shared_tiles = true;
     // Tests on CPU devices raise the cap to reach the 2-D grids GPUs get.

@@ -66,6 +66,12 @@ struct Capabilities {
   // CPU implementations pay per workgroup, so they get few, long-running ones.
   // KILN_VK_MAP_GROUP_CAP=N overrides it (tests reach 2-D grids on lavapipe).
   std::uint32_t map_group_cap = 1u << 20;
+  // Invocations a kernel should launch to keep the device busy: reductions and
+  // scatters split their work that far (more slices, blocks of rows), paying
+  // extra combining for it. CPU implementations run few lanes and pay per
+  // workgroup. KILN_VK_PARALLEL_INVOCATIONS=N overrides it (tests reach the
+  // split forms on lavapipe).
+  std::uint32_t parallel_invocations = 1u << 17;
   // Matmul stages tiles in shared memory (GPUs); CPU implementations do better
   // with register tiles read straight from memory (no barriers).
   bool matmul_shared_tiles = true;

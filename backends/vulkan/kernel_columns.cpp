@@ -5,6 +5,8 @@
 //   - scatters apply a column's updates in index order (k ascending) to the
 //     result, which already holds the operand (a parallel copy before);
 //   - scans (cumsum, cumprod) accumulate down the column, or up it.
+#include <algorithm>
+
 #include "kiln/backends/vulkan/context.hpp"
 #include "kiln/backends/vulkan/kernels.hpp"
 #include "kiln/runtime/strings.hpp"
@@ -43,9 +45,20 @@ Launch scatter_kernel(Context& ctx, const ScatterSpec& s, std::uint32_t addresse
   const std::uint32_t local = local_size(ctx);
   const auto u = [](std::int64_t x) { return static_cast<std::uint32_t>(x); };
   const std::uint32_t unroll = loop_unroll(ctx, s.k);
+  // The result's rows split into blocks, one invocation per (column, block):
+  // each walks all k updates in order and applies those that land in its
+  // block, so an element still takes its updates in index order (the same bits
+  // as one walk per column), and a few wide columns (an embedding table's
+  // gradient: 64 columns, 8192 updates) still fill a GPU.
+  const std::int64_t columns = std::max<std::int64_t>(s.outer * s.inner, 1);
+  const std::int64_t want = std::clamp<std::int64_t>(ctx.caps().parallel_invocations / columns, 1,
+                                                     std::max<std::int64_t>(s.n, 1));
+  const std::int64_t rows = (s.n + want - 1) / want;              // per block
+  const std::int64_t blocks = rows == 0 ? 1 : (s.n + rows - 1) / rows;
   std::string key = detail::str_cat("scatter|", s.add ? "add" : "set", s.per_element ? "|elem" : "",
                                     "|", name(s.dtype), "|", name(s.index), "|o=", s.outer,
-                                    "|n=", s.n, "|k=", s.k, "|i=", s.inner, "|u", unroll);
+                                    "|n=", s.n, "|k=", s.k, "|i=", s.inner, "|b=", blocks, "x",
+                                    rows, "|u", unroll);
   if (addressed != 0) key += detail::str_cat("|addr=", addressed);
   const Pipeline& p = ctx.pipelines().get(key, [&] {
     Builder b(local, 1, addressed);
@@ -62,9 +75,12 @@ Launch scatter_kernel(Context& ctx, const ScatterSpec& s, std::uint32_t addresse
     if (!fence) b.decorate_binding(out, "Coherent");
     const Val c = b.global_index();
     b.if_then(b.op("OpULessThan", Ty::kBool, {c, b.push(0)}), [&] {
+      // c = (o * blocks + block) * inner + q: neighbouring lanes, neighbouring columns.
       const Val inner = b.u32(u(s.inner));
-      const Val o = b.op("OpUDiv", Ty::kU32, {c, inner});
       const Val q = b.op("OpUMod", Ty::kU32, {c, inner});
+      const Val ob = b.op("OpUDiv", Ty::kU32, {c, inner});
+      const Val o = b.op("OpUDiv", Ty::kU32, {ob, b.u32(u(blocks))});
+      const Val lo = b.op("OpIMul", Ty::kU32, {b.op("OpUMod", Ty::kU32, {ob, b.u32(u(blocks))}), b.u32(u(rows))});
       // The column's first element in the result and in the updates.
       const Val out_base = b.op("OpIAdd", Ty::kU32, {b.op("OpIMul", Ty::kU32, {o, b.u32(u(s.n * s.inner))}), q});
       const Val upd_base = b.op("OpIAdd", Ty::kU32, {b.op("OpIMul", Ty::kU32, {o, b.u32(u(s.k * s.inner))}), q});
@@ -76,19 +92,24 @@ Launch scatter_kernel(Context& ctx, const ScatterSpec& s, std::uint32_t addresse
           const Val w = b.bitcast(i, Ty::kU32);
           i = b.select(neg, b.op("OpIAdd", Ty::kU32, {w, b.u32(u(s.n))}), w);
         }
-        const Val dst = b.op("OpIAdd", Ty::kU32, {out_base, b.op("OpIMul", Ty::kU32, {i, inner})});
-        Val v = b.load(upd, at);
-        if (s.add) {
-          const Ty t = spv::compute_type(s.dtype);
-          v = b.op(spv::is_float(t) ? "OpFAdd" : "OpIAdd", t, {b.load(out, dst), v});
-        }
-        b.store(out, dst, v);
-        if (fence) b.memory_barrier();
+        // i - lo < rows, unsigned: in this block (rows below lo wrap high).
+        const Val in_block = b.op("OpULessThan", Ty::kBool,
+                                  {b.op("OpISub", Ty::kU32, {i, lo}), b.u32(u(rows))});
+        b.if_then(in_block, [&] {
+          const Val dst = b.op("OpIAdd", Ty::kU32, {out_base, b.op("OpIMul", Ty::kU32, {i, inner})});
+          Val v = b.load(upd, at);
+          if (s.add) {
+            const Ty t = spv::compute_type(s.dtype);
+            v = b.op(spv::is_float(t) ? "OpFAdd" : "OpIAdd", t, {b.load(out, dst), v});
+          }
+          b.store(out, dst, v);
+          if (fence) b.memory_barrier();
+        });
       }, unroll);
     });
     return KernelSource{b.finish(), 3, 1, 0, VK_FORMAT_UNDEFINED, addressed};
   });
-  return column_launch(ctx, p, s.outer, s.inner, "scatter");
+  return column_launch(ctx, p, s.outer * blocks, s.inner, "scatter");
 }
 
 Launch scan_kernel(Context& ctx, const ScanSpec& s, std::uint32_t addressed) {

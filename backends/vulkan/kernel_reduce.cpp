@@ -118,6 +118,51 @@ Val combine(Builder& b, Prim op, const Val& x, const Val& y, DType in) {
   return emit_elementwise(b, combining(op), Params{}, args, in, in);
 }
 
+// How a reduction spreads over invocations: `columns` outputs per workgroup
+// and `slices` invocations per output (columns * slices = the workgroup), or
+// one invocation per output (slices = 1) looping over all its elements.
+struct Tiling {
+  std::uint32_t columns = 1, slices = 1;
+  bool lanes_on_columns = false;
+};
+
+Tiling tiling(const Context& ctx, const Shape& kept, const Shape& ks, const Shape& red,
+              const Shape& rs, bool arg, std::uint32_t local) {
+  const std::int64_t outs = numel(kept), r_count = numel(red);
+  const std::int64_t wanted = ctx.caps().parallel_invocations;
+  Tiling t;
+  t.columns = local;
+  t.lanes_on_columns = true;
+  // Short folds, and outputs enough to fill the device: one invocation each.
+  if (arg || r_count < 64 || outs >= wanted) return t;
+  const auto pow2_floor = [](std::int64_t x) {
+    std::uint32_t p = 1;
+    while (static_cast<std::int64_t>(p) * 2 <= x && p < (1u << 30)) p *= 2;
+    return p;
+  };
+  // A column reduction: the outputs walk the input's contiguous dim, the
+  // reduced elements do not. Lanes then run along the outputs, as few per
+  // workgroup (at least 8: one 32-byte sector of f32 per row) as keep enough
+  // workgroups for the device, the rest of the workgroup splitting the rows.
+  const bool column = !ks.empty() && ks.back() == 1 &&
+                      std::all_of(rs.begin(), rs.end(), [](std::int64_t x) { return x != 1; });
+  if (column) {
+    std::uint32_t c = std::min<std::uint32_t>(32, local);
+    while (c > 8 && outs / c * local < wanted) c /= 2;
+    t.columns = c;
+    t.slices = local / c;
+    return t;
+  }
+  // Contiguous (or strided) reduced elements: a team of slices per output,
+  // lanes along the elements, as many as fill the device (a whole workgroup
+  // for a few outputs), at least 8.
+  t.slices = std::clamp<std::uint32_t>(pow2_floor(wanted / outs), 8,
+                                       std::min(local, pow2_floor(r_count)));
+  t.columns = local / t.slices;
+  t.lanes_on_columns = false;
+  return t;
+}
+
 }  // namespace
 
 ReduceSpec reduce_spec(Prim p, const Params& params, const Shape& shape, DType in, DType out) {
@@ -159,21 +204,21 @@ Launch reduce_kernel(Context& ctx, const ReduceSpec& s, std::uint32_t addressed)
   const std::int64_t outs = numel(kept), r_count = numel(red);
   const bool arg = s.op == Prim::kArgmax || s.op == Prim::kArgmin;
   const std::uint32_t local = local_size(ctx);
-  const bool per_group = !arg && r_count >= 512 && outs < 4096;
+  const Tiling t = tiling(ctx, kept, ks, red, rs, arg, local);
+  const bool per_group = t.slices > 1;
   const Ty acc_t = spv::compute_type(s.in);
   // Each invocation loops over its share of the reduced elements; where the
   // driver caps loop iterations, several elements per iteration keep it under.
   std::uint32_t unroll = 1;
   if (const std::uint64_t limit = ctx.quirks().max_loop_iterations; limit > 0) {
-    const std::uint64_t trips =
-        per_group ? (static_cast<std::uint64_t>(r_count) + local - 1) / local
-                  : static_cast<std::uint64_t>(r_count);
+    const std::uint64_t trips = (static_cast<std::uint64_t>(r_count) + t.slices - 1) / t.slices;
     while (trips > limit * unroll) unroll *= 2;
   }
   std::string key = detail::str_cat(
       "reduce|", name(s.op), "|", name(s.in), ">", name(s.out), "|k=",
       detail::join(kept, ","), "/", detail::join(ks, ","), "|r=", detail::join(red, ","),
-      "/", detail::join(rs, ","), "|o=", s.view.offset, per_group ? "|wg" : "", "|u", unroll);
+      "/", detail::join(rs, ","), "|o=", s.view.offset, "|t=", t.columns, "x", t.slices,
+      t.lanes_on_columns ? "c" : "r", "|u", unroll);
   if (addressed != 0) key += detail::str_cat("|addr=", addressed);
   if (s.fused != nullptr) {
     key += detail::str_cat("|pro=", s.fused->key, "|");
@@ -229,26 +274,39 @@ Launch reduce_kernel(Context& ctx, const ReduceSpec& s, std::uint32_t addressed)
       return results[0];
     };
     if (per_group) {
+      // Workgroup = columns x slices: output o = workgroup * columns + column;
+      // slice q folds reduced elements q, q + slices, ...; then a shared-memory
+      // tree over the slices. Lanes run along the columns where the outputs
+      // are the input's contiguous dim (a column reduction: each row's read is
+      // coalesced), else along the slices (contiguous reduced elements).
       const int sh = b.shared(acc_t, local);
-      Val o = b.workgroup();
-      Val lid = b.invocation();
-      Val base = base_of(o);
+      const Val lid = b.invocation();
+      const Val cols = b.u32(t.columns), slices = b.u32(t.slices);
+      const Val col = t.lanes_on_columns ? b.op("OpUMod", Ty::kU32, {lid, cols})
+                                         : b.op("OpUDiv", Ty::kU32, {lid, slices});
+      const Val q = t.lanes_on_columns ? b.op("OpUDiv", Ty::kU32, {lid, cols})
+                                       : b.op("OpUMod", Ty::kU32, {lid, slices});
+      const Val o = b.op("OpIAdd", Ty::kU32, {b.op("OpIMul", Ty::kU32, {b.workgroup(), cols}), col});
+      const Val live = b.op("OpULessThan", Ty::kBool, {o, b.push(0)});
+      // Columns past the end fold the last output (every invocation reaches the barriers).
+      const Val base = base_of(b.select(live, o, b.op("OpISub", Ty::kU32, {b.push(0), b.u32(1)})));
       spv::Var acc = b.variable(acc_t);
       b.set(acc, b.constant(acc_t, identity(s.op, acc_t)));
-      b.loop(lid, n_red, b.u32(local), [&](const Val& r) {
+      b.loop(q, n_red, slices, [&](const Val& r) {
         b.set(acc, combine(b, s.op, b.get(acc), elem(base, r), s.in));
       }, unroll);
-      b.store_shared(sh, lid, b.get(acc));
+      const Val at = b.op("OpIAdd", Ty::kU32, {b.op("OpIMul", Ty::kU32, {q, cols}), col});
+      b.store_shared(sh, at, b.get(acc));
       b.barrier();
-      for (std::uint32_t half = local / 2; half > 0; half /= 2) {
-        b.if_then(b.op("OpULessThan", Ty::kBool, {lid, b.u32(half)}), [&] {
-          Val other = b.load_shared(sh, b.op("OpIAdd", Ty::kU32, {lid, b.u32(half)}));
-          b.store_shared(sh, lid, combine(b, s.op, b.load_shared(sh, lid), other, s.in));
+      for (std::uint32_t half = t.slices / 2; half > 0; half /= 2) {
+        b.if_then(b.op("OpULessThan", Ty::kBool, {q, b.u32(half)}), [&] {
+          Val other = b.load_shared(sh, b.op("OpIAdd", Ty::kU32, {at, b.u32(half * t.columns)}));
+          b.store_shared(sh, at, combine(b, s.op, b.load_shared(sh, at), other, s.in));
         });
         b.barrier();
       }
-      b.if_then(b.op("OpIEqual", Ty::kBool, {lid, b.u32(0)}),
-                [&] { b.store(out, o, b.load_shared(sh, b.u32(0))); });
+      b.if_then(b.op("OpLogicalAnd", Ty::kBool, {live, b.op("OpIEqual", Ty::kBool, {q, b.u32(0)})}),
+                [&] { b.store(out, o, b.load_shared(sh, col)); });
     } else {
       Val o = b.global_index();
       b.if_then(b.op("OpULessThan", Ty::kBool, {o, b.push(0)}), [&] {
@@ -293,7 +351,7 @@ Launch reduce_kernel(Context& ctx, const ReduceSpec& s, std::uint32_t addressed)
   Launch l;
   l.pipeline = &p;
   l.push = {static_cast<std::uint32_t>(outs)};
-  l.groups = per_group ? grid_for(ctx, static_cast<std::uint64_t>(outs), "reduce")
+  l.groups = per_group ? grid_for(ctx, (static_cast<std::uint64_t>(outs) + t.columns - 1) / t.columns, "reduce")
                        : grid_for(ctx, (static_cast<std::uint64_t>(outs) + local - 1) / local,
                                   "reduce");
   return l;
