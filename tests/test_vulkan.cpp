@@ -382,6 +382,30 @@ TEST_CASE("take, take_along_axis and one_hot on Vulkan equal the CPU") {
                [](auto& x) { return one_hot(x[0], 4); });
 }
 
+TEST_CASE("argsort past the shared-memory chunk equals the CPU's stable order") {
+  // kernel_sort.cpp: steps within a chunk run in shared memory, wider ones one
+  // dispatch each. Lengths around the chunk (1024 on lavapipe, 2048 on GPUs)
+  // and padding; few distinct values, so ties (stability) are everywhere.
+  for (std::int64_t n : {1, 2, 3, 1000, 1025, 2049, 5000, 70000}) {
+    CAPTURE(n);
+    const Array h = round(host_random({n}, f32) * 4.0f) / 4.0f;
+    differential({h}, [](auto& x) { return argsort(x[0]); });
+    differential({h}, [](auto& x) { return argsort(x[0], -1, true); });
+  }
+  // Several lines, along an outer axis, with NaN and signed zeros.
+  std::vector<float> v(3 * 3000 * 2);
+  std::mt19937 rng(3);
+  std::uniform_int_distribution<int> pick(0, 9);
+  for (auto& x : v) {
+    const int r = pick(rng);
+    x = r == 0 ? NAN : r == 1 ? -0.0f : r == 2 ? 0.0f : static_cast<float>(r - 5);
+  }
+  const Array lines = Array::from_data<float>(v, {3, 3000, 2});
+  differential({lines}, [](auto& x) { return argsort(x[0], 1); });
+  differential({lines}, [](auto& x) { return sort(x[0], 1, true); });
+  differential({astype(lines, i32)}, [](auto& x) { return argsort(x[0], 1); });
+}
+
 TEST_CASE("scatters split into row blocks equal the CPU bit for bit") {
   // kernel_columns.cpp: one invocation per (column, block of result rows), each
   // applying its block's updates in index order, as the CPU's loop does; so

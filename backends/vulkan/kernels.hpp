@@ -219,9 +219,10 @@ Launch scan_kernel(Context& ctx, const ScanSpec& spec, std::uint32_t addressed);
 // ---- argsort (kernel_sort.cpp): a bitonic network over (key, index) pairs,
 // each of `lines` lines padded to m (a power of two >= n) in two u32 scratch
 // arrays of lines * m. sort_keys_kernel (bindings: input, keys, indices), then
-// sort_pass_kernel once per step (bindings: keys, indices; push words 1 and 2
-// are the step's j and k), then sort_result_kernel (bindings: indices,
-// result i32).
+// the network's steps: sort_local_kernel for those within a chunk,
+// sort_pass_kernel once per step whose partners are further apart (bindings:
+// keys, indices; push words 1 and 2 are the step's j and k), then
+// sort_result_kernel (bindings: indices, result i32).
 struct SortSpec {
   std::int64_t lines = 1, n = 0, m = 1, inner = 1;  // the input is (lines / inner, n, inner)
   DType dtype = DType::kF32;
@@ -229,6 +230,11 @@ struct SortSpec {
 };
 Launch sort_keys_kernel(Context& ctx, const SortSpec& spec, std::uint32_t addressed);
 Launch sort_pass_kernel(Context& ctx, const SortSpec& spec, std::uint32_t addressed);
+// The steps within one chunk of sort_chunk() elements (a power of two <= m),
+// in shared memory: push words 0-2 are log2 of the first k, of the first
+// step's j and of the last k (bindings: keys, indices).
+std::int64_t sort_chunk(const Context& ctx, const SortSpec& spec);
+Launch sort_local_kernel(Context& ctx, const SortSpec& spec, std::uint32_t addressed);
 Launch sort_result_kernel(Context& ctx, const SortSpec& spec, std::uint32_t addressed);
 
 }  // namespace kiln::vk

@@ -341,12 +341,19 @@ std::shared_ptr<Buffer> argsort(Context& ctx, const Params& params, std::span<co
   launch(ctx, sort_keys_kernel(ctx, s, addressed(ctx, inputs, pair)), inputs, pair);
   Launch pass = sort_pass_kernel(ctx, s, addressed(ctx, {}, pair));
   pass.push.resize(3);
-  for (std::int64_t k = 2; k <= s.m; k *= 2) {
-    for (std::int64_t j = k / 2; j > 0; j /= 2) {
+  Launch within = sort_local_kernel(ctx, s, addressed(ctx, {}, pair));
+  const std::int64_t chunk = sort_chunk(ctx, s);
+  const auto log2 = [](std::int64_t x) { return static_cast<std::uint32_t>(std::countr_zero(static_cast<std::uint64_t>(x))); };
+  within.push = {1, 0, log2(chunk)};  // every step of k = 2 .. chunk
+  launch(ctx, within, {}, pair);
+  for (std::int64_t k = chunk * 2; k <= s.m; k *= 2) {
+    for (std::int64_t j = k / 2; j >= chunk; j /= 2) {
       pass.push[1] = static_cast<std::uint32_t>(j);
       pass.push[2] = static_cast<std::uint32_t>(k);
       launch(ctx, pass, {}, pair);
     }
+    within.push = {log2(k), log2(chunk / 2), log2(k)};  // k's steps j < chunk
+    launch(ctx, within, {}, pair);
   }
   const Array order[] = {idx};
   launch(ctx, sort_result_kernel(ctx, s, addressed(ctx, order, buf)), order, buf);
