@@ -7,8 +7,10 @@
 #  2. the GPU table: build/bench/gpu_steps and ops_bench (kiln, Vulkan) beside
 #     bench/peers/gpu_peers.py --impl torch and --impl jax (CUDA), one process
 #     each, joined by bench/run_gpu.py into table.md (rewritten after each step);
-#  3. the kernel profile of kiln's transformer and MLP steps (KILN_VK_PROFILE);
+#  3. the kernel profile of kiln's transformer and CNN steps (KILN_VK_PROFILE);
 #  4. with FULL=1, CI's other Vulkan variants and bench_vulkan while time is left.
+# SKIP_JAX=1 runs the PyTorch peer only; JAX_ARGS adds to JAX's arguments
+# (e.g. --cases mlp,cnn,transformer,embedding_grad,sort).
 # A quick re-measure of kiln alone: SUITE_BUDGET=0 SKIP_PEERS=1
 # STEPS_ARGS="--cases transformer,cnn,mlp" PROFILE_CASES=transformer.
 # Files back in $OUT: summary.txt (streamed), table.md, profile.txt, logs.tgz
@@ -92,10 +94,10 @@ only() { awk -v g="$1" '$1 == g {print $2}' "$G/bin/test_suites.txt"; }
 
 say "== 1. tests (deadline ${DEADLINE}s, $(left)s left, suites ${SUITE_BUDGET}s)"
 SUITES_END=$((SECONDS + SUITE_BUDGET))
-run_test vulkan_stream 40 test_kiln "$(only vulkan_stream)"
+run_test fusion 45 test_fusion
 KILN_VK_MAX_GROUP_COUNT=8192 run_test vulkan 60 test_kiln "$(only vulkan)"  # CI's grid_env
 run_test backend_ops 60 test_kiln "$(only backend_ops)"
-run_test fusion 45 test_fusion
+run_test vulkan_stream 40 test_kiln "$(only vulkan_stream)"
 run_test ops 45 test_kiln "$(only ops)"
 run_test autodiff 45 test_kiln "$(only autodiff)"
 run_test jit 45 test_kiln "$(only jit)"
@@ -120,14 +122,15 @@ run_step kiln_steps 150 kiln_steps.jsonl env KILN_DEVICE=vulkan "$G/bin/gpu_step
 run_step kiln_ops 60 kiln_ops.jsonl env KILN_DEVICE=vulkan "$G/bin/ops_bench" --reps 5 ${OPS_ARGS:-}
 if [ -z "${SKIP_PEERS:-}" ]; then
   run_step torch 100 torch.jsonl python3 bench/peers/gpu_peers.py --impl torch ${PEERS_ARGS:-}
-  run_step jax 190 jax.jsonl python3 bench/peers/gpu_peers.py --impl jax ${PEERS_ARGS:-}  # 105 and >140 s on the H200
+  [ -n "${SKIP_JAX:-}" ] ||
+    run_step jax 190 jax.jsonl python3 bench/peers/gpu_peers.py --impl jax ${PEERS_ARGS:-} ${JAX_ARGS:-}  # 105 and >140 s on the H200
 fi
 cat "$OUT/table.md" | tee -a "$S"
 
 # 3. Where kiln's step time goes: device time per kernel kind.
 say "== 3. kernel profile ($(left)s left)"
 : > "$OUT/profile.txt"
-for c in ${PROFILE_CASES:-transformer mlp}; do
+for c in ${PROFILE_CASES:-transformer cnn}; do
   run_step "profile_$c" 60 "profile_$c.jsonl.txt" \
     env KILN_DEVICE=vulkan "$G/bin/gpu_steps" --cases "$c" --reps 5 --profile ${STEPS_ARGS:-}
   { echo "== $c step"; grep -v '^{' "$L/profile_$c.jsonl.txt.err"; } >> "$OUT/profile.txt"
