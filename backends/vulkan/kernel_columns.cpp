@@ -92,9 +92,13 @@ Launch scatter_kernel(Context& ctx, const ScatterSpec& s, std::uint32_t addresse
           const Val w = b.bitcast(i, Ty::kU32);
           i = b.select(neg, b.op("OpIAdd", Ty::kU32, {w, b.u32(u(s.n))}), w);
         }
-        // i - lo < rows, unsigned: in this block (rows below lo wrap high).
-        const Val in_block = b.op("OpULessThan", Ty::kBool,
-                                  {b.op("OpISub", Ty::kU32, {i, lo}), b.u32(u(rows))});
+        // i - lo < rows, unsigned: in this block (rows below lo wrap high);
+        // and i < n (an index out of range, which a compiled program's device
+        // check reports later, is dropped).
+        const Val in_block = b.op(
+            "OpLogicalAnd", Ty::kBool,
+            {b.op("OpULessThan", Ty::kBool, {b.op("OpISub", Ty::kU32, {i, lo}), b.u32(u(rows))}),
+             b.op("OpULessThan", Ty::kBool, {i, b.u32(u(s.n))})});
         b.if_then(in_block, [&] {
           const Val dst = b.op("OpIAdd", Ty::kU32, {out_base, b.op("OpIMul", Ty::kU32, {i, inner})});
           Val v = b.load(upd, at);
@@ -110,6 +114,40 @@ Launch scatter_kernel(Context& ctx, const ScatterSpec& s, std::uint32_t addresse
     return KernelSource{b.finish(), 3, 1, 0, VK_FORMAT_UNDEFINED, addressed};
   });
   return column_launch(ctx, p, s.outer * blocks, s.inner, "scatter");
+}
+
+Launch index_check_kernel(Context& ctx, DType index, std::int64_t n, std::uint32_t addressed) {
+  const std::uint32_t local = local_size(ctx);
+  std::string key = detail::str_cat("index_check|", name(index), "|n=", n);
+  if (addressed != 0) key += detail::str_cat("|addr=", addressed);
+  const Pipeline& p = ctx.pipelines().get(key, [&] {
+    Builder b(local, 2, addressed);
+    const int idx = b.buffer(index, true);
+    const int faults = b.buffer(DType::kU32, false);
+    const Val e = b.global_index();
+    b.if_then(b.op("OpULessThan", Ty::kBool, {e, b.push(0)}), [&] {
+      const Val i = b.load(idx, e);
+      Val bad;
+      if (spv::is_signed(i.ty)) {  // outside [-n, n)
+        bad = b.op("OpLogicalOr", Ty::kBool,
+                   {b.op("OpSLessThan", Ty::kBool, {i, b.constant(Ty::kI32, -static_cast<double>(n))}),
+                    b.op("OpSGreaterThanEqual", Ty::kBool, {i, b.constant(Ty::kI32, static_cast<double>(n))})});
+      } else {
+        bad = b.op("OpUGreaterThanEqual", Ty::kBool, {i, b.u32(static_cast<std::uint32_t>(n))});
+      }
+      b.if_then(bad, [&] {
+        // Racing writers all write a faulty value: any one of them is reported.
+        const Val at = b.op("OpIMul", Ty::kU32, {b.push(1), b.u32(2)});
+        b.store(faults, at, b.u32(1));
+        b.store(faults, b.op("OpIAdd", Ty::kU32, {at, b.u32(1)}), b.bitcast(i, Ty::kU32));
+      });
+    });
+    return KernelSource{b.finish(), 2, 2, 0, VK_FORMAT_UNDEFINED, addressed};
+  });
+  Launch l;
+  l.pipeline = &p;
+  l.push = {0, 0};
+  return l;
 }
 
 Launch scan_kernel(Context& ctx, const ScanSpec& s, std::uint32_t addressed) {

@@ -111,6 +111,7 @@ Stream::Stream(Context& ctx) : ctx_(ctx) {
 // Only for a released device (Context::~Context), after synchronize(): no batch
 // is recording or in flight.
 Stream::~Stream() {
+  faults_.reset();  // its memory goes straight back: every batch has retired
   {
     std::lock_guard lock(g_profiled_mu);
     auto& v = profiled_streams();
@@ -567,6 +568,13 @@ std::string Stream::profile_report(bool json) const {
 
 void Stream::retire(Batch& b) {
   collect_profile(b);
+  if (!b.checks.empty()) {
+    const auto* words = reinterpret_cast<const std::uint32_t*>(faults_->allocation().mapped);
+    for (const auto& [slot, message] : b.checks) {
+      if (words[2 * slot] != 0 && !fault_) fault_ = message(words[2 * slot + 1]);
+    }
+    b.checks.clear();
+  }
   KILN_VK(vkResetFences(ctx_.handle(), 1, &b.fence));
   KILN_VK(vkResetCommandBuffer(b.cmd, 0));
   for (std::size_t i = 0; i < b.pools.size() && i <= b.pool; ++i) {
@@ -604,6 +612,45 @@ void Stream::wait_locked(bool all) {
     if (!all) break;
   }
   check_messages();
+  if (fault_) {
+    const std::string what = *std::exchange(fault_, std::nullopt);
+    throw IndexError(what);
+  }
+}
+
+std::shared_ptr<VulkanBuffer> Stream::fault_buffer() {
+  std::lock_guard lock(mu_);
+  if (!faults_) {
+    const std::size_t bytes = std::size_t{kFaultSlots} * 2 * sizeof(std::uint32_t);
+    faults_ = std::make_shared<VulkanBuffer>(ctx_, ctx_.allocator().allocate_staging(bytes), bytes);
+    std::memset(faults_->allocation().mapped, 0, bytes);
+    fault_owner_.assign(kFaultSlots, 0);
+  }
+  return faults_;
+}
+
+std::optional<std::uint32_t> Stream::add_check(std::function<std::string(std::uint32_t)> message) {
+  fault_buffer();
+  std::lock_guard lock(mu_);
+  Batch& b = open();
+  const std::uint32_t slot = next_fault_;
+  if (fault_owner_[slot] == b.serial) return std::nullopt;  // all taken by this batch
+  // A batch still in flight with this slot: wait for it (only after 4096 checks).
+  while (fault_owner_[slot] > retired_serial_ && !in_flight_.empty()) {
+    Batch& oldest = *in_flight_.front();
+    KILN_VK(vkWaitForFences(ctx_.handle(), 1, &oldest.fence, VK_TRUE, UINT64_MAX));
+    auto done = std::move(in_flight_.front());
+    in_flight_.pop_front();
+    retire(*done);
+    spare_.push_back(std::move(done));
+  }
+  next_fault_ = (slot + 1) % kFaultSlots;
+  fault_owner_[slot] = b.serial;
+  auto* words = reinterpret_cast<std::uint32_t*>(faults_->allocation().mapped);
+  words[2 * slot] = 0;  // a host write before the batch's vkQueueSubmit
+  words[2 * slot + 1] = 0;
+  b.checks.emplace_back(slot, std::move(message));
+  return slot;
 }
 
 void Stream::flush() {

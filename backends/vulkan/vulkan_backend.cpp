@@ -155,6 +155,7 @@ struct Keep {
 };
 constexpr std::uint64_t kSlotPlan = 0, kSlotKernel = 1, kSlotTranspose = 2;  // + operand
 constexpr std::uint64_t kSlotScatterCopy = 4;  // a scatter's copy of its operand
+constexpr std::uint64_t kSlotIndexCheck = 5;   // a gather's or scatter's index check
 constexpr std::uint64_t kSlotPiece = 8;  // + piece: a concatenate's copies
 Keep keep_in(const KernelCache& cache, const Context& ctx, std::uint64_t slot) {
   const auto device = static_cast<std::uint64_t>(ctx.device().index) & 0xffff;
@@ -387,7 +388,44 @@ std::shared_ptr<Buffer> matmul(Context& ctx, std::span<const Array> inputs, cons
 
 // Index values decide which elements are read, so they are checked on the host
 // first (as on the CPU: an IndexError leaves no partial result).
-void check_indices(Prim p, const Array& indices, std::int64_t axis, std::int64_t n) {
+std::string index_fault(Prim p, std::int64_t i, std::int64_t axis, std::int64_t n) {
+  return detail::str_cat("[", name(p), "] index ", i, " is out of range for axis ", axis,
+                         " of size ", n);
+}
+
+// Indices outside [-n, n) are an IndexError. Eagerly the indices are read and
+// checked before the op (the error comes from the call). In a compiled program
+// (`keep`) that would be a host round trip inside the step: there a kernel
+// checks them on the device and the error comes from the next synchronisation
+// (Stream::add_check), while the gather clamps and the scatter drops what is
+// out of range, so no access leaves the arrays.
+void check_indices(Context& ctx, Prim p, const Array& indices, std::int64_t axis, std::int64_t n,
+                   Keep keep) {
+  if (keep.cache != nullptr && indices.size() > 0) {
+    const bool is_signed = indices.dtype() == DType::kI32;
+    const auto slot = ctx.stream().add_check([=](std::uint32_t v) {
+      const std::int64_t i = is_signed ? std::int64_t{static_cast<std::int32_t>(v)} : std::int64_t{v};
+      return detail::str_cat(index_fault(p, i, axis, n),
+                             " (checked on the device in a compiled program; reported at the "
+                             "synchronisation after the call)");
+    });
+    if (slot) {
+      const std::shared_ptr<Buffer> faults[] = {ctx.stream().fault_buffer()};
+      const Array reads[] = {indices};
+      const std::uint32_t addr = addressed(ctx, reads, faults);
+      const Keep k = keep_slot(keep, kSlotIndexCheck);
+      Launch l = k.cache == nullptr
+                     ? index_check_kernel(ctx, indices.dtype(), n, addr)
+                     : *k.cache->get<KeptLaunch>(k.key | addr, [] {
+                          return std::make_shared<const KeptLaunch>();
+                        })->get(ctx, [&] { return index_check_kernel(ctx, indices.dtype(), n, addr); });
+      const auto count = static_cast<std::uint64_t>(indices.size());
+      l.push = {static_cast<std::uint32_t>(count), *slot};
+      l.groups = grid_for(ctx, (count + local_size(ctx) - 1) / local_size(ctx), "index check");
+      launch(ctx, l, reads, faults);
+      return;
+    }
+  }
   std::vector<std::int64_t> v;
   if (indices.dtype() == DType::kI32) {
     for (auto x : indices.to_vector<std::int32_t>()) v.push_back(x);
@@ -395,10 +433,7 @@ void check_indices(Prim p, const Array& indices, std::int64_t axis, std::int64_t
     for (auto x : indices.to_vector<std::uint32_t>()) v.push_back(x);
   }
   for (auto i : v) {
-    if (i < -n || i >= n) {
-      throw IndexError(detail::str_cat("[", name(p), "] index ", i,
-                                       " is out of range for axis ", axis, " of size ", n));
-    }
+    if (i < -n || i >= n) throw IndexError(index_fault(p, i, axis, n));
   }
 }
 
@@ -444,7 +479,7 @@ std::shared_ptr<Buffer> scatter(Context& ctx, Prim p, const AxisParams& params,
   const auto axis = static_cast<std::size_t>(ax);
   ScatterSpec s;
   s.n = a.shape()[axis];
-  check_indices(p, idx, ax, s.n);
+  check_indices(ctx, p, idx, ax, s.n, keep);
   auto buf = allocate(ctx, out, p, inputs);
   if (numel(out.shape) == 0) return buf;
   // The operand first, by a parallel copy (the scatter's parallelism is its
@@ -512,7 +547,7 @@ std::shared_ptr<Buffer> gather(Context& ctx, Prim p, const AxisParams& params,
   const Array& a = inputs[0];
   const Array& idx = inputs[1];
   const std::int64_t n = a.shape()[axis];
-  check_indices(p, idx, params.axis, n);  // the values: on every call, kept or not
+  check_indices(ctx, p, idx, params.axis, n, keep);  // the values: on every call, kept or not
   const std::uint32_t addr = addressed(ctx, inputs, buf);
   launch_kept(ctx, keep, addr, [&] {
     MapSpec spec = index_map(out, detail::str_cat(name(p), cache_key(params)));
@@ -550,7 +585,9 @@ std::shared_ptr<Buffer> gather(Context& ctx, Prim p, const AxisParams& params,
       spec.views = {av, iv};
     }
     spec.body = [&, n, axis_stride](Builder& b, MapIndex& mi) {
-      Val i = wrap_index(b, mi.load(1), n);
+      // (An index out of range is an error from the check; a compiled
+      // program's device check reports it later, so clamp meanwhile.)
+      Val i = b.glsl("UMin", Ty::kU32, {wrap_index(b, mi.load(1), n), b.u32(static_cast<std::uint32_t>(n - 1))});
       Val off = b.op("OpIAdd", Ty::kU32,
                      {mi.offset(0), b.op("OpIMul", Ty::kU32,
                                          {i, b.u32(static_cast<std::uint32_t>(axis_stride))})});

@@ -9,7 +9,7 @@
 #     each, joined by bench/run_gpu.py into table.md (rewritten after each step);
 #  3. the kernel profile of kiln's transformer and CNN steps (KILN_VK_PROFILE);
 #  4. with FULL=1, CI's other Vulkan variants and bench_vulkan while time is left.
-# SKIP_JAX=1 runs the PyTorch peer only; JAX_ARGS adds to JAX's arguments
+# SKIP_SUITES="fusion ops" leaves suites out; SKIP_JAX=1 runs the PyTorch peer only; JAX_ARGS adds to JAX's arguments
 # (e.g. --cases mlp,cnn,transformer,embedding_grad,sort).
 # A quick re-measure of kiln alone: SUITE_BUDGET=0 SKIP_PEERS=1
 # STEPS_ARGS="--cases transformer,cnn,mlp" PROFILE_CASES=transformer.
@@ -73,6 +73,7 @@ export KILN_GOLDEN_DIR=$root/tests/golden KILN_COMPILE_FAIL_DIR=$root/tests/comp
 # run NAME CAP BINARY [args...] -- env for this run comes from the caller (env VAR=.. run ...)
 run_test() {
   local name=$1 cap=$2 bin=$3; shift 3
+  case " ${SKIP_SUITES:-} " in *" $name "*) say "== $name: SKIPPED (SKIP_SUITES)"; return;; esac
   local t=$(left); [ "$t" -gt "$cap" ] && t=$cap
   if [ -n "${SUITES_END:-}" ]; then local s=$((SUITES_END - SECONDS)); [ "$t" -gt "$s" ] && t=$s; fi
   if [ "$t" -lt 15 ]; then say "== $name: SKIPPED (no time left)"; return; fi
@@ -98,7 +99,7 @@ run_test fusion 45 test_fusion
 KILN_VK_MAX_GROUP_COUNT=8192 run_test vulkan 60 test_kiln "$(only vulkan)"  # CI's grid_env
 run_test backend_ops 60 test_kiln "$(only backend_ops)"
 run_test vulkan_stream 40 test_kiln "$(only vulkan_stream)"
-run_test ops 45 test_kiln "$(only ops)"
+run_test ops 80 test_kiln "$(only ops)"  # 46 s was not enough on the H200
 run_test autodiff 45 test_kiln "$(only autodiff)"
 run_test jit 45 test_kiln "$(only jit)"
 run_test modules 45 test_kiln "$(only modules)"
@@ -135,7 +136,10 @@ for c in ${PROFILE_CASES:-transformer cnn}; do
     env KILN_DEVICE=vulkan "$G/bin/gpu_steps" --cases "$c" --reps 5 --profile ${STEPS_ARGS:-}
   { echo "== $c step"; grep -v '^{' "$L/profile_$c.jsonl.txt.err"; } >> "$OUT/profile.txt"
 done
-head -40 "$OUT/profile.txt" | tee -a "$S"
+# ops_bench's cases (embedding gradient, sort): KILN_VK_PROFILE=1 reports at exit.
+run_step profile_ops 40 profile_ops.jsonl.txt env KILN_DEVICE=vulkan KILN_VK_PROFILE=1 "$G/bin/ops_bench" --reps 5
+{ echo "== ops_bench (embedding_grad, sort)"; grep -v '^{' "$L/profile_ops.jsonl.txt.err"; } >> "$OUT/profile.txt"
+head -80 "$OUT/profile.txt" | tee -a "$S"
 
 if [ -n "${FULL:-}" ]; then
 # bench: no validation, no key checks (they would measure the layer).
