@@ -209,6 +209,9 @@ struct ContextFactory {
     VkPhysicalDeviceDriverProperties drv{
         VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES};
     sub.pNext = &drv;
+    VkPhysicalDeviceFloatControlsProperties fc{
+        VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FLOAT_CONTROLS_PROPERTIES};
+    drv.pNext = &fc;
     VkPhysicalDeviceProperties2 p2{VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
     p2.pNext = &sub;
     vkGetPhysicalDeviceProperties2(phys, &p2);
@@ -216,6 +219,9 @@ struct ContextFactory {
     Capabilities& caps = c->caps_;
     const auto& lim = c->props_.limits;
     caps.subgroup_size = sub.subgroupSize;
+    caps.preserve_float_widths = (fc.shaderSignedZeroInfNanPreserveFloat16 ? 1u : 0u) |
+                                 (fc.shaderSignedZeroInfNanPreserveFloat32 ? 2u : 0u) |
+                                 (fc.shaderSignedZeroInfNanPreserveFloat64 ? 4u : 0u);
     caps.max_shared_memory = lim.maxComputeSharedMemorySize;
     for (int i = 0; i < 3; ++i) caps.max_group_count[i] = lim.maxComputeWorkGroupCount[i];
     // Tests lower the grid limit to reach 2-D dispatch grids with small arrays

@@ -100,6 +100,12 @@ struct Capabilities {
   // (VK_KHR_cooperative_matrix, which also has bf16, needs SPIRV-Tools and
   // Vulkan headers newer than Debian 12's to assemble and validate.)
   bool coopmat = false;
+  // Float widths (bit 0: 16, 1: 32, 2: 64) whose NaN, Inf and signed zeros a
+  // kernel can make the driver keep (shaderSignedZeroInfNanPreserveFloatN).
+  // Without the SignedZeroInfNanPreserve execution mode Vulkan lets a driver
+  // disregard them (on an H200, erf(NaN) came back +-1 and atan2(1, inf) -0);
+  // every kernel declares it for the widths it uses (PipelineCache::compile).
+  std::uint32_t preserve_float_widths = 0;
   // Timestamps on the compute queue (Stream's kernel profile): nanoseconds per
   // tick, 0 where the queue family has none; the valid bits of a timestamp.
   double timestamp_period = 0.0;

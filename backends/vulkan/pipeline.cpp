@@ -191,7 +191,9 @@ std::string kernel_kind(std::string_view key) {
   return std::string(key.substr(0, end));
 }
 
-Pipeline& PipelineCache::compile(const std::string& key, const KernelSource& src) {
+Pipeline& PipelineCache::compile(const std::string& key, const KernelSource& given) {
+  KernelSource src = given;
+  src.text = spv::preserve_special_floats(given.text, ctx_.caps().preserve_float_widths);
   auto it = by_text_.find(src.text);
   if (it != by_text_.end()) {
     ++stats_.text_hits;
@@ -306,7 +308,8 @@ const Pipeline& PipelineCache::get(const std::string& key,
   auto it = by_key_.find(key);
   if (it != by_key_.end()) {
     if (check_keys()) {
-      const KernelSource again = build();
+      KernelSource again = build();
+      again.text = spv::preserve_special_floats(again.text, ctx_.caps().preserve_float_widths);
       const Pipeline& p = *it->second;
       if (again.text != p.text || again.bindings != p.bindings ||
           again.push_words != p.push_words || again.texel != p.texel ||

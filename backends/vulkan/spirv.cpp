@@ -843,6 +843,26 @@ std::string Builder::finish() {
   return s;
 }
 
+std::string preserve_special_floats(const std::string& text, std::uint32_t widths) {
+  std::string modes;
+  for (const int w : {16, 32, 64}) {
+    const bool allowed = ((widths >> (w == 16 ? 0 : w == 32 ? 1 : 2)) & 1u) != 0;
+    if (allowed && text.find(detail::str_cat("OpTypeFloat ", w, "\n")) != std::string::npos) {
+      modes += detail::str_cat("OpExecutionMode %main SignedZeroInfNanPreserve ", w, "\n");
+    }
+  }
+  const std::size_t local = text.find("OpExecutionMode %main LocalSize");
+  if (modes.empty() || local == std::string::npos) return text;
+  std::string out = text;
+  out.insert(out.find('\n', local) + 1, modes);
+  // Capabilities first, then extensions (SPIR-V's layout).
+  std::size_t after_caps = 0;
+  while (out.compare(after_caps, 12, "OpCapability") == 0) after_caps = out.find('\n', after_caps) + 1;
+  out.insert(after_caps, "OpExtension \"SPV_KHR_float_controls\"\n");
+  out.insert(0, "OpCapability SignedZeroInfNanPreserve\n");
+  return out;
+}
+
 std::vector<std::uint32_t> assemble(const std::string& text, bool optimize) {
   std::string messages;
   const auto consumer = [&](spv_message_level_t, const char*,

@@ -195,6 +195,12 @@ class Builder {
 // order; see Builder's constructor).
 std::uint32_t address_word(std::uint32_t push_words);
 
+// The module `text` with the SignedZeroInfNanPreserve execution mode for each
+// float width it declares (OpTypeFloat 16/32/64) that `widths` allows (bit 0:
+// 16, 1: 32, 2: 64; Capabilities::preserve_float_widths); `text` itself where
+// none applies.
+std::string preserve_special_floats(const std::string& text, std::uint32_t widths);
+
 // SPIR-V words for `text`, validated for Vulkan 1.2. Throws DeviceError with the
 // assembler's or validator's message and the numbered text on failure.
 std::vector<std::uint32_t> assemble(const std::string& text, bool optimize);
