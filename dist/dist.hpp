@@ -10,7 +10,7 @@
 //
 // Without KILN_WORLD_SIZE, init() gives a world of one process in which every
 // operation returns its input, so the same program runs undistributed.
-// docs/ARCHITECTURE.md ("Data parallel") describes the data flow; a failed or
+// docs/MODELS.md ("Data parallel") describes the data flow; a failed or
 // missing peer is a DistError / DistTimeoutError (dist/error.hpp) on every
 // other rank within Options::timeout, never a hang.
 #pragma once

@@ -159,7 +159,7 @@ T fori_loop(std::int64_t lower, std::int64_t upper, B&& body, const T& init) {
 // carry = body(carry). Forward only: reverse-mode differentiation through it is
 // a ValueError (the trip count is known only at run time; use fori_loop or
 // scan). On a device backend the condition is read back once per batch of
-// iterations, not once per iteration (see docs/ARCHITECTURE.md).
+// iterations, not once per iteration (see docs/TRANSFORMS.md, "Control flow").
 template <class C, class B, class T>
 T while_loop(C&& cond, B&& body, const T& init) {
   TreeDef def;

@@ -1,7 +1,7 @@
 // Composite ops: written in other DSL ops, so they trace, differentiate and run
 // on every backend with no kernel of their own, and a fusing backend compiles
 // each into the kernel of its neighbours (tinygrad's lesson). Promote one to a
-// primitive when a measurement says so (docs/ARCHITECTURE.md, "Primitives").
+// primitive when a measurement says so (docs/PRIMITIVES.md, "Composites").
 #include <limits>
 #include <utility>
 

@@ -1,6 +1,6 @@
 // Layout composites: stack, split, flip, tile, repeat, roll, pad, tril/triu,
 // diagonal, meshgrid, linspace, eye. Each is written in the layout, indexing
-// and elementwise ops (docs/ARCHITECTURE.md, "Primitives"): they trace,
+// and elementwise ops (docs/PRIMITIVES.md, "Composites"): they trace,
 // differentiate and run on every backend with no kernel of their own. Reversals
 // and gathers (kiln's slice takes step > 0 only) are a take with an index
 // array computed here on the host, where the shapes are known.

@@ -1,5 +1,5 @@
 // Reduction composites: logsumexp, var/std, any/all, count_nonzero, written in
-// the reduction and elementwise ops (docs/ARCHITECTURE.md, "Primitives"). A
+// the reduction and elementwise ops (docs/PRIMITIVES.md, "Composites"). A
 // fusing backend computes each elementwise body as the prologue of its
 // reduction kernel.
 #include <cmath>

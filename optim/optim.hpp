@@ -1,5 +1,5 @@
 // kiln::optim: Optax-style optimizers written in the public DSL. Include this
-// one header; see docs/ARCHITECTURE.md ("optim") for the design.
+// one header; see docs/MODELS.md ("Optimizers") for the design.
 #pragma once
 
 #include "kiln/optim/alias.hpp"

@@ -1,5 +1,5 @@
 // Which C++ types may be static pytree leaves, decided at compile time: the one
-// place that says what a static is (docs/ARCHITECTURE.md, "Static leaves").
+// place that says what a static is (docs/MODELS.md, "Static leaves").
 //
 // A static leaf is part of filter_jit's cache key, so it must be a *value*: kiln
 // keeps its own copy in the key, and nothing the caller holds afterwards may

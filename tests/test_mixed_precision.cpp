@@ -1,4 +1,4 @@
-// The mixed-precision recipe end to end (docs/ARCHITECTURE.md, Optimizers):
+// The mixed-precision recipe end to end (docs/MODELS.md, Mixed precision):
 // f32 master weights, an f16 (or bf16) copy for the forward and backward pass,
 // dynamic loss scaling and apply_if_finite(adam), in one jitted step. Run on
 // the CPU and on Vulkan.

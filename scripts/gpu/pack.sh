@@ -6,7 +6,7 @@
 # Vulkan loader and the Khronos validation layer into .gpu/bundle.tar.gz, for
 # the device machine (another OS image, no Debian packages). .gpu/ is in .gitignore, so it travels only when `run` names it in `carry`.
 # Rerun after a rebuild:  bash scripts/gpu/pack.sh
-# On the device (the device tool, docs/ARCHITECTURE.md "Testing on a real GPU"):
+# On the device (the device tool, docs/BACKENDS.md "Testing on a real GPU"):
 #   run(command="bash scripts/gpu/device_run.sh", carry=[".gpu"], timeout_s=520)
 set -euo pipefail
 src="$(cd "$(dirname "$0")" && pwd)"   # scripts/gpu: devinfo.c
