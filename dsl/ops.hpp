@@ -340,7 +340,8 @@ Array scatter_add_along_axis(const Array& a, const Array& indices,
 
 // jax.lax.dynamic_slice / dynamic_update_slice: the block of `sizes` (the
 // update's shape) at `starts`, one 0-d i32/u32 array per axis (traced values
-// allowed). Starts are clamped so the block fits, as XLA does.
+// allowed). A negative start counts from the end once (start + n) and starts
+// are then clamped so the block fits, as jax.lax.dynamic_slice does.
 Array dynamic_slice(const Array& a, std::span<const Array> starts, const Shape& sizes);
 Array dynamic_slice(const Array& a, std::initializer_list<Array> starts, const Shape& sizes);
 Array dynamic_update_slice(const Array& a, const Array& update, std::span<const Array> starts);

@@ -1,7 +1,8 @@
 // jax.lax.dynamic_slice / dynamic_update_slice: blocks at start positions that
 // are arrays (so they may be traced: a KV cache, a sliding window, a position
-// in a scan). Composites: each axis's positions are start + arange(size), the
-// start clamped so the block fits (XLA's rule: no start is out of range), and
+// in a scan). Composites: each axis's positions are start + arange(size), a
+// negative start wrapped once and then clamped so the block fits (JAX's rule,
+// then XLA's: no start is out of range), and
 // the block is a take per axis; the update scatters each axis's rows back. So
 // both run on every backend and their gradients are take's and scatter's.
 #include "kiln/dsl/check.hpp"
@@ -29,9 +30,12 @@ void check_starts(const char* op, const Array& a, std::span<const Array> starts)
 }
 
 // The `size` positions along an axis of length n that a block starting at
-// `start` covers, start clamped to [0, n - size].
+// `start` covers: a negative start counts from the end once (start + n, as
+// jax.lax.dynamic_slice does before XLA's clamp), then it is clamped to
+// [0, n - size].
 Array positions(const Array& start, std::int64_t size, std::int64_t n, Device device) {
   Array s = start.dtype() == DType::kI32 ? start : astype(minimum(start, scalar_like(start, n, "dynamic_slice")), DType::kI32);
+  if (start.dtype() == DType::kI32) s = where(s < 0, s + static_cast<int>(n), s);
   s = minimum(maximum(s, 0), static_cast<int>(n - size));
   return s + arange(0, static_cast<double>(size), 1, DType::kI32, device);
 }

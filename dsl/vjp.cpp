@@ -99,7 +99,8 @@ std::vector<Array> vjp(const Equation& eq, std::span<const Array> in, const Arra
     } else if constexpr (P == Prim::kNeg) {
       return {-g};
     } else if constexpr (P == Prim::kAbs) {
-      return {g * (as_float(x > 0, dt) - as_float(x < 0, dt))};
+      // JAX's rule: g where x >= 0, else -g (1 at 0, not 0; NaN takes -g).
+      return {where(x >= 0, g, -g)};
     } else if constexpr (P == Prim::kExp) {
       return {g * y};
     } else if constexpr (P == Prim::kLog) {

@@ -71,6 +71,13 @@ TEST_CASE("vjp of every unary primitive matches finite differences") {
   }
 }
 
+TEST_CASE("abs's gradient at its kink is JAX's: +1 at 0 and -0, -1 below, -1 for NaN") {
+  // jax.lax abs jvp: select(x >= 0, g, -g).
+  const Array x = array<float>({-2.0f, -0.0f, 0.0f, 3.0f, std::nanf("")});
+  const std::vector<float> g = grad([](const Array& a) { return sum(abs(a)); })(x).to_vector<float>();
+  CHECK(g == std::vector<float>{-1, 1, 1, 1, -1});
+}
+
 TEST_CASE("vjp of binary primitives sums over broadcast dimensions") {
   using B = Array (*)(const Array&, const Array&);
   const std::vector<std::pair<const char*, B>> ops = {

@@ -273,13 +273,16 @@ TEST_CASE("take of arrays whose axes differ in length but give one result shape:
         std::vector<float>{6, 0});
 }
 
-TEST_CASE("dynamic_slice and dynamic_update_slice take array starts, clamped as XLA does") {
+TEST_CASE("dynamic_slice and dynamic_update_slice take array starts, wrapped and clamped as JAX does") {
   Array m = reshape(astype(arange(20), f32), {4, 5});  // m[i, j] = 5 i + j
   Array s = dynamic_slice(m, {scalar<I>(1), scalar<I>(2)}, {2, 3});
   CHECK(s.shape() == Shape{2, 3});
   CHECK(s.to_vector<float>() == std::vector<float>{7, 8, 9, 12, 13, 14});
-  // Starts past the end (or negative) are clamped so the block fits.
+  // Starts past the end are clamped so the block fits; a negative start counts
+  // from the end once, then is clamped (jax.lax.dynamic_slice: -4 -> 1, -9 -> -4 -> 0).
   CHECK(dynamic_slice(m, {scalar<I>(3), scalar<I>(-4)}, {2, 2}).to_vector<float>() ==
+        std::vector<float>{11, 12, 16, 17});
+  CHECK(dynamic_slice(m, {scalar<I>(-1), scalar<I>(-9)}, {2, 2}).to_vector<float>() ==
         std::vector<float>{10, 11, 15, 16});
   CHECK(dynamic_slice(m, {scalar<U>(9), scalar<U>(0)}, {1, 5}).to_vector<float>() ==
         std::vector<float>{15, 16, 17, 18, 19});
@@ -288,6 +291,10 @@ TEST_CASE("dynamic_slice and dynamic_update_slice take array starts, clamped as 
   CHECK(u.to_vector<float>() == std::vector<float>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9,
                                                    10, 11, 12, -1, -1, 15, 16, 17, -1, -1});
   CHECK(m.to_vector<float>()[13] == 13.0f);  // m itself is unchanged
+  // A negative update start wraps too: -2 -> row 2.
+  Array w = dynamic_update_slice(m, full({1, 5}, -1), {scalar<I>(-2), scalar<I>(0)});
+  CHECK(w.to_vector<float>()[10] == -1.0f);
+  CHECK(w.to_vector<float>()[9] == 9.0f);
 }
 
 TEST_CASE("dynamic_slice with a traced start compiles once for every start") {
