@@ -39,6 +39,7 @@ constexpr Spec kTable[] = {
     {"KILN_VK_DISABLE_COOPMAT", Kind::kFlag},
     {"KILN_VK_MAP_GROUP_CAP", Kind::kCount, 1, 0xffffffffu},
     {"KILN_VK_PARALLEL_INVOCATIONS", Kind::kCount, 1, 0xffffffffu},
+    {"KILN_VK_SYNC_INDEX_CHECKS", Kind::kFlag},
     {"KILN_VK_MAX_GROUP_COUNT", Kind::kCount, 1, 0xffffffffu},
     {"KILN_VK_CHECK_KEYS", Kind::kFlag},
     {"KILN_VK_PROFILE", Kind::kText},  // 1: kernel times to stderr at exit; else a JSON file

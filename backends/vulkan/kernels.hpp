@@ -207,9 +207,9 @@ struct ScatterSpec {
 Launch scatter_kernel(Context& ctx, const ScatterSpec& spec, std::uint32_t addressed);
 
 // ---- an index array's range check on the device (Stream::add_check): indices
-// outside [-n, n) (signed) or [0, n) write 1 and their value into slot `slot` of
-// the stream's fault buffer. Bindings: indices, fault buffer; push: count, slot
-// (the caller sets both and the grid).
+// outside [-n, n) (signed) or [0, n) write 1 and their value into the check's
+// two words. Bindings: indices, the words; push: count (the caller sets it and
+// the grid).
 Launch index_check_kernel(Context& ctx, DType index, std::int64_t n, std::uint32_t addressed);
 
 // ---- inclusive scans down each column of (outer, n, inner): op is kCumsum or

@@ -111,7 +111,7 @@ Stream::Stream(Context& ctx) : ctx_(ctx) {
 // Only for a released device (Context::~Context), after synchronize(): no batch
 // is recording or in flight.
 Stream::~Stream() {
-  faults_.reset();  // its memory goes straight back: every batch has retired
+  faults_.clear();  // their memory goes straight back: every batch has retired
   {
     std::lock_guard lock(g_profiled_mu);
     auto& v = profiled_streams();
@@ -569,9 +569,9 @@ std::string Stream::profile_report(bool json) const {
 void Stream::retire(Batch& b) {
   collect_profile(b);
   if (!b.checks.empty()) {
-    const auto* words = reinterpret_cast<const std::uint32_t*>(faults_->allocation().mapped);
     for (const auto& [slot, message] : b.checks) {
-      if (words[2 * slot] != 0 && !fault_) fault_ = message(words[2 * slot + 1]);
+      const auto* words = reinterpret_cast<const std::uint32_t*>(faults_[slot]->allocation().mapped);
+      if (words[0] != 0 && !fault_) fault_ = message(words[1]);
     }
     b.checks.clear();
   }
@@ -618,24 +618,16 @@ void Stream::wait_locked(bool all) {
   }
 }
 
-std::shared_ptr<VulkanBuffer> Stream::fault_buffer() {
+std::shared_ptr<VulkanBuffer> Stream::add_check(std::function<std::string(std::uint32_t)> message) {
   std::lock_guard lock(mu_);
-  if (!faults_) {
-    const std::size_t bytes = std::size_t{kFaultSlots} * 2 * sizeof(std::uint32_t);
-    faults_ = std::make_shared<VulkanBuffer>(ctx_, ctx_.allocator().allocate_staging(bytes), bytes);
-    std::memset(faults_->allocation().mapped, 0, bytes);
+  if (faults_.empty()) {
+    faults_.resize(kFaultSlots);
     fault_owner_.assign(kFaultSlots, 0);
   }
-  return faults_;
-}
-
-std::optional<std::uint32_t> Stream::add_check(std::function<std::string(std::uint32_t)> message) {
-  fault_buffer();
-  std::lock_guard lock(mu_);
   Batch& b = open();
   const std::uint32_t slot = next_fault_;
-  if (fault_owner_[slot] == b.serial) return std::nullopt;  // all taken by this batch
-  // A batch still in flight with this slot: wait for it (only after 4096 checks).
+  if (fault_owner_[slot] == b.serial) return nullptr;  // all taken by this batch
+  // A batch still in flight with this slot: wait for it (only after 1024 checks).
   while (fault_owner_[slot] > retired_serial_ && !in_flight_.empty()) {
     Batch& oldest = *in_flight_.front();
     KILN_VK(vkWaitForFences(ctx_.handle(), 1, &oldest.fence, VK_TRUE, UINT64_MAX));
@@ -644,13 +636,17 @@ std::optional<std::uint32_t> Stream::add_check(std::function<std::string(std::ui
     retire(*done);
     spare_.push_back(std::move(done));
   }
+  if (!faults_[slot]) {
+    const std::size_t bytes = 2 * sizeof(std::uint32_t);
+    faults_[slot] = std::make_shared<VulkanBuffer>(ctx_, ctx_.allocator().allocate_staging(bytes), bytes);
+  }
   next_fault_ = (slot + 1) % kFaultSlots;
   fault_owner_[slot] = b.serial;
-  auto* words = reinterpret_cast<std::uint32_t*>(faults_->allocation().mapped);
-  words[2 * slot] = 0;  // a host write before the batch's vkQueueSubmit
-  words[2 * slot + 1] = 0;
+  auto* words = reinterpret_cast<std::uint32_t*>(faults_[slot]->allocation().mapped);
+  words[0] = 0;  // host writes before the batch's vkQueueSubmit
+  words[1] = 0;
   b.checks.emplace_back(slot, std::move(message));
-  return slot;
+  return faults_[slot];
 }
 
 void Stream::flush() {

@@ -149,15 +149,15 @@ class Stream {
 
   // Checks that run on the device (index_check_kernel): a compiled program's
   // gathers and scatters check their indices without a host round trip. Each
-  // check gets a slot of two u32 in fault_buffer() (host-visible, zeroed here);
-  // a kernel that finds a fault writes 1 and the faulty value there. When the
-  // slot's batch retires, a fault becomes IndexError(message(value)), thrown by
-  // the next synchronisation (synchronize, a read): the call that faulted has
-  // returned by then, as in JAX's asynchronous dispatch. nullopt when every slot
-  // is taken by the batch being recorded (the caller checks on the host).
-  std::optional<std::uint32_t> add_check(std::function<std::string(std::uint32_t)> message);
-  std::shared_ptr<VulkanBuffer> fault_buffer();
-  static constexpr std::uint32_t kFaultSlots = 4096;
+  // check gets a slot: two u32 of host-visible memory (a buffer of its own, so
+  // its binding is small on any device), zeroed here; a kernel that finds a
+  // fault writes 1 and the faulty value there. When the slot's batch retires, a
+  // fault becomes IndexError(message(value)), thrown by the next
+  // synchronisation (synchronize, a read): the call that faulted has returned by
+  // then, as in JAX's asynchronous dispatch. Null when every slot is taken by
+  // the batch being recorded (the caller checks on the host).
+  std::shared_ptr<VulkanBuffer> add_check(std::function<std::string(std::uint32_t)> message);
+  static constexpr std::uint32_t kFaultSlots = 1024;
 
  private:
   struct Batch {
@@ -223,7 +223,7 @@ class Stream {
   bool profiling_ = false;
   std::vector<KernelTime> profile_;  // by first appearance
   std::size_t profiled_batches_ = 0;
-  std::shared_ptr<VulkanBuffer> faults_;        // kFaultSlots x 2 u32, mapped
+  std::vector<std::shared_ptr<VulkanBuffer>> faults_;  // per slot: 2 u32, mapped
   std::vector<std::uint64_t> fault_owner_;      // per slot: the batch that last used it
   std::uint32_t next_fault_ = 0;
   std::optional<std::string> fault_;            // thrown by the next synchronisation

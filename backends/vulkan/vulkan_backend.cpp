@@ -11,6 +11,7 @@
 #include "kiln/backends/vulkan/memory.hpp"
 #include "kiln/backends/vulkan/stream.hpp"
 #include "kiln/dsl/fusion.hpp"
+#include "kiln/runtime/env.hpp"
 #include "kiln/runtime/error.hpp"
 #include "kiln/runtime/strings.hpp"
 
@@ -398,19 +399,23 @@ std::string index_fault(Prim p, std::int64_t i, std::int64_t axis, std::int64_t 
 // (`keep`) that would be a host round trip inside the step: there a kernel
 // checks them on the device and the error comes from the next synchronisation
 // (Stream::add_check), while the gather clamps and the scatter drops what is
-// out of range, so no access leaves the arrays.
+// out of range, so no access leaves the arrays; the call has then run with the
+// clamped indices (what JAX computes, without an error) and consumed what was
+// donated to it. KILN_VK_SYNC_INDEX_CHECKS=1 checks on the host in programs too:
+// the call throws before its kernels run and its arguments keep their values.
 void check_indices(Context& ctx, Prim p, const Array& indices, std::int64_t axis, std::int64_t n,
                    Keep keep) {
-  if (keep.cache != nullptr && indices.size() > 0) {
+  const bool sync = detail::env::flag("KILN_VK_SYNC_INDEX_CHECKS").value_or(false);
+  if (keep.cache != nullptr && indices.size() > 0 && !sync) {
     const bool is_signed = indices.dtype() == DType::kI32;
-    const auto slot = ctx.stream().add_check([=](std::uint32_t v) {
+    auto words = ctx.stream().add_check([=](std::uint32_t v) {
       const std::int64_t i = is_signed ? std::int64_t{static_cast<std::int32_t>(v)} : std::int64_t{v};
       return detail::str_cat(index_fault(p, i, axis, n),
                              " (checked on the device in a compiled program; reported at the "
                              "synchronisation after the call)");
     });
-    if (slot) {
-      const std::shared_ptr<Buffer> faults[] = {ctx.stream().fault_buffer()};
+    if (words) {
+      const std::shared_ptr<Buffer> faults[] = {std::move(words)};
       const Array reads[] = {indices};
       const std::uint32_t addr = addressed(ctx, reads, faults);
       const Keep k = keep_slot(keep, kSlotIndexCheck);
@@ -420,7 +425,7 @@ void check_indices(Context& ctx, Prim p, const Array& indices, std::int64_t axis
                           return std::make_shared<const KeptLaunch>();
                         })->get(ctx, [&] { return index_check_kernel(ctx, indices.dtype(), n, addr); });
       const auto count = static_cast<std::uint64_t>(indices.size());
-      l.push = {static_cast<std::uint32_t>(count), *slot};
+      l.push = {static_cast<std::uint32_t>(count)};
       l.groups = grid_for(ctx, (count + local_size(ctx) - 1) / local_size(ctx), "index check");
       launch(ctx, l, reads, faults);
       return;
