@@ -121,6 +121,11 @@ Array nan_to_num(const Array& a, double nan = 0.0,
 Array floor_divide(const Array& a, const Array& b);
 Array mod(const Array& a, const Array& b);
 Array remainder(const Array& a, const Array& b);  // = mod
+// jax.lax.rem: the truncated remainder, with the dividend's sign (C's fmod and
+// %). Integers: x rem 0 is x, and INT_MIN rem -1 is 0 (XLA's rules). Floats:
+// computed as a - trunc(a / b) * b like floor_divide's fmod (exact unless a / b
+// rounds to an integer); x rem 0 and inf rem y are NaN, x rem inf is x.
+Array rem(const Array& a, const Array& b);
 
 // ---- binary elementwise with numpy broadcasting ----
 Array add(const Array& a, const Array& b);
@@ -155,6 +160,9 @@ Array bitwise_not(const Array& a);
 // too: it shifts the bit pattern).
 Array shift_left(const Array& a, const Array& amount);
 Array shift_right_logical(const Array& a, const Array& amount);
+// Fills with copies of the sign bit (of the bit pattern: u32 too, as XLA); an
+// amount outside [0, 32) gives all sign bits (0 or -1).
+Array shift_right_arithmetic(const Array& a, const Array& amount);
 // Reinterprets the bits of each element as `dtype` (jax.lax.bitcast_convert_type):
 // f32, i32 and u32 (element size 4) convert among each other; other pairs are a
 // DTypeError. The result shares the input's buffer on the CPU backend.
@@ -407,12 +415,14 @@ KILN_SCALAR_BINARY_(maximum, maximum)
 KILN_SCALAR_BINARY_(floor_divide, floor_divide)
 KILN_SCALAR_BINARY_(mod, mod)
 KILN_SCALAR_BINARY_(remainder, remainder)
+KILN_SCALAR_BINARY_(rem, rem)
 KILN_SCALAR_BINARY_(minimum, minimum)
 KILN_SCALAR_BINARY_(bitwise_and, bitwise_and)
 KILN_SCALAR_BINARY_(bitwise_or, bitwise_or)
 KILN_SCALAR_BINARY_(bitwise_xor, bitwise_xor)
 KILN_SCALAR_BINARY_(shift_left, shift_left)
 KILN_SCALAR_BINARY_(shift_right_logical, shift_right_logical)
+KILN_SCALAR_BINARY_(shift_right_arithmetic, shift_right_arithmetic)
 #undef KILN_SCALAR_BINARY_
 
 // ---- template implementations ----

@@ -59,8 +59,15 @@ Array isfinite(const Array& a) {
 // infinities, or a NaN operand) a + b gives the right inf or NaN.
 Array logaddexp(const Array& a, const Array& b) {
   check_floating("logaddexp", a);
+  // The larger plus log1p(exp(-|a - b|)), written per branch so that the
+  // gradient at a tie is JAX's (1/2 each; max and abs would give 0 and 1),
+  // each branch's exponent clamped to <= 0 (no inf, so no NaN in the
+  // gradient of the branch not taken). Infinities of one sign: a + b.
   const Array delta = a - b;
-  const Array stable = maximum(a, b) + log1p(exp(-abs(delta)));
+  const Array zero = zeros_like(delta);
+  const Array a_wins = delta >= zero;
+  const Array stable = where(a_wins, a + log1p(exp(-where(a_wins, delta, zero))),
+                             b + log1p(exp(where(a_wins, zero, delta))));
   return where(delta != delta, a + b, stable);
 }
 
@@ -138,5 +145,30 @@ std::pair<Array, Array> divmod(std::string_view op, const Array& a, const Array&
 Array floor_divide(const Array& a, const Array& b) { return divmod("floor_divide", a, b).first; }
 Array mod(const Array& a, const Array& b) { return divmod("mod", a, b).second; }
 Array remainder(const Array& a, const Array& b) { return divmod("remainder", a, b).second; }
+
+Array rem(const Array& a, const Array& b) {
+  check_divmod("rem", a, b);
+  if (!is_inexact(a.dtype())) return a - (a / b) * b;  // a / 0 is 0; wraps at INT_MIN / -1
+  const Array t = trunc(a / b);
+  const Array zero = scalar_like(a, 0.0, "rem");
+  // t == 0: a itself (also for infinite b); a - t * b keeps the dividend's sign
+  // through zero results (-0 for negative a).
+  const Array r = a - t * b;
+  return where(t == zero, a, where(r == zero, a * zero, r));
+}
+
+Array shift_right_arithmetic(const Array& a, const Array& amount) {
+  detail::check_not_none("shift_right_arithmetic", a, "argument 1");
+  detail::check_not_none("shift_right_arithmetic", amount, "argument 2");
+  if (a.dtype() == DType::kU32) {  // the bit pattern's sign, as XLA
+    return bitcast(shift_right_arithmetic(bitcast(a, DType::kI32), bitcast(amount, DType::kI32)),
+                   DType::kU32);
+  }
+  // Negative x: ~((~x) >>> n) fills with ones; an amount past 31 gives 0 >>> n = 0,
+  // so all sign bits.
+  const Array negative = a < scalar_like(a, 0.0, "shift_right_arithmetic");
+  return where(negative, bitwise_not(shift_right_logical(bitwise_not(a), amount)),
+               shift_right_logical(a, amount));
+}
 
 }  // namespace kiln

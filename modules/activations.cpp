@@ -26,6 +26,22 @@ Array gelu(const Array& x, bool approximate) {
 
 Array silu(const Array& x) { return x * sigmoid(x); }
 
+Array softplus(const Array& x) { return logaddexp(x, zeros_like(x)); }
+
+Array log_sigmoid(const Array& x) { return -softplus(-x); }
+
+Array elu(const Array& x, double alpha) {
+  const Array zero = zeros_like(x);
+  const Array positive = x > zero;
+  return where(positive, x, alpha * expm1(where(positive, zero, x)));  // jax.nn.elu's safe_x
+}
+Array elu(const Array& x) { return elu(x, 1.0); }
+
+Array leaky_relu(const Array& x, double negative_slope) {
+  return where(x >= zeros_like(x), x, negative_slope * x);
+}
+Array leaky_relu(const Array& x) { return leaky_relu(x, 0.01); }
+
 Array softmax(const Array& x, std::int64_t axis) {
   // The shift does not change the result, so it carries no gradient (as JAX).
   Array e = exp(x - stop_gradient(max(x, axis, true)));

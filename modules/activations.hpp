@@ -25,6 +25,18 @@ Array gelu_exact(const Array& x);
 Array gelu(const Array& x, bool approximate);
 // x * sigmoid(x) (jax.nn.silu).
 Array silu(const Array& x);
+// log(1 + exp(x)) without overflow (jax.nn.softplus: logaddexp(x, 0)); its
+// gradient is sigmoid(x).
+Array softplus(const Array& x);
+// log(sigmoid(x)) = -softplus(-x) (jax.nn.log_sigmoid), finite for any finite x.
+Array log_sigmoid(const Array& x);
+// x for x > 0, alpha (exp(x) - 1) otherwise (jax.nn.elu, alpha 1 by default);
+// the exp is taken of x where x <= 0 only, so no inf reaches the gradient.
+Array elu(const Array& x, double alpha);
+Array elu(const Array& x);
+// x for x >= 0, slope x otherwise (jax.nn.leaky_relu, slope 0.01 by default).
+Array leaky_relu(const Array& x, double negative_slope);
+Array leaky_relu(const Array& x);
 // Along the last axis (or `axis`), max-subtracted.
 Array softmax(const Array& x);
 Array softmax(const Array& x, std::int64_t axis);

@@ -228,6 +228,39 @@ TEST_CASE("activations match jax.nn, and softmax stays finite for large logits")
   CHECK(nn::relu(array<float>({-1, 2})).to_vector<float>() == std::vector<float>{0, 2});
 }
 
+TEST_CASE("softplus, log_sigmoid, elu and leaky_relu are jax.nn's, values and gradients") {
+  const std::vector<double> xs = {-100, -20, -1.5, -0.0, 0, 0.7, 3, 30, 100};
+  std::vector<float> xf(xs.begin(), xs.end());
+  const Array x = array<float>(xf, {static_cast<std::int64_t>(xf.size())});
+  const auto sig = [](double v) { return 1.0 / (1.0 + std::exp(-v)); };
+  const auto softplus = [](double v) { return std::max(v, 0.0) + std::log1p(std::exp(-std::abs(v))); };
+  const auto check = [&](const Array& got, auto want, const char* what) {
+    CAPTURE(what);
+    const std::vector<float> g = got.to_vector<float>();
+    REQUIRE(g.size() == xs.size());
+    for (std::size_t i = 0; i < xs.size(); ++i) {
+      CAPTURE(xs[i]);
+      CHECK(g[i] == doctest::Approx(want(xs[i])).epsilon(2e-6));
+    }
+  };
+  check(nn::softplus(x), softplus, "softplus");
+  check(nn::log_sigmoid(x), [&](double v) { return -softplus(-v); }, "log_sigmoid");
+  check(nn::elu(x), [](double v) { return v > 0 ? v : std::expm1(v); }, "elu");
+  check(nn::elu(x, 0.5), [](double v) { return v > 0 ? v : 0.5 * std::expm1(v); }, "elu 0.5");
+  check(nn::leaky_relu(x), [](double v) { return v >= 0 ? v : 0.01 * v; }, "leaky_relu");
+  check(nn::leaky_relu(x, 0.2), [](double v) { return v >= 0 ? v : 0.2 * v; }, "leaky_relu 0.2");
+  const auto d = [&](auto f) { return grad([f](const Array& v) { return sum(f(v)); })(x); };
+  check(d([](const Array& v) { return nn::softplus(v); }), sig, "softplus'");
+  check(d([](const Array& v) { return nn::log_sigmoid(v); }), [&](double v) { return sig(-v); },
+        "log_sigmoid'");
+  check(d([](const Array& v) { return nn::elu(v); }), [](double v) { return v > 0 ? 1.0 : std::exp(v); },
+        "elu'");
+  check(d([](const Array& v) { return nn::leaky_relu(v); }), [](double v) { return v >= 0 ? 1.0 : 0.01; },
+        "leaky_relu'");
+  // No overflow anywhere: softplus(100) is 100, log_sigmoid(-100) is -100.
+  CHECK(nn::softplus(array<float>({1e30f})).to_vector<float>()[0] == 1e30f);
+}
+
 TEST_CASE("losses match their JAX definitions, values and gradients") {
   const Array& logits = golden("loss", "logits");
   const Array& labels = golden("loss", "labels");

@@ -662,3 +662,38 @@ TEST_CASE("composite ops give their eager values when jitted and fused") {
     }
   }
 }
+
+TEST_CASE("rem is jax.lax.rem: truncated, the dividend's sign, XLA's integer edge cases") {
+  const I lo = std::numeric_limits<I>::min();
+  CHECK(rem(array<I>({7, -7, 7, -7, 5, lo, 3, 0}), array<I>({3, 3, -3, -3, 0, -1, 5, 4}))
+            .to_vector<I>() == std::vector<I>{1, -1, 1, -1, 5, 0, 3, 0});
+  CHECK(rem(array<std::uint32_t>({7, 5}), array<std::uint32_t>({3, 0})).to_vector<std::uint32_t>() ==
+        std::vector<std::uint32_t>{1, 5});
+  const Array a = array<float>({5.5f, -5.5f, 5.5f, 1.0f, INFINITY, 1.0f, -4.0f, NAN, 0.75f});
+  const Array b = array<float>({2.0f, 2.0f, -2.0f, 0.0f, 2.0f, INFINITY, 2.0f, 1.0f, 0.25f});
+  const Array r = rem(a, b);
+  check_close(r, {1.5, -1.5, 1.5, kNaN, kNaN, 1.0, 0.0, kNaN, 0.0});
+  const std::vector<float> rv = r.to_vector<float>();
+  CHECK(std::signbit(rv[6]));   // -4 rem 2 is -0, as fmod
+  CHECK(!std::signbit(rv[8]));  // 0.75 rem 0.25 is +0
+  CHECK(rem(a, 2.0f).to_vector<float>()[1] == -1.5f);  // a scalar divisor
+  // Gradients (JAX's rule): 1 for the dividend, -trunc(a / b) for the divisor.
+  const Array x = array<float>({5.5f, -7.0f}), y = array<float>({2.0f, 3.0f});
+  const Array ga = grad([&](const Array& v) { return sum(rem(v, y)); })(x);
+  const Array gb = grad([&](const Array& v) { return sum(rem(x, v)); })(y);
+  CHECK(ga.to_vector<float>() == std::vector<float>{1, 1});
+  CHECK(gb.to_vector<float>() == std::vector<float>{-2, 2});
+  CHECK_THROWS_WITH_AS(rem(array<float>({1}), array<I>({1})),
+                       doctest::Contains("[rem] dtype mismatch: f32 and i32"), DTypeError);
+}
+
+TEST_CASE("shift_right_arithmetic fills with the sign bit, of u32's bit pattern too") {
+  const I lo = std::numeric_limits<I>::min();
+  CHECK(shift_right_arithmetic(array<I>({-8, 8, -1, lo, 5, -5, -5}), array<I>({1, 1, 31, 31, 32, 40, -1}))
+            .to_vector<I>() == std::vector<I>{-4, 4, -1, -1, 0, -1, -1});
+  CHECK(shift_right_arithmetic(array<std::uint32_t>({0x80000000u, 0x7fffffffu, 0xf0000000u}),
+                               array<std::uint32_t>({4, 4, 33}))
+            .to_vector<std::uint32_t>() ==
+        std::vector<std::uint32_t>{0xf8000000u, 0x07ffffffu, 0xffffffffu});
+  CHECK(shift_right_arithmetic(array<I>({-64}), 3).to_vector<I>() == std::vector<I>{-8});
+}
