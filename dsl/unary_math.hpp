@@ -85,6 +85,44 @@ V nan_below(B& b, const V& x, double bound, const V& r) {
 template <class E>
 using Elem = typename std::decay_t<E>::value_type;
 
+// exp, expm1 and exp2 on xsimd batches over f32's whole finite range: xsimd 8
+// gives inf from exp(88.3763) (its maxlog) and exp2(127), where the results
+// are finite up to 88.7228 and 128. Past 88, exp(x) is exp(x / 2)^2 (x / 2
+// exact; within 3 ulp), and expm1 is exp (1 is below half an ulp there); past
+// 126, exp2(x) is 2 exp2(x - 1) (both steps exact). f64: xsimd's own. The one
+// definition the CPU's generic kernels, SIMD kernels and generated code call.
+template <class B>
+B exp_full(const B& x) {
+  using T = Elem<B>;
+  if constexpr (std::is_same_v<T, float>) {
+    const auto big = x > B(88.0f);
+    const B e = exp(select(big, x * B(0.5f), x));
+    return select(big, e * e, e);
+  } else {
+    return exp(x);
+  }
+}
+template <class B>
+B expm1_full(const B& x) {
+  using T = Elem<B>;
+  if constexpr (std::is_same_v<T, float>) {
+    return select(x > B(88.0f), exp_full(x), expm1(x));
+  } else {
+    return expm1(x);
+  }
+}
+template <class B>
+B exp2_full(const B& x) {
+  using T = Elem<B>;
+  if constexpr (std::is_same_v<T, float>) {
+    const auto big = x > B(126.0f);
+    const B e = exp2(select(big, x - B(1.0f), x));
+    return select(big, e * B(2.0f), e);
+  } else {
+    return exp2(x);
+  }
+}
+
 }  // namespace detail::math
 
 template <>
@@ -201,7 +239,7 @@ struct MathDef<Prim::kLog2> {
 
 template <>
 struct MathDef<Prim::kExp2> {
-  static auto cpu(const auto& x) { return exp2(x); }
+  static auto cpu(const auto& x) { return detail::math::exp2_full(x); }
   static auto vulkan(auto& b, const auto& x) { return detail::math::glsl32(b, "Exp2", "exp2", x); }
   static Array vjp(const Array&, const Array& y, const Array& g) {
     return g * y * std::numbers::ln2;
@@ -244,7 +282,7 @@ template <>
 struct MathDef<Prim::kExpm1> {
   static auto cpu(const auto& x) {  // xsimd gives +0 for -0: keep zeros as they are
     using T = detail::math::Elem<decltype(x)>;
-    return select(x == T(0), x, expm1(x));
+    return select(x == T(0), x, detail::math::expm1_full(x));
   }
   static auto vulkan(auto& b, const auto& x) {
     using Ty = decltype(x.ty);
@@ -253,7 +291,8 @@ struct MathDef<Prim::kExpm1> {
     auto u = detail::math::glsl32(b, "Exp", "expm1", x);
     auto um1 = b.op("OpFSub", t, {u, one});
     auto l = b.glsl("Log", t, {u});
-    auto scaled = b.op("OpFDiv", t, {b.op("OpFMul", t, {um1, x}), l});
+    // (u - 1) (x / log u): the product of u - 1 and x would overflow past x ~ 44.
+    auto scaled = b.op("OpFMul", t, {um1, b.op("OpFDiv", t, {x, l})});
     auto r = b.select(b.op("OpFOrdEqual", Ty::kBool, {u, one}), x, scaled);
     r = b.select(b.op("OpFOrdEqual", Ty::kBool, {um1, b.constant(t, -1)}), um1, r);
     return b.select(b.op("OpIsInf", Ty::kBool, {u}), u, r);

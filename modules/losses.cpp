@@ -85,7 +85,7 @@ Array mse(const Array& predictions, const Array& targets) {
 
 Array sigmoid_binary_cross_entropy_elementwise(const Array& logits, const Array& labels) {
   check_same_shape("nn.sigmoid_binary_cross_entropy", logits, "logits", labels, "labels");
-  // softplus(z) = logaddexp(z, 0): maximum's tie rule gives slope 1/2 at z = 0.
+  // softplus(z) = logaddexp(z, 0), whose slope at z = 0 is 1/2 (as JAX).
   return logaddexp(logits, zeros_like(logits)) - labels * logits;
 }
 

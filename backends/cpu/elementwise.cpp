@@ -269,7 +269,7 @@ void unary_kernel(DType dtype, const void* a, void* out, std::size_t n) {
   if constexpr (has_trait(P, PrimTrait::kMath)) {
     if constexpr (kFloat) return batches([](const auto& x) { return MathDef<P>::cpu(x); });
   } else if constexpr (P == Prim::kExp) {
-    if constexpr (kFloat) return batches([](const auto& x) { return xsimd::exp(x); });
+    if constexpr (kFloat) return batches([](const auto& x) { return detail::math::exp_full(x); });
   } else if constexpr (P == Prim::kLog) {
     if constexpr (kFloat) return batches([](const auto& x) { return xsimd::log(x); });
   } else if constexpr (P == Prim::kTanh) {

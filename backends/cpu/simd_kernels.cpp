@@ -17,6 +17,7 @@
 
 #include "kiln/backends/cpu/nan_minmax.hpp"
 #include "kiln/backends/cpu/simd.hpp"
+#include "kiln/dsl/unary_math.hpp"
 
 #ifndef KILN_ISA
 #error "simd_kernels.cpp is compiled with -DKILN_ISA=<namespace> (backends/meson.build)"
@@ -117,8 +118,8 @@ struct Neg {
 struct Abs {
   template <class B> B operator()(const B& x) const { return xsimd::abs(x); }
 };
-struct Exp {
-  template <class B> B operator()(const B& x) const { return xsimd::exp(x); }
+struct Exp {  // past xsimd's overflow threshold too (dsl/unary_math.hpp)
+  template <class B> B operator()(const B& x) const { return detail::math::exp_full(x); }
 };
 struct Log {
   template <class B> B operator()(const B& x) const { return xsimd::log(x); }
@@ -147,7 +148,7 @@ struct Log1p {
 };
 struct Expm1 {
   template <class B> B operator()(const B& x) const {
-    return xsimd::select(x == B(0), x, xsimd::expm1(x));
+    return xsimd::select(x == B(0), x, detail::math::expm1_full(x));
   }
 };
 struct Relu {  // relu(NaN) is NaN
