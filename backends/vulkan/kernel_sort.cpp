@@ -68,6 +68,38 @@ Val sort_key(Builder& b, const Val& v) {
   }
 }
 
+// Pair t of a step whose partners are j apart: its lower element's offset
+// (t's bits above j moved up one place, a zero bit inserted at j).
+Val pair_low(Builder& b, const Val& t, const Val& j) {
+  const Val mask = b.op("OpISub", Ty::kU32, {j, b.u32(1)});
+  const Val hi_bits = b.op("OpBitwiseAnd", Ty::kU32, {t, b.op("OpNot", Ty::kU32, {mask})});
+  return b.op("OpBitwiseOr", Ty::kU32, {b.op("OpShiftLeftLogical", Ty::kU32, {hi_bits, b.u32(1)}),
+                                        b.op("OpBitwiseAnd", Ty::kU32, {t, mask})});
+}
+
+// One compare-exchange of the network on the (key, index) pairs at lo and hi
+// (through `load`/`store` of array 0 = keys, 1 = indices): ascending where the
+// lower element's position in its line has bit k clear; the index breaks ties.
+template <class Load, class Store>
+void compare_exchange(Builder& b, const Val& lo, const Val& hi, const Val& pos_in_line, const Val& k,
+                      Load load, Store store) {
+  const Val ascending =
+      b.op("OpIEqual", Ty::kBool, {b.op("OpBitwiseAnd", Ty::kU32, {pos_in_line, k}), b.u32(0)});
+  const Val ka = load(0, lo), kb = load(0, hi);
+  const Val ia = load(1, lo), ib = load(1, hi);
+  const Val greater = b.op(
+      "OpLogicalOr", Ty::kBool,
+      {b.op("OpUGreaterThan", Ty::kBool, {ka, kb}),
+       b.op("OpLogicalAnd", Ty::kBool,
+            {b.op("OpIEqual", Ty::kBool, {ka, kb}), b.op("OpUGreaterThan", Ty::kBool, {ia, ib})})});
+  b.if_then(b.op("OpLogicalEqual", Ty::kBool, {greater, ascending}), [&] {
+    store(0, lo, kb);
+    store(0, hi, ka);
+    store(1, lo, ib);
+    store(1, hi, ia);
+  });
+}
+
 }  // namespace
 
 namespace {
@@ -129,30 +161,13 @@ Launch sort_pass_kernel(Context& ctx, const SortSpec& s, std::uint32_t addressed
         const Val k = b.push(2);
         const Val half = b.u32(u(s.m / 2));
         const Val line = b.op("OpUDiv", Ty::kU32, {t, half});
-        const Val r = b.op("OpUMod", Ty::kU32, {t, half});
-        const Val mask = b.op("OpISub", Ty::kU32, {j, b.u32(1)});
-        const Val hi_bits = b.op("OpBitwiseAnd", Ty::kU32, {r, b.op("OpNot", Ty::kU32, {mask})});
-        const Val low_in_line = b.op("OpBitwiseOr", Ty::kU32,
-                                     {b.op("OpShiftLeftLogical", Ty::kU32, {hi_bits, b.u32(1)}),
-                                      b.op("OpBitwiseAnd", Ty::kU32, {r, mask})});
-        const Val base = b.op("OpIMul", Ty::kU32, {line, b.u32(u(s.m))});
-        const Val lo = b.op("OpIAdd", Ty::kU32, {base, low_in_line});
-        const Val hi = b.op("OpIAdd", Ty::kU32, {lo, j});
-        const Val ascending = b.op("OpIEqual", Ty::kBool,
-                                   {b.op("OpBitwiseAnd", Ty::kU32, {low_in_line, k}), b.u32(0)});
-        const Val ka = b.load(keys, lo), kb = b.load(keys, hi);
-        const Val ia = b.load(idx, lo), ib = b.load(idx, hi);
-        const Val greater = b.op(
-            "OpLogicalOr", Ty::kBool,
-            {b.op("OpUGreaterThan", Ty::kBool, {ka, kb}),
-             b.op("OpLogicalAnd", Ty::kBool,
-                  {b.op("OpIEqual", Ty::kBool, {ka, kb}), b.op("OpUGreaterThan", Ty::kBool, {ia, ib})})});
-        b.if_then(b.op("OpLogicalEqual", Ty::kBool, {greater, ascending}), [&] {
-          b.store(keys, lo, kb);
-          b.store(keys, hi, ka);
-          b.store(idx, lo, ib);
-          b.store(idx, hi, ia);
-        });
+        const Val low_in_line = pair_low(b, b.op("OpUMod", Ty::kU32, {t, half}), j);
+        const Val lo = b.op("OpIAdd", Ty::kU32, {b.op("OpIMul", Ty::kU32, {line, b.u32(u(s.m))}), low_in_line});
+        const int arrays[] = {keys, idx};
+        compare_exchange(
+            b, lo, b.op("OpIAdd", Ty::kU32, {lo, j}), low_in_line, k,
+            [&](int a, const Val& at) { return b.load(arrays[a], at); },
+            [&](int a, const Val& at, const Val& v) { b.store(arrays[a], at, v); });
       });
       return KernelSource{b.finish(), 2, 3, 0, VK_FORMAT_UNDEFINED, addressed};
     });
@@ -213,29 +228,13 @@ Launch sort_local_kernel(Context& ctx, const SortSpec& s, std::uint32_t addresse
                                b.op("OpISub", Ty::kU32, {kb, b.u32(1)}));
       b.loop(b.u32(0), b.op("OpIAdd", Ty::kU32, {top, b.u32(1)}), b.u32(1), [&](const Val& step) {
         const Val j = b.op("OpShiftLeftLogical", Ty::kU32, {b.u32(1), b.op("OpISub", Ty::kU32, {top, step})});
-        const Val mask = b.op("OpISub", Ty::kU32, {j, b.u32(1)});
+        const int arrays[] = {sk, si};
         each(pairs, [&](const Val& t) {
-          const Val lo = b.op("OpBitwiseOr", Ty::kU32,
-                              {b.op("OpShiftLeftLogical", Ty::kU32,
-                                    {b.op("OpBitwiseAnd", Ty::kU32, {t, b.op("OpNot", Ty::kU32, {mask})}), b.u32(1)}),
-                               b.op("OpBitwiseAnd", Ty::kU32, {t, mask})});
-          const Val hi = b.op("OpIAdd", Ty::kU32, {lo, j});
-          const Val pos = b.op("OpIAdd", Ty::kU32, {line_pos, lo});
-          const Val ascending = b.op("OpIEqual", Ty::kBool,
-                                     {b.op("OpBitwiseAnd", Ty::kU32, {pos, k}), b.u32(0)});
-          const Val ka = b.load_shared(sk, lo), kbv = b.load_shared(sk, hi);
-          const Val ia = b.load_shared(si, lo), ib = b.load_shared(si, hi);
-          const Val greater = b.op(
-              "OpLogicalOr", Ty::kBool,
-              {b.op("OpUGreaterThan", Ty::kBool, {ka, kbv}),
-               b.op("OpLogicalAnd", Ty::kBool,
-                    {b.op("OpIEqual", Ty::kBool, {ka, kbv}), b.op("OpUGreaterThan", Ty::kBool, {ia, ib})})});
-          b.if_then(b.op("OpLogicalEqual", Ty::kBool, {greater, ascending}), [&] {
-            b.store_shared(sk, lo, kbv);
-            b.store_shared(sk, hi, ka);
-            b.store_shared(si, lo, ib);
-            b.store_shared(si, hi, ia);
-          });
+          const Val lo = pair_low(b, t, j);
+          compare_exchange(
+              b, lo, b.op("OpIAdd", Ty::kU32, {lo, j}), b.op("OpIAdd", Ty::kU32, {line_pos, lo}), k,
+              [&](int a, const Val& at) { return b.load_shared(arrays[a], at); },
+              [&](int a, const Val& at, const Val& v) { b.store_shared(arrays[a], at, v); });
         });
         b.barrier();
       });

@@ -601,14 +601,18 @@ void Stream::retire(Batch& b) {
   deferred_.resize(kept);
 }
 
+void Stream::retire_oldest() {
+  Batch& b = *in_flight_.front();
+  KILN_VK(vkWaitForFences(ctx_.handle(), 1, &b.fence, VK_TRUE, UINT64_MAX));
+  auto done = std::move(in_flight_.front());
+  in_flight_.pop_front();
+  retire(*done);
+  spare_.push_back(std::move(done));
+}
+
 void Stream::wait_locked(bool all) {
   while (!in_flight_.empty()) {
-    Batch& b = *in_flight_.front();
-    KILN_VK(vkWaitForFences(ctx_.handle(), 1, &b.fence, VK_TRUE, UINT64_MAX));
-    auto done = std::move(in_flight_.front());
-    in_flight_.pop_front();
-    retire(*done);
-    spare_.push_back(std::move(done));
+    retire_oldest();
     if (!all) break;
   }
   check_messages();
@@ -628,14 +632,7 @@ std::shared_ptr<VulkanBuffer> Stream::add_check(std::function<std::string(std::u
   const std::uint32_t slot = next_fault_;
   if (fault_owner_[slot] == b.serial) return nullptr;  // all taken by this batch
   // A batch still in flight with this slot: wait for it (only after 1024 checks).
-  while (fault_owner_[slot] > retired_serial_ && !in_flight_.empty()) {
-    Batch& oldest = *in_flight_.front();
-    KILN_VK(vkWaitForFences(ctx_.handle(), 1, &oldest.fence, VK_TRUE, UINT64_MAX));
-    auto done = std::move(in_flight_.front());
-    in_flight_.pop_front();
-    retire(*done);
-    spare_.push_back(std::move(done));
-  }
+  while (fault_owner_[slot] > retired_serial_ && !in_flight_.empty()) retire_oldest();
   if (!faults_[slot]) {
     const std::size_t bytes = 2 * sizeof(std::uint32_t);
     faults_[slot] = std::make_shared<VulkanBuffer>(ctx_, ctx_.allocator().allocate_staging(bytes), bytes);

@@ -188,6 +188,7 @@ class Stream {
     std::uint64_t serial = 0;  // its last batch
   };
   Batch& open();  // the batch being recorded (begins one if needed)
+  void retire_oldest();  // waits for the oldest batch in flight and retires it
   VkDescriptorSet allocate_set(Batch& b, const Pipeline& p);
   void submit_locked();
   void wait_locked(bool all);
