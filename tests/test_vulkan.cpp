@@ -823,6 +823,11 @@ TEST_CASE("an application's device is released once kiln's arrays on it are gone
     const Array a = to_device(h, mine);
     const Array s = f(a);
     check_close_to(s, sum(h * h + h, {1}));
+    // A compiled gather's device-side index check leaves the stream a slot
+    // buffer of its own: not an array of the application's.
+    auto g = filter_jit([](const Array& x, const Array& i) { return take(x, i, 0); });
+    const Array hi = Array::from_data<std::int32_t>(std::vector<std::int32_t>{3, 0}, {2});
+    check_close_to(g(a, to_device(hi, mine)), take(h, hi, 0));
     CHECK_THROWS_WITH_AS(vulkan::release_external_device(mine),
                          doctest::Contains(("2 arrays still live on " + mine.to_string()).c_str()),
                          DeviceError);

@@ -438,6 +438,7 @@ void Context::init_objects() {
 
 Context::~Context() {
   // The stream hands staging and deferred memory back to the allocator.
+  if (stream_) stream_->drop_own_buffers();
   stream_.reset();
   pipelines_.reset();
   allocator_.reset();
@@ -549,7 +550,7 @@ void release_external_device(Device device) {
   if (slot < reg.contexts.size() && reg.contexts[slot]) {
     vk::Context& c = *reg.contexts[slot];
     c.stream().synchronize();  // kiln's work done; dead arrays' memory comes back
-    if (const std::size_t live = c.live_buffers().load(); live > 0) {
+    if (const std::size_t live = c.live_buffers().load() - c.stream().own_buffers(); live > 0) {
       throw DeviceError(detail::str_cat(
           "[vulkan.release_external_device] ", live, " array", live == 1 ? "" : "s",
           " still live on ", device.to_string(),

@@ -111,7 +111,6 @@ Stream::Stream(Context& ctx) : ctx_(ctx) {
 // Only for a released device (Context::~Context), after synchronize(): no batch
 // is recording or in flight.
 Stream::~Stream() {
-  faults_.clear();  // their memory goes straight back: every batch has retired
   {
     std::lock_guard lock(g_profiled_mu);
     auto& v = profiled_streams();
@@ -620,6 +619,17 @@ void Stream::wait_locked(bool all) {
     const std::string what = *std::exchange(fault_, std::nullopt);
     throw IndexError(what);
   }
+}
+
+void Stream::drop_own_buffers() {
+  std::lock_guard lock(mu_);
+  faults_.clear();  // back to the allocator now or when their last batch retires
+}
+
+std::size_t Stream::own_buffers() const {
+  std::lock_guard lock(mu_);
+  return static_cast<std::size_t>(
+      std::count_if(faults_.begin(), faults_.end(), [](const auto& f) { return f != nullptr; }));
 }
 
 std::shared_ptr<VulkanBuffer> Stream::add_check(std::function<std::string(std::uint32_t)> message) {

@@ -158,6 +158,12 @@ class Stream {
   // the batch being recorded (the caller checks on the host).
   std::shared_ptr<VulkanBuffer> add_check(std::function<std::string(std::uint32_t)> message);
   static constexpr std::uint32_t kFaultSlots = 1024;
+  // The stream's own buffers (the check slots made so far): not arrays a user
+  // holds (release_external_device counts live arrays).
+  std::size_t own_buffers() const;
+  // Frees them; Context::~Context calls it while the context still holds the
+  // stream (a buffer's destructor hands its memory back through it).
+  void drop_own_buffers();
 
  private:
   struct Batch {
