@@ -292,6 +292,7 @@ struct ContextFactory {
     q.disable_buffer_address =
         q.disable_buffer_address || env_flag("KILN_VK_DISABLE_BUFFER_ADDRESS");
     q.disable_coopmat = q.disable_coopmat || env_flag("KILN_VK_DISABLE_COOPMAT");
+    q.sync_index_checks = env_flag("KILN_VK_SYNC_INDEX_CHECKS");
     if (cpu && !q.disable_texel_loads) {
       caps.texel_loads = true;
       for (VkFormat f : {VK_FORMAT_R32G32B32A32_SFLOAT, VK_FORMAT_R32G32B32A32_SINT,

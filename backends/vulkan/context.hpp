@@ -125,6 +125,9 @@ struct Quirks {
   bool disable_texel_loads = false;     // KILN_VK_DISABLE_TEXEL_LOADS=1
   bool disable_buffer_address = false;  // KILN_VK_DISABLE_BUFFER_ADDRESS=1
   bool disable_coopmat = false;         // KILN_VK_DISABLE_COOPMAT=1
+  // KILN_VK_SYNC_INDEX_CHECKS=1: compiled programs check gather/scatter indices
+  // on the host, as eager calls do (vulkan_backend.cpp check_indices).
+  bool sync_index_checks = false;
   // The driver ends a kernel's loops after this many iterations per invocation,
   // counted over all its loops (0: no limit). llvmpipe: 65535 (gallivm's
   // LP_MAX_TGSI_LOOP_ITERATIONS). Kernels keep each invocation's iterations

@@ -116,7 +116,8 @@ Launch scatter_kernel(Context& ctx, const ScatterSpec& s, std::uint32_t addresse
   return column_launch(ctx, p, s.outer * blocks, s.inner, "scatter");
 }
 
-Launch index_check_kernel(Context& ctx, DType index, std::int64_t n, std::uint32_t addressed) {
+Launch index_check_kernel(Context& ctx, DType index, std::int64_t n, std::int64_t count,
+                          std::uint32_t addressed) {
   const std::uint32_t local = local_size(ctx);
   std::string key = detail::str_cat("index_check|", name(index), "|n=", n);
   if (addressed != 0) key += detail::str_cat("|addr=", addressed);
@@ -145,7 +146,8 @@ Launch index_check_kernel(Context& ctx, DType index, std::int64_t n, std::uint32
   });
   Launch l;
   l.pipeline = &p;
-  l.push = {0};
+  l.push = {static_cast<std::uint32_t>(count)};
+  l.groups = grid_for(ctx, (static_cast<std::uint64_t>(count) + local - 1) / local, "index check");
   return l;
 }
 

@@ -208,9 +208,9 @@ Launch scatter_kernel(Context& ctx, const ScatterSpec& spec, std::uint32_t addre
 
 // ---- an index array's range check on the device (Stream::add_check): indices
 // outside [-n, n) (signed) or [0, n) write 1 and their value into the check's
-// two words. Bindings: indices, the words; push: count (the caller sets it and
-// the grid).
-Launch index_check_kernel(Context& ctx, DType index, std::int64_t n, std::uint32_t addressed);
+// two words. Bindings: indices (`count` of them), the words.
+Launch index_check_kernel(Context& ctx, DType index, std::int64_t n, std::int64_t count,
+                          std::uint32_t addressed);
 
 // ---- inclusive scans down each column of (outer, n, inner): op is kCumsum or
 // kCumprod; bindings: input, result.

@@ -11,7 +11,6 @@
 #include "kiln/backends/vulkan/memory.hpp"
 #include "kiln/backends/vulkan/stream.hpp"
 #include "kiln/dsl/fusion.hpp"
-#include "kiln/runtime/env.hpp"
 #include "kiln/runtime/error.hpp"
 #include "kiln/runtime/strings.hpp"
 
@@ -405,8 +404,7 @@ std::string index_fault(Prim p, std::int64_t i, std::int64_t axis, std::int64_t 
 // the call throws before its kernels run and its arguments keep their values.
 void check_indices(Context& ctx, Prim p, const Array& indices, std::int64_t axis, std::int64_t n,
                    Keep keep) {
-  const bool sync = detail::env::flag("KILN_VK_SYNC_INDEX_CHECKS").value_or(false);
-  if (keep.cache != nullptr && indices.size() > 0 && !sync) {
+  if (keep.cache != nullptr && indices.size() > 0 && !ctx.quirks().sync_index_checks) {
     const bool is_signed = indices.dtype() == DType::kI32;
     auto words = ctx.stream().add_check([=](std::uint32_t v) {
       const std::int64_t i = is_signed ? std::int64_t{static_cast<std::int32_t>(v)} : std::int64_t{v};
@@ -418,16 +416,9 @@ void check_indices(Context& ctx, Prim p, const Array& indices, std::int64_t axis
       const std::shared_ptr<Buffer> faults[] = {std::move(words)};
       const Array reads[] = {indices};
       const std::uint32_t addr = addressed(ctx, reads, faults);
-      const Keep k = keep_slot(keep, kSlotIndexCheck);
-      Launch l = k.cache == nullptr
-                     ? index_check_kernel(ctx, indices.dtype(), n, addr)
-                     : *k.cache->get<KeptLaunch>(k.key | addr, [] {
-                          return std::make_shared<const KeptLaunch>();
-                        })->get(ctx, [&] { return index_check_kernel(ctx, indices.dtype(), n, addr); });
-      const auto count = static_cast<std::uint64_t>(indices.size());
-      l.push = {static_cast<std::uint32_t>(count)};
-      l.groups = grid_for(ctx, (count + local_size(ctx) - 1) / local_size(ctx), "index check");
-      launch(ctx, l, reads, faults);
+      launch_kept(ctx, keep_slot(keep, kSlotIndexCheck), addr, [&] {
+        return index_check_kernel(ctx, indices.dtype(), n, indices.size(), addr);
+      }, reads, faults);
       return;
     }
   }
