@@ -6,7 +6,11 @@
 //                   before, through a one-hot matmul (the old vjp); ms and the
 //                   program's peak bytes (RunStats::peak_bytes)
 //   sort            sort of n f32 (argsort + gather), ms
-//   build/bench/ops_bench [embedding_grad|sort] [--vocab V --dim D --tokens T --n N --reps R]
+//   math            each float transcendental (the kTranscendental rows of
+//                   dsl/primitives.inc, and pow) on n f32 in [0.05, 0.95]
+//                   (every op's domain), compiled: ms and GB/s of its reads
+//                   and writes (issue 36: what kiln's own math costs)
+//   build/bench/ops_bench [embedding_grad|sort|math] [--vocab V --dim D --tokens T --n N --reps R]
 // KILN_DEVICE picks the device.
 #include <algorithm>
 #include <chrono>
@@ -18,6 +22,8 @@
 #include <string>
 #include <vector>
 #include <kiln/kiln.hpp>
+
+#include "kiln/dsl/primitive.hpp"
 
 using namespace kiln;
 
@@ -100,6 +106,30 @@ void sort_case(std::int64_t n, int reps) {
             << "\", \"n\": " << n << ", \"ms\": " << ms << "}" << std::endl;
 }
 
+void math_case(std::int64_t n, int reps) {
+  const Device d = default_device();
+  const Array x = to_device(random::uniform(random::key(4), {n}, f32, 0.05, 0.95), d);
+  const Array y = to_device(random::uniform(random::key(5), {n}, f32, -2.0, 2.0), d);
+  for (const PrimInfo& info : all_prims()) {
+    const Prim p = info.prim;
+    const bool unary = family(p) == PrimFamily::kUnary && has_trait(p, PrimTrait::kTranscendental);
+    if (!unary && p != Prim::kPow) continue;
+    auto jitted = filter_jit([&](const Array& a, const Array& b) {
+      std::vector<Array> in{a};
+      if (!unary) in.push_back(b);
+      return detail::bind(p, Params{}, in, a.aval());
+    });
+    const double ms = median_ms(reps, [&] {
+      Array out = jitted(x, y);
+      synchronize(d);
+    });
+    const double bytes = static_cast<double>(n) * 4.0 * (unary ? 2.0 : 3.0);
+    std::cout << "{\"case\": \"math:" << name(p) << "\", \"variant\": \"kiln\", \"device\": \""
+              << d.to_string() << "\", \"n\": " << n << ", \"ms\": " << ms
+              << ", \"gbs\": " << bytes / ms * 1e-6 << "}" << std::endl;
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -110,5 +140,6 @@ int main(int argc, char** argv) {
                    arg(argc, argv, "--tokens", 8192), reps);
   }
   if (which == "all" || which == "sort") sort_case(arg(argc, argv, "--n", 1 << 20), reps);
+  if (which == "all" || which == "math") math_case(arg(argc, argv, "--n", 1 << 20), reps);
   return 0;
 }

@@ -22,11 +22,12 @@
 //                 signs, infinities, NaN, domain edges); the harness also
 //                 compares them between backends
 //
-// Precision: the CPU kernels are xsimd's (about 1 ulp); on Vulkan the GLSL.std.450
-// instructions are the driver's (lavapipe: LLVM's libm; a GPU driver may be as
-// loose as the Vulkan spec allows, 2^-11 absolute for sin/cos on [-pi, pi]).
-// The GLSL transcendental instructions take 32-bit floats only, so on Vulkan
-// these are f32 (f64 is a DTypeError naming the op); rounding, sign and the like
+// Precision (docs/DTYPES.md): within 4 ulp of the correctly rounded f32 value
+// on every finite input, special values exact, on every device
+// (tests/test_math_sweep.cpp). The CPU kernels are xsimd's; on Vulkan the f32
+// lowering is kiln's own math (dsl/f32_math.hpp) through own_f32, never the
+// driver's GLSL.std.450 transcendentals. Those without an f64 lowering are f32
+// on Vulkan (f64 is a DTypeError naming the op); rounding, sign and the like
 // take f64 too.
 #pragma once
 
@@ -40,6 +41,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "kiln/dsl/f32_math.hpp"
 #include "kiln/dsl/ops.hpp"
 #include "kiln/dsl/primitive.hpp"
 #include "kiln/runtime/error.hpp"
@@ -58,46 +60,42 @@ template <class B, class V>
 V nan_where(B& b, const V& bad, const V& r) {
   return b.select(bad, b.constant(r.ty, std::numeric_limits<double>::quiet_NaN()), r);
 }
-template <class B, class V>
-V is_nan(B& b, const V& x) {
-  using Ty = decltype(x.ty);
-  return b.op("OpIsNan", Ty::kBool, {x});
-}
-
-// A GLSL.std.450 instruction that takes 16/32-bit floats only, NaN in -> NaN out.
-template <class B, class V>
-V glsl32(B& b, const char* inst, std::string_view op, const V& x) {
+template <class V>
+void refuse_f64_on_vulkan(const V& x, std::string_view op, std::string_view why) {
   using Ty = decltype(x.ty);
   if (x.ty == Ty::kF64) {
-    throw DTypeError(str_cat("[", op, "] f64 is not supported on vulkan (GLSL.std.450 ", inst,
-                             " takes 32-bit floats); use f32"));
+    throw DTypeError(str_cat("[", op, "] f64 is not supported on vulkan (", why, "); use f32"));
   }
-  return nan_where(b, is_nan(b, x), b.glsl(inst, x.ty, {x}));
 }
 
-// NaN where x < bound (log2, log1p below their domain).
-template <class B, class V>
-V nan_below(B& b, const V& x, double bound, const V& r) {
-  using Ty = decltype(x.ty);
-  return nan_where(b, b.op("OpFOrdLessThan", Ty::kBool, {x, b.constant(x.ty, bound)}), r);
+// kiln's own f32 math (dsl/f32_math.hpp) in SPIR-V, on f32 lanes (f16 and
+// bf16 compute in f32): `fn(k, x)` with the backend's lane type, which
+// f32_lanes (backends/vulkan/lanes.hpp, found by argument-dependent lookup on
+// the builder) provides. f64 is a DTypeError naming the op.
+template <class B, class V, class Fn>
+V own_f32(B& b, const V& x, std::string_view op, Fn fn) {
+  refuse_f64_on_vulkan(x, op, "kiln's own transcendentals are f32's");
+  return f32_lanes(b, x, fn);
 }
 
 template <class E>
 using Elem = typename std::decay_t<E>::value_type;
 
-// exp, expm1 and exp2 on xsimd batches over f32's whole finite range: xsimd 8
-// gives inf from exp(88.3763) (its maxlog) and exp2(127), where the results
-// are finite up to 88.7228 and 128. Past 88, exp(x) is exp(x / 2)^2 (x / 2
-// exact; within 3 ulp), and expm1 is exp (1 is below half an ulp there); past
-// 126, exp2(x) is 2 exp2(x - 1) (both steps exact). f64: xsimd's own. The one
-// definition the CPU's generic kernels, SIMD kernels and generated code call.
+// exp, expm1, exp2 and sigmoid on xsimd batches over f32's whole range, the
+// one definition the CPU's generic kernels, SIMD kernels and generated code
+// call. xsimd 8 gives inf from exp(88.3763) (its maxlog) and exp2(127), where
+// the results are finite up to 88.7228 and 128, and 0 below exp(-87.34) and
+// exp2(-126), where they are subnormal down to -103.97 and -149. Past +-87,
+// exp(x) is exp(x / 2)^2 (x / 2 exact; within 3 ulp), and expm1 is exp (1 is
+// below half an ulp there); past +-126, exp2(x) is 2 exp2(x - 1) or
+// 2^-64 exp2(x + 64) (each step exact). f64: xsimd's own.
 template <class B>
 B exp_full(const B& x) {
   using T = Elem<B>;
   if constexpr (std::is_same_v<T, float>) {
-    const auto big = x > B(88.0f);
-    const B e = exp(select(big, x * B(0.5f), x));
-    return select(big, e * e, e);
+    const auto half = (x > B(87.0f)) | (x < B(-87.0f));
+    const B e = exp(select(half, x * B(0.5f), x));
+    return select(half, e * e, e);
   } else {
     return exp(x);
   }
@@ -116,11 +114,22 @@ B exp2_full(const B& x) {
   using T = Elem<B>;
   if constexpr (std::is_same_v<T, float>) {
     const auto big = x > B(126.0f);
-    const B e = exp2(select(big, x - B(1.0f), x));
-    return select(big, e * B(2.0f), e);
+    const auto small = x < B(-126.0f);
+    const B e = exp2(select(big, x - B(1.0f), select(small, x + B(64.0f), x)));
+    return select(big, e * B(2.0f), select(small, e * B(0x1p-64f), e));
   } else {
     return exp2(x);
   }
+}
+// 1 / (1 + e^-x) for x >= 0, e^x / (1 + e^x) below (dsl/f32_math.hpp's
+// sigmoid): e^-|x| never overflows, and very negative x keeps its subnormal
+// results. NaN stays NaN (through e).
+template <class B>
+B sigmoid_full(const B& x) {
+  using T = Elem<B>;
+  const B e = exp_full(-abs(x));
+  const B d = B(T(1)) + e;
+  return select(x >= B(T(0)), B(T(1)) / d, e / d);
 }
 
 }  // namespace detail::math
@@ -128,7 +137,9 @@ B exp2_full(const B& x) {
 template <>
 struct MathDef<Prim::kSin> {
   static auto cpu(const auto& x) { return sin(x); }
-  static auto vulkan(auto& b, const auto& x) { return detail::math::glsl32(b, "Sin", "sin", x); }
+  static auto vulkan(auto& b, const auto& x) {
+    return detail::math::own_f32(b, x, "sin", [](const auto& k, const auto& v) { return detail::f32m::sin(k, v); });
+  }
   static Array vjp(const Array& x, const Array&, const Array& g) { return g * cos(x); }
   static double reference(double x) { return std::sin(x); }
   static constexpr double kLo = -4.0, kHi = 4.0;
@@ -138,7 +149,9 @@ struct MathDef<Prim::kSin> {
 template <>
 struct MathDef<Prim::kCos> {
   static auto cpu(const auto& x) { return cos(x); }
-  static auto vulkan(auto& b, const auto& x) { return detail::math::glsl32(b, "Cos", "cos", x); }
+  static auto vulkan(auto& b, const auto& x) {
+    return detail::math::own_f32(b, x, "cos", [](const auto& k, const auto& v) { return detail::f32m::cos(k, v); });
+  }
   static Array vjp(const Array& x, const Array&, const Array& g) { return -(g * sin(x)); }
   static double reference(double x) { return std::cos(x); }
   static constexpr double kLo = -4.0, kHi = 4.0;
@@ -148,26 +161,23 @@ struct MathDef<Prim::kCos> {
 template <>
 struct MathDef<Prim::kTan> {
   static auto cpu(const auto& x) { return tan(x); }
-  static auto vulkan(auto& b, const auto& x) { return detail::math::glsl32(b, "Tan", "tan", x); }
+  static auto vulkan(auto& b, const auto& x) {
+    return detail::math::own_f32(b, x, "tan", [](const auto& k, const auto& v) { return detail::f32m::tan(k, v); });
+  }
   static Array vjp(const Array&, const Array& y, const Array& g) { return g * (1.0 + y * y); }
   static double reference(double x) { return std::tan(x); }
   static constexpr double kLo = -1.2, kHi = 1.2;
   static constexpr float kSpecial[] = {0.0f, 0.5f, -1.0f, 1.2f};
 };
 
-// Vulkan: through Atan, which drivers compute more accurately than Asin/Acos
-// (lavapipe's Asin/Acos are off by ~2e-4): asin x = atan(x / sqrt((1-x)(1+x))),
-// acos x = 2 atan(sqrt((1-x)/(1+x))), exact at +-1 (atan(+-inf)) and NaN past.
+// asin, acos: NaN past +-1 and for NaN, +-pi/2 and 0 / pi exactly at the ends.
 template <>
 struct MathDef<Prim::kAsin> {
   static auto cpu(const auto& x) { return asin(x); }
   static auto vulkan(auto& b, const auto& x) {
-    const auto t = x.ty;
-    auto one = b.constant(t, 1);
-    auto d = b.op("OpFMul", t, {b.op("OpFSub", t, {one, x}), b.op("OpFAdd", t, {one, x})});
-    auto r = detail::math::glsl32(b, "Atan", "asin", b.op("OpFDiv", t, {x, b.glsl("Sqrt", t, {d})}));
-    return detail::math::nan_below(b, d, 0, r);  // |x| > 1
+    return detail::math::own_f32(b, x, "asin", [](const auto& k, const auto& v) { return detail::f32m::asin(k, v); });
   }
+
   static Array vjp(const Array& x, const Array&, const Array& g) { return g * rsqrt(1.0 - x * x); }
   static double reference(double x) { return std::asin(x); }
   static constexpr double kLo = -0.9, kHi = 0.9;
@@ -178,13 +188,9 @@ template <>
 struct MathDef<Prim::kAcos> {
   static auto cpu(const auto& x) { return acos(x); }
   static auto vulkan(auto& b, const auto& x) {
-    const auto t = x.ty;
-    auto one = b.constant(t, 1);
-    auto r = b.op("OpFDiv", t, {b.op("OpFSub", t, {one, x}), b.op("OpFAdd", t, {one, x})});
-    auto a = detail::math::glsl32(b, "Atan", "acos", b.glsl("Sqrt", t, {r}));
-    auto d = b.op("OpFMul", t, {b.op("OpFSub", t, {one, x}), b.op("OpFAdd", t, {one, x})});
-    return detail::math::nan_below(b, d, 0, b.op("OpFMul", t, {b.constant(t, 2), a}));
+    return detail::math::own_f32(b, x, "acos", [](const auto& k, const auto& v) { return detail::f32m::acos(k, v); });
   }
+
   static Array vjp(const Array& x, const Array&, const Array& g) {
     return -(g * rsqrt(1.0 - x * x));
   }
@@ -196,7 +202,9 @@ struct MathDef<Prim::kAcos> {
 template <>
 struct MathDef<Prim::kAtan> {
   static auto cpu(const auto& x) { return atan(x); }
-  static auto vulkan(auto& b, const auto& x) { return detail::math::glsl32(b, "Atan", "atan", x); }
+  static auto vulkan(auto& b, const auto& x) {
+    return detail::math::own_f32(b, x, "atan", [](const auto& k, const auto& v) { return detail::f32m::atan(k, v); });
+  }
   static Array vjp(const Array& x, const Array&, const Array& g) { return g / (1.0 + x * x); }
   static double reference(double x) { return std::atan(x); }
   static constexpr double kLo = -3.0, kHi = 3.0;
@@ -206,7 +214,9 @@ struct MathDef<Prim::kAtan> {
 template <>
 struct MathDef<Prim::kSinh> {
   static auto cpu(const auto& x) { return sinh(x); }
-  static auto vulkan(auto& b, const auto& x) { return detail::math::glsl32(b, "Sinh", "sinh", x); }
+  static auto vulkan(auto& b, const auto& x) {
+    return detail::math::own_f32(b, x, "sinh", [](const auto& k, const auto& v) { return detail::f32m::sinh(k, v); });
+  }
   static Array vjp(const Array& x, const Array&, const Array& g) { return g * cosh(x); }
   static double reference(double x) { return std::sinh(x); }
   static constexpr double kLo = -2.0, kHi = 2.0;
@@ -216,7 +226,9 @@ struct MathDef<Prim::kSinh> {
 template <>
 struct MathDef<Prim::kCosh> {
   static auto cpu(const auto& x) { return cosh(x); }
-  static auto vulkan(auto& b, const auto& x) { return detail::math::glsl32(b, "Cosh", "cosh", x); }
+  static auto vulkan(auto& b, const auto& x) {
+    return detail::math::own_f32(b, x, "cosh", [](const auto& k, const auto& v) { return detail::f32m::cosh(k, v); });
+  }
   static Array vjp(const Array& x, const Array&, const Array& g) { return g * sinh(x); }
   static double reference(double x) { return std::cosh(x); }
   static constexpr double kLo = -2.0, kHi = 2.0;
@@ -227,8 +239,9 @@ template <>
 struct MathDef<Prim::kLog2> {
   static auto cpu(const auto& x) { return log2(x); }
   static auto vulkan(auto& b, const auto& x) {
-    return detail::math::nan_below(b, x, 0, detail::math::glsl32(b, "Log2", "log2", x));
+    return detail::math::own_f32(b, x, "log2", [](const auto& k, const auto& v) { return detail::f32m::log2(k, v); });
   }
+
   static Array vjp(const Array& x, const Array&, const Array& g) {
     return g / (x * std::numbers::ln2);
   }
@@ -240,7 +253,9 @@ struct MathDef<Prim::kLog2> {
 template <>
 struct MathDef<Prim::kExp2> {
   static auto cpu(const auto& x) { return detail::math::exp2_full(x); }
-  static auto vulkan(auto& b, const auto& x) { return detail::math::glsl32(b, "Exp2", "exp2", x); }
+  static auto vulkan(auto& b, const auto& x) {
+    return detail::math::own_f32(b, x, "exp2", [](const auto& k, const auto& v) { return detail::f32m::exp2(k, v); });
+  }
   static Array vjp(const Array&, const Array& y, const Array& g) {
     return g * y * std::numbers::ln2;
   }
@@ -249,8 +264,7 @@ struct MathDef<Prim::kExp2> {
   static constexpr float kSpecial[] = {0.0f, 3.0f, -1.5f, 0.1f};
 };
 
-// log(1 + x) without cancellation for small x. Vulkan: Kahan's
-// log(u) * x / (u - 1) with u = 1 + x (exact where u - 1 == x).
+// log(1 + x) without cancellation for small x; -0 stays -0.
 template <>
 struct MathDef<Prim::kLog1p> {
   static auto cpu(const auto& x) {  // xsimd gives +0 for -0: keep zeros as they are
@@ -258,26 +272,16 @@ struct MathDef<Prim::kLog1p> {
     return select(x == T(0), x, log1p(x));
   }
   static auto vulkan(auto& b, const auto& x) {
-    using Ty = decltype(x.ty);
-    const Ty t = x.ty;
-    auto one = b.constant(t, 1);
-    auto u = b.op("OpFAdd", t, {one, x});
-    auto d = b.op("OpFSub", t, {u, one});
-    auto l = detail::math::glsl32(b, "Log", "log1p", u);
-    auto scaled = b.op("OpFMul", t, {l, b.op("OpFDiv", t, {x, d})});
-    auto r = b.select(b.op("OpFOrdEqual", Ty::kBool, {d, b.constant(t, 0)}), x, scaled);
-    // u = inf (x = inf): inf / inf would be NaN.
-    r = b.select(b.op("OpIsInf", Ty::kBool, {u}), u, r);
-    return detail::math::nan_below(b, x, -1, r);
+    return detail::math::own_f32(b, x, "log1p", [](const auto& k, const auto& v) { return detail::f32m::log1p(k, v); });
   }
+
   static Array vjp(const Array& x, const Array&, const Array& g) { return g / (1.0 + x); }
   static double reference(double x) { return std::log1p(x); }
   static constexpr double kLo = -0.5, kHi = 2.0;
   static constexpr float kSpecial[] = {0.0f, -0.0f, 1e-9f, -3e-8f, 0.5f, -1.0f, 3.0f};
 };
 
-// exp(x) - 1 without cancellation for small x. Vulkan: Kahan's
-// (u - 1) * x / log(u) with u = exp(x).
+// exp(x) - 1 without cancellation for small x; -0 stays -0.
 template <>
 struct MathDef<Prim::kExpm1> {
   static auto cpu(const auto& x) {  // xsimd gives +0 for -0: keep zeros as they are
@@ -285,18 +289,9 @@ struct MathDef<Prim::kExpm1> {
     return select(x == T(0), x, detail::math::expm1_full(x));
   }
   static auto vulkan(auto& b, const auto& x) {
-    using Ty = decltype(x.ty);
-    const Ty t = x.ty;
-    auto one = b.constant(t, 1);
-    auto u = detail::math::glsl32(b, "Exp", "expm1", x);
-    auto um1 = b.op("OpFSub", t, {u, one});
-    auto l = b.glsl("Log", t, {u});
-    // (u - 1) (x / log u): the product of u - 1 and x would overflow past x ~ 44.
-    auto scaled = b.op("OpFMul", t, {um1, b.op("OpFDiv", t, {x, l})});
-    auto r = b.select(b.op("OpFOrdEqual", Ty::kBool, {u, one}), x, scaled);
-    r = b.select(b.op("OpFOrdEqual", Ty::kBool, {um1, b.constant(t, -1)}), um1, r);
-    return b.select(b.op("OpIsInf", Ty::kBool, {u}), u, r);
+    return detail::math::own_f32(b, x, "expm1", [](const auto& k, const auto& v) { return detail::f32m::expm1(k, v); });
   }
+
   static Array vjp(const Array&, const Array& y, const Array& g) { return g * (y + 1.0); }
   static double reference(double x) { return std::expm1(x); }
   static constexpr double kLo = -2.0, kHi = 2.0;
@@ -400,46 +395,17 @@ V horner(B& b, const C& c, const V& w) {
 }
 
 
-template <class V>
-void refuse_f64_on_vulkan(const V& x, std::string_view op, std::string_view why) {
-  using Ty = decltype(x.ty);
-  if (x.ty == Ty::kF64) {
-    throw DTypeError(str_cat("[", op, "] f64 is not supported on vulkan (", why, "); use f32"));
-  }
-}
-
 }  // namespace detail::math
 
-// The error function. CPU: xsimd's erf (f32 ~1 ulp; f64 within ~7e-15
-// relative). Vulkan (f32 only):
-// XLA's ErfImpl32 (Eigen's generic_fast_erf_float), x P(x^2) / Q(x^2) on
-// [-4, 4], where erf is already +-1 in f32; within ~1e-7 of erf.
+// The error function. CPU: xsimd's erf (f32 ~2 ulp; f64 within ~7e-15
+// relative). Vulkan (f32 only): kiln's own (dsl/f32_math.hpp).
 template <>
 struct MathDef<Prim::kErf> {
-  static constexpr std::array<double, 7> kAlpha{
-      -2.72614225801306e-10, 2.77068142495902e-08,  -2.10102402082508e-06, -5.69250639462346e-05,
-      -7.34990630326855e-04, -2.95459980854025e-03, -1.60960333262415e-02};
-  static constexpr std::array<double, 5> kBeta{-1.45660718464996e-05, -2.13374055278905e-04,
-                                               -1.68282697438203e-03, -7.37332916720468e-03,
-                                               -1.42647390514189e-02};
-
   static auto cpu(const auto& x) { return erf(x); }
   static auto vulkan(auto& b, const auto& x) {
-    using Ty = decltype(x.ty);
-    detail::math::refuse_f64_on_vulkan(x, "erf", "its rational approximation is f32's");
-    const Ty t = x.ty;
-    // Clamped by comparisons, which keep NaN (FClamp's NaN is undefined).
-    auto hi = b.constant(t, 4), lo = b.constant(t, -4);
-    auto c = b.select(b.op("OpFOrdGreaterThan", Ty::kBool, {x, hi}), hi,
-                      b.select(b.op("OpFOrdLessThan", Ty::kBool, {x, lo}), lo, x));
-    auto c2 = b.op("OpFMul", t, {c, c});
-    b.no_contraction(c2);
-    auto p = detail::math::horner(b, kAlpha, c2);
-    auto q = detail::math::horner(b, kBeta, c2);
-    auto cp = b.op("OpFMul", t, {c, p});
-    b.no_contraction(cp);
-    return b.op("OpFDiv", t, {cp, q});
+    return detail::math::own_f32(b, x, "erf", [](const auto& k, const auto& v) { return detail::f32m::erf(k, v); });
   }
+
   static Array vjp(const Array& x, const Array&, const Array& g) {
     return g * (exp(-(x * x)) * (2.0 * std::numbers::inv_sqrtpi));
   }
@@ -589,7 +555,9 @@ struct MathDef<Prim::kAtan2> {
     const auto is = [&](const char* op, const auto& v) { return bld.op(op, Ty::kBool, {v}); };
     const auto any = [&](const auto& p, const auto& q) { return bld.op("OpLogicalOr", Ty::kBool, {p, q}); };
     constexpr double pi = std::numbers::pi;
-    auto r = bld.glsl("Atan2", t, {y, x});
+    auto r = f32_lanes(bld, y, x, [](const auto& k, const auto& a, const auto& c) {
+      return detail::f32m::atan2_finite(k, a, c);
+    });
     const auto xneg = negative(x);
     // b infinite (a finite): +-0 or +-pi.
     r = bld.select(is("OpIsInf", x),

@@ -279,10 +279,7 @@ void unary_kernel(DType dtype, const void* a, void* out, std::size_t n) {
   } else if constexpr (P == Prim::kRsqrt) {
     if constexpr (kFloat) return batches([](const auto& x) { return T(1) / xsimd::sqrt(x); });
   } else if constexpr (P == Prim::kSigmoid) {
-    // exp(-x) overflows to inf for very negative x, which still gives 0.
-    if constexpr (kFloat) {
-      return batches([](const auto& x) { return T(1) / (T(1) + xsimd::exp(-x)); });
-    }
+    if constexpr (kFloat) return batches([](const auto& x) { return detail::math::sigmoid_full(x); });
   } else if constexpr (P == Prim::kAbs || P == Prim::kRelu) {
     if constexpr (kFloat && P == Prim::kAbs) {
       return batches([](const auto& x) { return xsimd::abs(x); });

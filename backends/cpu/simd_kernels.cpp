@@ -133,10 +133,8 @@ struct Sqrt {
 struct Rsqrt {
   template <class B> B operator()(const B& x) const { return B(1) / xsimd::sqrt(x); }
 };
-struct Sigmoid {  // exp(-x) overflows to inf for very negative x: still 0
-  template <class B> B operator()(const B& x) const {
-    return B(1) / (B(1) + xsimd::exp(-x));
-  }
+struct Sigmoid {  // dsl/unary_math.hpp
+  template <class B> B operator()(const B& x) const { return detail::math::sigmoid_full(x); }
 };
 // log(1 + x), exp(x) - 1 (f32): as MathDef (dsl/unary_math.hpp), zeros kept as
 // they are (xsimd gives +0 for -0). Every lane through xsimd, the padded last

@@ -3,6 +3,7 @@
 #include <limits>
 
 #include "kiln/backends/vulkan/kernels.hpp"
+#include "kiln/backends/vulkan/lanes.hpp"
 #include "kiln/dsl/unary_math.hpp"
 #include "kiln/runtime/error.hpp"
 #include "kiln/runtime/strings.hpp"
@@ -114,8 +115,10 @@ Val tanh64(Builder& b, const Val& x) {
   return b.select(b.op("OpIsNan", Ty::kBool, {x}), x, r);
 }
 
+// f32 (f16, bf16 compute in f32): kiln's own (dsl/f32_math.hpp).
 Val exp_any(Builder& b, const Val& x) {
-  return x.ty == Ty::kF64 ? exp64(b, x) : b.glsl("Exp", x.ty, {x});
+  if (x.ty == Ty::kF64) return exp64(b, x);
+  return f32_lanes(b, x, [](const auto& k, const auto& v) { return detail::f32m::exp(k, v); });
 }
 
 Val nan_max(Builder& b, const Val& x, const Val& y, bool is_max) {
@@ -151,15 +154,19 @@ Val compare(Builder& b, const Val& x, const Val& y) {
   return b.op(opcode, Ty::kBool, {x, y});
 }
 
-// IEEE/numpy pow on top of GLSL Pow (which is undefined for x < 0 and x == 0,
-// y <= 0): sign for odd integer exponents, NaN for negative bases with
-// fractional ones, pow(x, 0) == pow(1, y) == 1, pow(0, y < 0) == inf.
+// IEEE/numpy pow. f32 (f16, bf16): kiln's own. f64: exp64(y log64|x|), with
+// sign for odd integer exponents, NaN for negative bases with fractional ones,
+// pow(x, 0) == pow(1, y) == 1, pow(0, y < 0) == inf.
 Val power(Builder& b, const Val& x, const Val& y) {
   const Ty t = x.ty;
+  if (t != Ty::kF64) {  // kiln's own (dsl/f32_math.hpp), special values included
+    return f32_lanes(b, x, y, [](const auto& k, const auto& u, const auto& v) {
+      return detail::f32m::pow(k, u, v);
+    });
+  }
   Val zero = b.constant(t, 0), one = b.constant(t, 1);
   Val ax = b.glsl("FAbs", t, {x});
-  Val p = t == Ty::kF64 ? exp64(b, b.op("OpFMul", t, {y, log64(b, ax)}))
-                        : b.glsl("Pow", t, {ax, y});
+  Val p = exp64(b, b.op("OpFMul", t, {y, log64(b, ax)}));
   Val y_int = b.op("OpFOrdEqual", Ty::kBool, {b.glsl("Trunc", t, {y}), y});
   Val half = b.op("OpFMul", t, {y, b.constant(t, 0.5)});
   Val y_odd = b.op("OpLogicalAnd", Ty::kBool,
@@ -237,16 +244,19 @@ Val emit_one(Builder& b, const Params& params, std::span<const Val> a, DType in,
   } else if constexpr (P == Prim::kExp) {
     return exp_any(b, x);
   } else if constexpr (P == Prim::kLog) {
-    return t == Ty::kF64 ? log64(b, x) : b.glsl("Log", t, {x});
+    if (t == Ty::kF64) return log64(b, x);
+    return f32_lanes(b, x, [](const auto& k, const auto& v) { return detail::f32m::log(k, v); });
   } else if constexpr (P == Prim::kTanh) {
-    if (t == Ty::kF64) return tanh64(b, x);  // clamped: some drivers overflow exp(2x) for |x| > 44
-    Val c = b.glsl("FClamp", t, {x, b.constant(t, -15), b.constant(t, 15)});
-    return b.select(b.op("OpIsNan", Ty::kBool, {x}), x, b.glsl("Tanh", t, {c}));
+    if (t == Ty::kF64) return tanh64(b, x);
+    return f32_lanes(b, x, [](const auto& k, const auto& v) { return detail::f32m::tanh(k, v); });
   } else if constexpr (P == Prim::kSqrt) {
     return b.glsl("Sqrt", t, {x});
   } else if constexpr (P == Prim::kRsqrt) {
     return b.op("OpFDiv", t, {b.constant(t, 1), b.glsl("Sqrt", t, {x})});
   } else if constexpr (P == Prim::kSigmoid) {
+    if (t != Ty::kF64) {
+      return f32_lanes(b, x, [](const auto& k, const auto& v) { return detail::f32m::sigmoid(k, v); });
+    }
     Val e = exp_any(b, b.op("OpFNegate", t, {x}));
     return b.op("OpFDiv", t, {b.constant(t, 1), b.op("OpFAdd", t, {b.constant(t, 1), e})});
   } else if constexpr (P == Prim::kRelu) {
