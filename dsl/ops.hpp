@@ -212,6 +212,14 @@ Array any(const Array& a, AxisArg axes = {}, bool keepdims = false);
 Array all(const Array& a, AxisArg axes = {}, bool keepdims = false);
 Array count_nonzero(const Array& a, AxisArg axes = {},
                     bool keepdims = false);  // i32
+// The vector norm of the elements over `axes` (all when empty), as
+// jnp.linalg.vector_norm: ord 2 sqrt(sum(x^2)) (over a matrix's two axes the
+// Frobenius norm, jnp.linalg.norm's default), 1 sum|x|, inf max|x|, -inf
+// min|x|, 0 the count of nonzeros, otherwise sum(|x|^ord)^(1/ord). Floating.
+// Gradients are JAX's, at 0 too: ord 2 gives NaN there (0 times sqrt's
+// infinite slope, as jax.grad(jnp.linalg.norm)), ord 1 gives 1 (abs's), inf
+// splits among the ties (max's) and with jnp's initial 0 (1/8 each of 4 zeros).
+Array norm(const Array& a, double ord = 2.0, AxisArg axes = {}, bool keepdims = false);
 
 // ---- linear algebra ----
 // numpy.matmul: 1-D operands are promoted (and the added dim removed after),

@@ -29,7 +29,6 @@ std::vector<Array> zeros_where_active(const InitIO& io, double value = 0) {
 Array floor_at(const Array& x, double min) {
   return where(x <= min, full_like(x, min), x);
 }
-Array norm(const Array& x) { return sqrt(sum(x * x)); }
 Array rms(const Array& x) { return sqrt(mean(x * x)); }
 
 // Adafactor's factored dimensions (d1, d0): the second-largest and the

@@ -40,7 +40,7 @@ inline GoldenFile load_golden_file(const std::string& file) {
     ls >> case_name >> name >> r.dtype >> shape_text;
     std::istringstream ss(shape_text == "-" ? std::string() : shape_text);
     for (std::string d; std::getline(ss, d, ',');) r.shape.push_back(std::stoll(d));
-    for (double x; ls >> x;) r.values.push_back(x);
+    for (std::string x; ls >> x;) r.values.push_back(std::stod(x));  // "nan", "inf" too
     out[case_name][name] = std::move(r);
   }
   return out;

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <functional>
 #include <kiln/kiln.hpp>
+#include <limits>
 #include <map>
 
 #include "golden_file.hpp"
@@ -47,7 +48,11 @@ void check_close(const Array& got, const Array& want, const std::string& what) {
   std::vector<float> g = got.to_vector<float>(), w = want.to_vector<float>();
   for (std::size_t i = 0; i < g.size(); ++i) {
     INFO("element " << i << ": kiln " << g[i] << " vs jax " << w[i]);
-    CHECK(std::abs(g[i] - w[i]) <= 1e-5f * std::abs(w[i]) + 1e-6f);
+    if (std::isnan(w[i])) {
+      CHECK(std::isnan(g[i]));
+    } else {
+      CHECK(std::abs(g[i] - w[i]) <= 1e-5f * std::abs(w[i]) + 1e-6f);
+    }
   }
 }
 
@@ -105,4 +110,21 @@ TEST_CASE("a matmul chain matches JAX") {
     Array ab = matmul(p[0], p[1]);
     return sum(matmul(relu(ab), p[2])) + sum(exp(-(ab * ab)));
   });
+}
+
+TEST_CASE("norm of every ord, and its gradient at 0, match jnp.linalg.vector_norm") {
+  const double inf = std::numeric_limits<double>::infinity();
+  check_case("norms", 2, [&](const std::vector<Array>& p, const std::vector<Array>&) {
+    const Array& x = p[0];
+    const Array& m = p[1];
+    return norm(x) + sum(norm(m, 2, 1, true)) + norm(x, 1) + norm(x, inf) + norm(m, -inf) +
+           norm(x, 3) + norm(m, 0) + norm(m);
+  });
+  check_case("norm_at_zero", 2, [&](const std::vector<Array>& p, const std::vector<Array>&) {
+    return norm(p[0]) + norm(p[1], 1) + norm(p[1], inf);
+  });
+  CHECK_THROWS_WITH_AS(norm(array<std::int32_t>({1, 2}, {2})),
+                       doctest::Contains("[norm] requires a floating dtype, got i32"), DTypeError);
+  CHECK_THROWS_WITH_AS(norm(array<float>({1, 2}, {2}), std::nan("")), "[norm] ord is NaN; give 2, 1, inf, -inf, 0 or another number",
+                       ValueError);
 }

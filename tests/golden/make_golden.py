@@ -58,6 +58,18 @@ def matmul_chain(a, b, c):
     return jnp.sum(jax.nn.relu(a @ b) @ c) + jnp.sum(jnp.exp(-(a @ b) ** 2))
 
 
+def norms(x, m):
+    return (jnp.linalg.vector_norm(x) + jnp.sum(jnp.linalg.vector_norm(m, axis=1, keepdims=True))
+            + jnp.linalg.vector_norm(x, ord=1) + jnp.linalg.vector_norm(x, ord=jnp.inf)
+            + jnp.linalg.vector_norm(m, ord=-jnp.inf) + jnp.linalg.vector_norm(x, ord=3)
+            + jnp.linalg.vector_norm(m, ord=0) + jnp.linalg.norm(m))
+
+
+def norm_at_zero(z, w):  # the gradient at 0: NaN for ord 2, abs's for ord 1, max's ties for inf
+    return (jnp.linalg.vector_norm(z) + jnp.linalg.vector_norm(w, ord=1)
+            + jnp.linalg.vector_norm(w, ord=jnp.inf))
+
+
 cases = {
     "mlp_xent": (mlp_xent, [f32(3, 5), f32(5), f32(5, 4), f32(4), f32(6, 3, lo=-2, hi=2),
                             np.array([0, 3, 1, 2, 3, 0], np.int32)], 4),
@@ -66,6 +78,8 @@ cases = {
     "layer_norm": (layer_norm, [f32(3, 6), f32(6, lo=0.5, hi=1.5), f32(6), f32(3, 6)], 3),
     "broadcast_reduce": (broadcast_reduce, [f32(3, 5), f32(4, 5, lo=0.1, hi=1.0)], 2),
     "matmul_chain": (matmul_chain, [f32(4, 3), f32(3, 5), f32(5, 2)], 3),
+    "norms": (norms, [f32(7), np.where(f32(3, 4) > 0.5, 0.0, f32(3, 4)).astype(np.float32)], 2),
+    "norm_at_zero": (norm_at_zero, [np.zeros(3, np.float32), np.zeros(4, np.float32)], 2),
 }
 
 
