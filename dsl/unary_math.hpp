@@ -89,11 +89,14 @@ using Elem = typename std::decay_t<E>::value_type;
 // exp(x) is exp(x / 2)^2 (x / 2 exact; within 3 ulp), and expm1 is exp (1 is
 // below half an ulp there); past +-126, exp2(x) is 2 exp2(x - 1) or
 // 2^-64 exp2(x + 64) (each step exact). f64: xsimd's own.
+// (The edges are taken only when a lane of the batch is past them: the common
+// batch costs one comparison.)
 template <class B>
 B exp_full(const B& x) {
   using T = Elem<B>;
   if constexpr (std::is_same_v<T, float>) {
-    const auto half = (x > B(87.0f)) | (x < B(-87.0f));
+    const auto half = abs(x) > B(87.0f);
+    if (!any(half)) return exp(x);
     const B e = exp(select(half, x * B(0.5f), x));
     return select(half, e * e, e);
   } else {
@@ -115,21 +118,24 @@ B exp2_full(const B& x) {
   if constexpr (std::is_same_v<T, float>) {
     const auto big = x > B(126.0f);
     const auto small = x < B(-126.0f);
+    if (!any(big | small)) return exp2(x);
     const B e = exp2(select(big, x - B(1.0f), select(small, x + B(64.0f), x)));
     return select(big, e * B(2.0f), select(small, e * B(0x1p-64f), e));
   } else {
     return exp2(x);
   }
 }
-// 1 / (1 + e^-x) for x >= 0, e^x / (1 + e^x) below (dsl/f32_math.hpp's
-// sigmoid): e^-|x| never overflows, and very negative x keeps its subnormal
-// results. NaN stays NaN (through e).
+// 1 / (1 + e^-x); where e^-x overflows (x < -88.7) the result is subnormal,
+// so batches with a lane below -80 take e^x / (1 + e^x) there. NaN stays NaN.
 template <class B>
 B sigmoid_full(const B& x) {
   using T = Elem<B>;
-  const B e = exp_full(-abs(x));
-  const B d = B(T(1)) + e;
-  return select(x >= B(T(0)), B(T(1)) / d, e / d);
+  const B one(T(1));
+  const B r = one / (one + exp(-x));  // e^-x past the edges: 0 or inf, r 1 or 0
+  const auto low = x < B(T(-80));
+  if (!any(low)) return r;
+  const B e = exp_full(x);
+  return select(low, e / (one + e), r);
 }
 
 }  // namespace detail::math
