@@ -307,7 +307,7 @@ struct MathDef<Prim::kExpm1> {
 // Rounding: piecewise constant, zero gradient (as JAX).
 template <>
 struct MathDef<Prim::kFloor> {
-  static auto cpu(const auto& x) { return floor(x); }
+  static auto cpu(const auto& x) { return copysign(floor(x), x); }  // -0 kept at every SIMD level
   static auto vulkan(auto& b, const auto& x) { return b.glsl("Floor", x.ty, {x}); }
   static Array vjp(const Array&, const Array&, const Array& g) { return zeros_like(g); }
   static double reference(double x) { return std::floor(x); }
@@ -317,7 +317,7 @@ struct MathDef<Prim::kFloor> {
 
 template <>
 struct MathDef<Prim::kCeil> {
-  static auto cpu(const auto& x) { return ceil(x); }
+  static auto cpu(const auto& x) { return copysign(ceil(x), x); }  // -0 kept at every SIMD level
   static auto vulkan(auto& b, const auto& x) { return b.glsl("Ceil", x.ty, {x}); }
   static Array vjp(const Array&, const Array&, const Array& g) { return zeros_like(g); }
   static double reference(double x) { return std::ceil(x); }
@@ -327,7 +327,7 @@ struct MathDef<Prim::kCeil> {
 
 template <>
 struct MathDef<Prim::kTrunc> {
-  static auto cpu(const auto& x) { return trunc(x); }
+  static auto cpu(const auto& x) { return copysign(trunc(x), x); }  // -0 kept at every SIMD level
   static auto vulkan(auto& b, const auto& x) { return b.glsl("Trunc", x.ty, {x}); }
   static Array vjp(const Array&, const Array&, const Array& g) { return zeros_like(g); }
   static double reference(double x) { return std::trunc(x); }
@@ -339,7 +339,7 @@ struct MathDef<Prim::kTrunc> {
 // rounding mode; GLSL RoundEven).
 template <>
 struct MathDef<Prim::kRound> {
-  static auto cpu(const auto& x) { return nearbyint(x); }
+  static auto cpu(const auto& x) { return copysign(nearbyint(x), x); }  // -0 kept at every level
   static auto vulkan(auto& b, const auto& x) { return b.glsl("RoundEven", x.ty, {x}); }
   static Array vjp(const Array&, const Array&, const Array& g) { return zeros_like(g); }
   static double reference(double x) { return std::nearbyint(x); }

@@ -40,6 +40,7 @@
 #include "kiln/backends/cpu/bits.hpp"
 #include "kiln/backends/cpu/broadcast.hpp"
 #include "kiln/backends/cpu/cpu_backend.hpp"
+#include "kiln/backends/cpu/float_ops.hpp"
 #include "kiln/backends/cpu/nan_minmax.hpp"
 #include "kiln/backends/cpu/simd.hpp"
 #include "kiln/dsl/unary_math.hpp"
@@ -266,28 +267,10 @@ void unary_kernel(DType dtype, const void* a, void* out, std::size_t n) {
   // Float math on batches; `f` takes and gives an xsimd batch of T.
   const auto batches = [&](auto f) { map_batches<T>(f, a, out, n); };
   // Everything else element by element (map1), on T or its wrapping or stored type.
-  if constexpr (has_trait(P, PrimTrait::kMath)) {
-    if constexpr (kFloat) return batches([](const auto& x) { return MathDef<P>::cpu(x); });
-  } else if constexpr (P == Prim::kExp) {
-    if constexpr (kFloat) return batches([](const auto& x) { return detail::math::exp_full(x); });
-  } else if constexpr (P == Prim::kLog) {
-    if constexpr (kFloat) return batches([](const auto& x) { return xsimd::log(x); });
-  } else if constexpr (P == Prim::kTanh) {
-    if constexpr (kFloat) return batches([](const auto& x) { return xsimd::tanh(x); });
-  } else if constexpr (P == Prim::kSqrt) {
-    if constexpr (kFloat) return batches([](const auto& x) { return xsimd::sqrt(x); });
-  } else if constexpr (P == Prim::kRsqrt) {
-    if constexpr (kFloat) return batches([](const auto& x) { return T(1) / xsimd::sqrt(x); });
-  } else if constexpr (P == Prim::kSigmoid) {
-    if constexpr (kFloat) return batches([](const auto& x) { return detail::math::sigmoid_full(x); });
+  if constexpr (kFloat && kFloatUnary<P>) {  // backends/cpu/float_ops.hpp
+    return batches(FloatUnary<P>{});
   } else if constexpr (P == Prim::kAbs || P == Prim::kRelu) {
-    if constexpr (kFloat && P == Prim::kAbs) {
-      return batches([](const auto& x) { return xsimd::abs(x); });
-    } else if constexpr (kFloat) {
-      return batches([](const auto& x) {
-        return NanMaximum{}.simd_apply(x, std::decay_t<decltype(x)>(T(0)));
-      });
-    } else if constexpr (kInt && std::is_unsigned_v<T>) {  // both are the identity on u32
+    if constexpr (kInt && std::is_unsigned_v<T>) {  // both are the identity on u32
       std::memcpy(out, a, n * sizeof(T));
       return;
     } else if constexpr (kInt && P == Prim::kAbs) {
@@ -302,7 +285,9 @@ void unary_kernel(DType dtype, const void* a, void* out, std::size_t n) {
       return map1<T, T>(BitNot{}, a, out, n);
     }
   } else if constexpr (P == Prim::kNeg) {
-    if constexpr (!kBool) return map1<W, W>([](W x) { return static_cast<W>(-x); }, a, out, n);
+    if constexpr (kInt) return map1<W, W>([](W x) { return static_cast<W>(-x); }, a, out, n);
+  } else if constexpr (kFloatUnary<P>) {
+    // float only: other dtypes end in unsupported()
   } else {
     static_assert(kUnhandled<P>, "a unary primitive without a CPU kernel");
   }

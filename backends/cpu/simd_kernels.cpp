@@ -15,6 +15,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "kiln/backends/cpu/float_ops.hpp"
 #include "kiln/backends/cpu/nan_minmax.hpp"
 #include "kiln/backends/cpu/simd.hpp"
 #include "kiln/dsl/unary_math.hpp"
@@ -86,19 +87,6 @@ struct Sub {
 struct Mul {
   template <class B> B operator()(const B& x, const B& y) const { return x * y; }
 };
-struct Div {
-  template <class B> B operator()(const B& x, const B& y) const { return x / y; }
-};
-struct Max {
-  template <class B> B operator()(const B& x, const B& y) const {
-    return NanMaximum{}.simd_apply(x, y);
-  }
-};
-struct Min {
-  template <class B> B operator()(const B& x, const B& y) const {
-    return NanMinimum{}.simd_apply(x, y);
-  }
-};
 struct And {
   template <class B> B operator()(const B& x, const B& y) const { return x & y; }
 };
@@ -108,53 +96,6 @@ struct Or {
 struct Xor {
   template <class B> B operator()(const B& x, const B& y) const { return x ^ y; }
 };
-// Flips the sign bit: xsimd 8's AVX-512 negation is 0 - x, which gives +0 for +0.
-struct Neg {
-  template <class B> B operator()(const B& x) const {
-    static_assert(std::is_floating_point_v<typename B::value_type>, "float lanes only");
-    return x ^ B(typename B::value_type(-0.0));
-  }
-};
-struct Abs {
-  template <class B> B operator()(const B& x) const { return xsimd::abs(x); }
-};
-struct Exp {  // past xsimd's overflow threshold too (dsl/unary_math.hpp)
-  template <class B> B operator()(const B& x) const { return detail::math::exp_full(x); }
-};
-struct Log {
-  template <class B> B operator()(const B& x) const { return xsimd::log(x); }
-};
-struct Tanh {
-  template <class B> B operator()(const B& x) const { return xsimd::tanh(x); }
-};
-struct Sqrt {
-  template <class B> B operator()(const B& x) const { return xsimd::sqrt(x); }
-};
-struct Rsqrt {
-  template <class B> B operator()(const B& x) const { return B(1) / xsimd::sqrt(x); }
-};
-struct Sigmoid {  // dsl/unary_math.hpp
-  template <class B> B operator()(const B& x) const { return detail::math::sigmoid_full(x); }
-};
-// log(1 + x), exp(x) - 1 (f32): as MathDef (dsl/unary_math.hpp), zeros kept as
-// they are (xsimd gives +0 for -0). Every lane through xsimd, the padded last
-// batch too (the generic kernel took std:: for the ends of a run).
-struct Log1p {
-  template <class B> B operator()(const B& x) const {
-    return xsimd::select(x == B(0), x, xsimd::log1p(x));
-  }
-};
-struct Expm1 {
-  template <class B> B operator()(const B& x) const {
-    return xsimd::select(x == B(0), x, detail::math::expm1_full(x));
-  }
-};
-struct Relu {  // relu(NaN) is NaN
-  template <class B> B operator()(const B& x) const {
-    return NanMaximum{}.simd_apply(x, B(0));
-  }
-};
-
 // ---- one vector through the level's vector ABI ----
 // x86-64-v3 and v4 (ymm/zmm registers): the float kernels of the ops that are
 // not exactly rounded run each batch through one out-of-line function, whose
@@ -268,32 +209,21 @@ void astype(const FlatOperand* in, void* out, std::size_t n) {
 
 // ---- the table ----
 
+// Derived from backends/cpu/float_ops.hpp: every op defined there has its
+// kernel here (the transcendentals through the level's vector function).
 template <class T>
 FlatKernel float_kernel(Prim p) {
-  switch (p) {
-    case Prim::kAdd: return binary<T, Add>;
-    case Prim::kSub: return binary<T, Sub>;
-    case Prim::kMul: return binary<T, Mul>;
-    case Prim::kDiv: return binary<T, Div>;
-    case Prim::kMaximum: return binary<T, Max>;
-    case Prim::kMinimum: return binary<T, Min>;
-    case Prim::kNeg: return unary<T, Neg>;
-    case Prim::kAbs: return unary<T, Abs>;
-    case Prim::kExp: return transcendental<T, Exp>();
-    case Prim::kLog: return transcendental<T, Log>();
-    case Prim::kTanh: return transcendental<T, Tanh>();
-    case Prim::kSqrt: return unary<T, Sqrt>;
-    case Prim::kRsqrt: return unary<T, Rsqrt>;
-    case Prim::kSigmoid: return transcendental<T, Sigmoid>();
-    case Prim::kLog1p:
-      if constexpr (std::is_same_v<T, float>) return transcendental<T, Log1p>();
+  return visit_prim(p, []<Prim P>(PrimC<P>) -> FlatKernel {
+    if constexpr (kFloatUnary<P> && has_trait(P, PrimTrait::kTranscendental)) {
+      return transcendental<T, FloatUnary<P>>();
+    } else if constexpr (kFloatUnary<P>) {
+      return unary<T, FloatUnary<P>>;
+    } else if constexpr (kFloatBinary<P>) {
+      return binary<T, FloatBinary<P>>;
+    } else {
       return nullptr;
-    case Prim::kExpm1:
-      if constexpr (std::is_same_v<T, float>) return transcendental<T, Expm1>();
-      return nullptr;
-    case Prim::kRelu: return unary<T, Relu>;
-    default: return nullptr;
-  }
+    }
+  });
 }
 
 // i32 and u32 arithmetic wraps (two's complement lanes), like the generic kernels.
@@ -375,19 +305,17 @@ FlatKernel kernel(Prim p, DType in, DType out) {
 const void* vector_kernel(Prim p, DType in, DType out) {
   if (in != DType::kF32 || out != DType::kF32) return nullptr;
 #if defined(__AVX2__)
-  switch (p) {
-    case Prim::kExp: return reinterpret_cast<const void*>(&vector_unary<Exp>);
-    case Prim::kLog: return reinterpret_cast<const void*>(&vector_unary<Log>);
-    case Prim::kTanh: return reinterpret_cast<const void*>(&vector_unary<Tanh>);
-    case Prim::kSigmoid: return reinterpret_cast<const void*>(&vector_unary<Sigmoid>);
-    case Prim::kLog1p: return reinterpret_cast<const void*>(&vector_unary<Log1p>);
-    case Prim::kExpm1: return reinterpret_cast<const void*>(&vector_unary<Expm1>);
-    default: break;
-  }
+  return visit_prim(p, []<Prim P>(PrimC<P>) -> const void* {
+    if constexpr (kFloatUnary<P> && has_trait(P, PrimTrait::kTranscendental)) {
+      return reinterpret_cast<const void*>(&vector_unary<FloatUnary<P>>);
+    } else {
+      return nullptr;
+    }
+  });
 #else
   (void)p;
-#endif
   return nullptr;
+#endif
 }
 
 }  // namespace kiln::cpu::KILN_ISA
