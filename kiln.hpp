@@ -19,6 +19,7 @@
 #include "kiln/runtime/shape.hpp"
 #include "kiln/runtime/thread_pool.hpp"
 #include "kiln/runtime/tree.hpp"
+#include "kiln/runtime/weights.hpp"
 
 // The backends register themselves when libkiln loads (backends/registry.cpp).
 // Every program that includes kiln.hpp names that registration, so linking

@@ -17,12 +17,14 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <random>
 #include <unordered_map>
 
 #include "kiln/runtime/checkpoint_manifest.hpp"
 #include "kiln/runtime/checkpoint_read.hpp"
+#include "kiln/runtime/file_io.hpp"
 #include "kiln/runtime/npy.hpp"
 #include "kiln/runtime/strings.hpp"
 
@@ -181,6 +183,20 @@ void check_unique_members(const Manifest& manifest, std::string_view ctx) {
 
 namespace detail {
 
+void write_atomically(const std::filesystem::path& path, std::string_view ctx,
+                      const std::function<void(const std::string& temp)>& write) {
+  remove_stale_temps(path);
+  TempFile tmp{temp_path(path)};
+  write(tmp.path);
+  fsync_path(tmp.path, false, ctx);
+  if (std::rename(tmp.path.c_str(), path.c_str()) != 0) {
+    throw CheckpointError(str_cat(ctx, ": cannot rename ", tmp.path, ": ", errno_text()));
+  }
+  tmp.keep = true;
+  const std::filesystem::path dir = path.parent_path();
+  fsync_path(dir.empty() ? "." : dir.string(), true, ctx);
+}
+
 void save_checkpoint_flat(const std::filesystem::path& path, const TreeDef& def,
                           std::span<const Array> leaves,
                           const SaveOptions& options) {
@@ -196,10 +212,8 @@ void save_checkpoint_flat(const std::filesystem::path& path, const TreeDef& def,
   }
   const Manifest manifest = ckpt::make_manifest(def, leaves);
   check_unique_members(manifest, ctx);
-  remove_stale_temps(path);
-  TempFile tmp{temp_path(path)};
-  {
-    ZipWriter zip(tmp.path, options.compress, ctx);
+  write_atomically(path, ctx, [&](const std::string& temp) {
+    ZipWriter zip(temp, options.compress, ctx);
     const std::string manifest_name(ckpt::kManifestMember);
     const std::string data =
         ckpt::manifest_member_data(ckpt::format_manifest(manifest));
@@ -231,15 +245,7 @@ void save_checkpoint_flat(const std::filesystem::path& path, const TreeDef& def,
       zip.end(node.member);
     }
     zip.close();
-  }
-  fsync_path(tmp.path, false, ctx);
-  if (std::rename(tmp.path.c_str(), path.c_str()) != 0) {
-    throw CheckpointError(
-        str_cat(ctx, ": cannot rename ", tmp.path, ": ", errno_text()));
-  }
-  tmp.keep = true;
-  const std::filesystem::path dir = path.parent_path();
-  fsync_path(dir.empty() ? "." : dir.string(), true, ctx);
+  });
 }
 
 std::vector<Array> load_checkpoint_flat(const std::filesystem::path& path,

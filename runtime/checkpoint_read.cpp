@@ -6,6 +6,8 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <functional>
+#include <optional>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -76,6 +78,14 @@ class ZipReader {
   const Entry* find(const std::string& name) const {
     auto it = entries_.find(name);
     return it == entries_.end() ? nullptr : &it->second;
+  }
+  // Every member's name, sorted.
+  std::vector<std::string> names() const {
+    std::vector<std::string> out;
+    out.reserve(entries_.size());
+    for (const auto& [name, e] : entries_) out.push_back(name);
+    std::sort(out.begin(), out.end());
+    return out;
   }
 
   // Makes `name` the member that read() and finish() work on. Its local header
@@ -428,6 +438,25 @@ std::string read_manifest(ZipReader& zip) {
                    "): not a kiln checkpoint (numpy.savez files have none)"));
 }
 
+// The data of the open .npy member after its header, as an array of `h`.
+Array read_npy_data(ZipReader& zip, const ZipReader::Entry& e, std::size_t header_bytes,
+                    const npy::Header& h) {
+  // parse_header checked that the byte size fits.
+  const auto nbytes =
+      static_cast<std::size_t>(shape_size(h.shape, size_of(h.dtype)).bytes);
+  check_member_size(
+      zip, e, header_bytes, nbytes,
+      str_cat("a ", to_string(h.shape), " ", name(h.dtype), " array"));
+  auto buf = HostBuffer::allocate(nbytes);
+  zip.read_exact(buf->host_data(), nbytes);
+  zip.finish();
+  if (h.dtype == DType::kBool) {
+    auto* p = static_cast<unsigned char*>(buf->host_data());
+    std::transform(p, p + nbytes, p, [](unsigned char c) { return c != 0; });
+  }
+  return Array(h.dtype, h.shape, std::move(buf));
+}
+
 Array read_array(ZipReader& zip, const ManifestNode& node) {
   const ZipReader::Entry* e = zip.find(node.member);
   if (e == nullptr) {
@@ -442,23 +471,35 @@ Array read_array(ZipReader& zip, const ManifestNode& node) {
                             to_string(h.shape), ", the manifest ",
                             name(node.dtype), " ", to_string(node.shape)));
   }
-  // parse_header checked that the byte size fits.
-  const auto nbytes =
-      static_cast<std::size_t>(shape_size(h.shape, size_of(h.dtype)).bytes);
-  check_member_size(
-      zip, *e, header.size(), nbytes,
-      str_cat("a ", to_string(h.shape), " ", name(h.dtype), " array"));
-  auto buf = HostBuffer::allocate(nbytes);
-  zip.read_exact(buf->host_data(), nbytes);
-  zip.finish();
-  if (h.dtype == DType::kBool) {
-    auto* p = static_cast<unsigned char*>(buf->host_data());
-    std::transform(p, p + nbytes, p, [](unsigned char c) { return c != 0; });
-  }
-  return Array(h.dtype, h.shape, std::move(buf));
+  return read_npy_data(zip, *e, header.size(), h);
 }
 
 }  // namespace
+
+std::vector<std::pair<std::string, Array>> read_npz(
+    const std::filesystem::path& path, const std::function<bool(const std::string&)>& select,
+    bool skip_unsupported) {
+  const std::string ctx = str_cat("[read_npz] ", path.string());
+  ZipReader zip(path, ctx);
+  std::vector<std::pair<std::string, Array>> out;
+  for (const std::string& member : zip.names()) {
+    if (!member.ends_with(".npy") || member == kManifestMember) continue;
+    std::string name = member.substr(0, member.size() - 4);
+    if (select && !select(name)) continue;
+    const ZipReader::Entry& e = *zip.find(member);
+    zip.open(member, e);
+    const std::string header = read_npy_header(zip);
+    const std::optional<npy::Header> h = npy::parse_header_if_known(header, zip.member_context());
+    if (!h && skip_unsupported) continue;
+    if (!h) {
+      npy::parse_header(header, zip.member_context());  // throws, naming the dtype
+      zip.fail_member("unsupported dtype");
+    }
+    out.emplace_back(std::move(name), read_npy_data(zip, e, header.size(), *h));
+  }
+  return out;
+}
+
 
 std::vector<Array> read_checkpoint(const std::filesystem::path& path,
                                    const TreeDef& def,

@@ -8,6 +8,9 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
+#include <string>
+#include <utility>
 #include <span>
 #include <vector>
 
@@ -21,5 +24,12 @@ std::vector<Array> read_checkpoint(const std::filesystem::path& path,
                                    const TreeDef& def,
                                    std::span<const Array> like_leaves,
                                    bool check_statics);
+
+// The .npy members of any .npz archive (numpy.savez), named without ".npy",
+// in name order: those `select` takes (all when empty); a member of a dtype
+// kiln lacks is skipped with `skip_unsupported`, else a CheckpointError.
+std::vector<std::pair<std::string, Array>> read_npz(
+    const std::filesystem::path& path, const std::function<bool(const std::string&)>& select,
+    bool skip_unsupported);
 
 }  // namespace kiln::detail::ckpt

@@ -1,6 +1,8 @@
 // .npy headers: see npy.hpp (and why not xtensor's xnpy.hpp).
 #include "kiln/runtime/npy.hpp"
 
+#include <optional>
+
 #include <cstdint>
 #include <limits>
 
@@ -137,13 +139,18 @@ class DictParser {
   bool fortran_ = false;
 };
 
-DType dtype_of_descr(const std::string& d, std::string_view context) {
-  // '<u2' is bf16: numpy has no bfloat16, kiln has no u16, and a checkpoint's
-  // manifest names the dtype anyway (checkpoint_read.cpp compares the two).
+// '<u2' is bf16: numpy has no bfloat16, kiln has no u16, and a checkpoint's
+// manifest names the dtype anyway (checkpoint_read.cpp compares the two).
+std::optional<DType> known_dtype(const std::string& d) {
   for (DType t : {DType::kBool, DType::kI32, DType::kU32, DType::kF16,
                   DType::kF32, DType::kF64, DType::kBF16}) {
     if (d == descr(t)) return t;
   }
+  return std::nullopt;
+}
+
+DType dtype_of_descr(const std::string& d, std::string_view context) {
+  if (const std::optional<DType> t = known_dtype(d)) return *t;
   if (!d.empty() && d[0] == '>') {
     fail(context, str_cat("big-endian data ('", d, "') is not supported"));
   }
@@ -246,6 +253,16 @@ DictParser dict_of(std::string_view header, std::string_view context) {
 Header parse_header(std::string_view header, std::string_view context) {
   DictParser parser = dict_of(header, context);
   DictParser::Raw raw = parser.parse();
+  Header h{dtype_of_descr(raw.descr, context), std::move(raw.shape)};
+  parser.check_size(h.shape, size_of(h.dtype));
+  return h;
+}
+
+std::optional<Header> parse_header_if_known(std::string_view header, std::string_view context) {
+  DictParser parser = dict_of(header, context);
+  DictParser::Raw raw = parser.parse();
+  const std::optional<DType> t = known_dtype(raw.descr);
+  if (!t && (raw.descr.empty() || raw.descr[0] != '>')) return std::nullopt;
   Header h{dtype_of_descr(raw.descr, context), std::move(raw.shape)};
   parser.check_size(h.shape, size_of(h.dtype));
   return h;

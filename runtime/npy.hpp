@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -52,6 +53,9 @@ struct Header {
 // writes for kiln's dtypes; refuses big-endian and Fortran-order data, other
 // dtypes, negative or overflowing dimensions, with CheckpointError.
 Header parse_header(std::string_view header, std::string_view context);
+// The same, but a dtype kiln does not have (numpy's '<i8', '|u1', ...) gives
+// nullopt instead of the error (read_npz's skip_unsupported_dtypes).
+std::optional<Header> parse_header_if_known(std::string_view header, std::string_view context);
 // Parses a whole header that must describe a 1-d |u1 array (the same checks,
 // with CheckpointError); returns its length in bytes.
 std::uint64_t parse_bytes_header(std::string_view header,

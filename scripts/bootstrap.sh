@@ -10,8 +10,8 @@ packages=(
   libxtensor-dev xtl-dev libxsimd-dev libxtensor-blas-dev libopenblas-dev
   # fused CPU bodies compiled at run time (header-only x86-64 assembler)
   libxbyak-dev
-  # runtime (checkpoints: .npz through minizip on zlib)
-  libabsl-dev libminizip-dev zlib1g-dev
+  # runtime (checkpoints: .npz through minizip on zlib; safetensors headers: JSON)
+  libabsl-dev libminizip-dev zlib1g-dev nlohmann-json3-dev
   # kiln::dist: collectives across processes (Gloo, TCP transport)
   libgloo-dev
   # tests and benchmarks
