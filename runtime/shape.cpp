@@ -44,6 +44,8 @@ void check_shape(std::string_view op, const Shape& s, std::size_t item_bytes) {
   if (!size.ok()) throw ShapeError(detail::str_cat("[", op, "] ", size.error));
 }
 
+std::ostream& operator<<(std::ostream& os, const Shape& s) { return os << to_string(s); }
+
 std::string to_string(const Shape& s) {
   if (s.size() == 1) return detail::str_cat("(", s[0], ",)");
   return detail::str_cat("(", detail::join(s, ", "), ")");

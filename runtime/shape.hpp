@@ -8,6 +8,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/container/inlined_vector.h"
@@ -15,8 +16,17 @@
 namespace kiln {
 
 // Inline storage for up to 6 dims keeps eager dispatch free of heap traffic.
-using Shape = absl::InlinedVector<std::int64_t, 6>;
 using Axes = absl::InlinedVector<std::int64_t, 6>;
+// The extents, as Axes' storage with kiln's own type, so that
+// `std::cout << shape` finds operator<< below (an alias of absl's type did not:
+// argument-dependent lookup looked in absl). Converts from and to Axes.
+class Shape : public Axes {
+ public:
+  using Axes::Axes;
+  Shape() = default;
+  Shape(const Axes& a) : Axes(a) {}  // NOLINT: implicit, as the alias was
+  Shape(Axes&& a) : Axes(std::move(a)) {}  // NOLINT
+};
 
 // Unchecked: for shapes of arrays that exist (their shapes passed
 // shape_size when they were made).
@@ -40,6 +50,7 @@ ShapeSize shape_size(const Shape& s, std::size_t item_bytes);
 // Throws ShapeError "[op] <shape_size's error>" for an invalid shape.
 void check_shape(std::string_view op, const Shape& s, std::size_t item_bytes);
 std::string to_string(const Shape& s);  // "(2, 3)", "()" for a scalar, "(5,)"
+std::ostream& operator<<(std::ostream& os, const Shape& s);  // as to_string
 Shape row_major_strides(const Shape& s);  // in elements
 
 // numpy broadcasting of two shapes; throws ShapeError prefixed with `op`.

@@ -1,5 +1,7 @@
 // DType facts and shape rules (broadcasting, axes).
 #include <doctest/doctest.h>
+
+#include <sstream>
 #include <unistd.h>
 
 #include <cstdio>
@@ -31,6 +33,14 @@ TEST_CASE("shapes print like numpy tuples") {
   CHECK(to_string(Shape{}) == "()");
   CHECK(to_string(Shape{5}) == "(5,)");
   CHECK(to_string(Shape{2, 3}) == "(2, 3)");
+  // std::cout << shape (issue 37: an alias of absl's vector had no operator<<),
+  // an array's shape too, and Axes still convert both ways.
+  std::ostringstream os;
+  os << Shape{2, 3} << " " << Shape{} << " " << zeros({4, 1}).shape();
+  CHECK(os.str() == "(2, 3) () (4, 1)");
+  const Axes axes = Shape{1, 2};
+  const Shape back = axes;
+  CHECK(back == Shape{1, 2});
   CHECK(numel(Shape{}) == 1);
   CHECK(numel(Shape{2, 0, 3}) == 0);
   CHECK(row_major_strides(Shape{2, 3, 4}) == Shape{12, 4, 1});
