@@ -3,6 +3,8 @@
 #include "kiln/runtime/tree.hpp"
 
 #include <algorithm>
+#include <array>
+#include <cstdio>
 #include <functional>
 #include <ostream>
 #include <unordered_map>
@@ -217,6 +219,42 @@ std::vector<std::string> paths(const TreeDef& def) {
     if (n.kind == NodeKind::kArray) out.push_back(p);
   };
   walk(def.data(), 0, path, fn);
+  return out;
+}
+
+std::string summary(const TreeDef& def, std::span<const Array> leaves) {
+  const std::vector<std::string> ps = paths(def);
+  const std::vector<bool> frozen = frozen_leaves(def);
+  std::vector<std::array<std::string, 4>> rows;
+  std::array<std::size_t, 4> width{};
+  std::int64_t elements = 0;
+  std::uint64_t bytes = 0;
+  for (std::size_t i = 0; i < leaves.size() && i < ps.size(); ++i) {
+    const Array& a = leaves[i];
+    rows.push_back({display_path(ps[i]) + (frozen[i] ? " (frozen)" : ""), std::string(name(a.dtype())),
+                    to_string(a.shape()), std::to_string(a.size())});
+    for (std::size_t c = 0; c < 4; ++c) width[c] = std::max(width[c], rows.back()[c].size());
+    elements += a.size();
+    bytes += a.nbytes();
+  }
+  std::string out;
+  for (const auto& r : rows) {
+    for (std::size_t c = 0; c < 4; ++c) {
+      const std::string pad(width[c] - r[c].size(), ' ');
+      out += c == 3 ? pad + r[c] : r[c] + pad + "  ";  // counts right-aligned
+    }
+    out += "\n";
+  }
+  char size[32];
+  if (bytes >= (1u << 20)) {
+    std::snprintf(size, sizeof size, "%.1f MiB", static_cast<double>(bytes) / (1u << 20));
+  } else if (bytes >= 1024) {
+    std::snprintf(size, sizeof size, "%.1f KiB", static_cast<double>(bytes) / 1024);
+  } else {
+    std::snprintf(size, sizeof size, "%llu B", static_cast<unsigned long long>(bytes));
+  }
+  out += detail::str_cat(rows.size(), rows.size() == 1 ? " array, " : " arrays, ", elements,
+                         " elements, ", size, "\n");
   return out;
 }
 

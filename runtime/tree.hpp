@@ -156,6 +156,27 @@ requires(!std::is_same_v<T, TreeDef>) std::vector<std::string> paths(
     const T& t) {
   return paths(structure(t));
 }
+
+// The parameter count of a model: the elements of all its array leaves (None
+// leaves and statics count nothing).
+template <class T>
+std::int64_t count_elements(const T& t) {
+  std::int64_t n = 0;
+  for (const Array& a : leaves(t)) n += a.size();
+  return n;
+}
+
+// A table of the array leaves, one line each (path, dtype, shape, elements;
+// "(frozen)" inside kiln::Frozen), then the totals:
+//   layers[0].weight  f32  (784, 128)  100352
+//   ...
+//   6 arrays, 101770 elements, 397.5 KiB
+std::string summary(const TreeDef& def, std::span<const Array> leaves);
+template <class T>
+requires(!std::is_same_v<T, TreeDef>) std::string summary(const T& t) {
+  Flat flat = flatten(t);
+  return summary(flat.def, flat.leaves);
+}
 template <class T>
 requires(!std::is_same_v<T, TreeDef>) std::vector<SlotPath> slot_paths(
     const T& t) {

@@ -123,6 +123,21 @@ TEST_CASE("unflatten rebuilds a nested struct with every container kind") {
   CHECK(values(again.leaves) == values(leaves));
 }
 
+TEST_CASE("count_elements and summary: a model's parameter count and table (issue 37)") {
+  struct Head {
+    Frozen<Linear> embed;
+    Linear out;
+    KILN_MODULE(Head, embed, out);
+  };
+  const Head h{{Linear{zeros({3, 4}), zeros({4})}}, Linear{zeros({4, 2}, bf16), Array()}};
+  CHECK(tree::count_elements(h) == 12 + 4 + 8);
+  CHECK(tree::summary(h) ==
+        "embed.value.weight (frozen)  f32   (3, 4)  12\n"
+        "embed.value.bias (frozen)    f32   (4,)     4\n"
+        "out.weight                   bf16  (4, 2)   8\n"
+        "3 arrays, 24 elements, 80 B\n");
+}
+
 TEST_CASE("paths name fields, indices and keys like layers[1].bias") {
   Net net;
   net.layers = {Linear{vec({1}), vec({2})}, Linear{vec({3}), vec({4})}};
