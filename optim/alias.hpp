@@ -8,12 +8,15 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
+#include <type_traits>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "kiln/optim/schedule.hpp"
 #include "kiln/optim/transform.hpp"
+#include "kiln/runtime/tree.hpp"
 
 namespace kiln::optim {
 
@@ -37,6 +40,16 @@ GradientTransformation add_decayed_weights(
     double weight_decay, std::optional<Mask> mask = std::nullopt);
 // Scales all updates by max_norm / global_norm when the norm exceeds max_norm.
 GradientTransformation clip_by_global_norm(double max_norm);
+// optax.global_norm: sqrt of the sum of squares of every array leaf of a tree
+// (gradients, updates), an f32 scalar summed in leaf order, the same value
+// clip_by_global_norm compares with max_norm; traces inside grad and jit, so a
+// training step can return it to watch clipping.
+Array global_norm(std::span<const Array> leaves);
+template <class T>
+requires(!std::is_convertible_v<const T&, std::span<const Array>>) Array global_norm(const T& tree) {
+  const std::vector<Array> leaves = tree::leaves(tree);
+  return global_norm(std::span<const Array>(leaves));
+}
 // update * -learning_rate.
 GradientTransformation scale_by_learning_rate(Schedule learning_rate);
 // `inner` acts only on the leaves the mask matches; other updates pass through

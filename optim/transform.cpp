@@ -196,6 +196,16 @@ GradientTransformation add_decayed_weights(double weight_decay,
   GradientTransformation t = one(AddDecayedWeights{weight_decay});
   return mask ? masked(t, *mask) : t;
 }
+Array global_norm(std::span<const Array> leaves) {
+  Array sq;
+  for (const Array& g : leaves) {
+    if (g.is_null()) continue;
+    const Array s = astype(sum(g * g), f32);
+    sq = sq.is_null() ? s : sq + s;
+  }
+  return sq.is_null() ? zeros({}, f32) : sqrt(sq);
+}
+
 GradientTransformation clip_by_global_norm(double max_norm) {
   if (!(max_norm > 0)) {
     throw ValueError(kiln::detail::str_cat(

@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "absl/container/flat_hash_map.h"
+#include "kiln/optim/alias.hpp"
 #include "kiln/optim/stage_math.hpp"
 #include "kiln/optim/transform.hpp"
 #include "kiln/runtime/error.hpp"
@@ -427,12 +428,9 @@ std::pair<std::vector<Array>, State> update_flat(
             for (std::size_t i : active) g[i] = g[i] + params[i] * wd;
           } else if constexpr (std::is_same_v<Op, ClipByGlobalNorm>) {
             if (active.empty()) return;
-            Array sq;
-            for (std::size_t i : active) {
-              const Array s = astype(sum(g[i] * g[i]), f32);
-              sq = sq.is_null() ? s : sq + s;
-            }
-            const Array norm = sqrt(sq);
+            std::vector<Array> clipped;
+            for (std::size_t i : active) clipped.push_back(g[i]);
+            const Array norm = optim::global_norm(std::span<const Array>(clipped));
             const Hp max_norm = io.hp("max_norm", op.max_norm);
             const Array keep = max_norm.dynamic.is_null()
                                    ? norm < op.max_norm

@@ -397,3 +397,20 @@ TEST_CASE(
   CHECK(g[1] == doctest::Approx(-3.24).epsilon(1e-6));
   CHECK(g[2] == doctest::Approx(4.86).epsilon(1e-6));
 }
+
+TEST_CASE("global_norm: the norm clip_by_global_norm compares, observable in a step (issue 37)") {
+  const Layer g{array<float>({3.0f, 0.0f, -4.0f}, {3, 1}), array<float>({12.0f})};
+  CHECK(optim::global_norm(g).item<float>() == 13.0f);  // sqrt(9 + 16 + 144)
+  CHECK(optim::global_norm(std::vector<Array>{}).item<float>() == 0.0f);
+  // Inside a compiled step, beside the clipped update: the clip scales by
+  // max_norm / global_norm exactly when global_norm exceeds max_norm.
+  const auto opt = optim::clip_by_global_norm(6.5);
+  const optim::State state = opt.init(optim::gradient_template(g));
+  const auto step = filter_jit([&](const Layer& grads, const optim::State& s) {
+    auto [updates, next] = opt.update(grads, s);
+    return std::make_pair(updates, optim::global_norm(grads));
+  });
+  auto [updates, norm] = step(g, state);
+  CHECK(norm.item<float>() == 13.0f);
+  CHECK(same_bits(updates.bias, array<float>({12.0f}) / 13.0f * 6.5f));
+}
