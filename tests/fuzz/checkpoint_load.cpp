@@ -26,11 +26,6 @@ namespace {
 constexpr std::string_view kMembersMagic = "KILNZIP\n";
 constexpr std::string_view kSeparator = "\n--kiln-member--\n";
 
-std::filesystem::path scratch_file() {
-  std::filesystem::path dir = "/dev/shm";
-  if (!std::filesystem::is_directory(dir)) dir = std::filesystem::temp_directory_path();
-  return dir / ("kiln-fuzz-checkpoint-" + std::to_string(::getpid()) + ".npz");
-}
 
 // Writes the members form of `input` as a stored zip at `path`.
 void write_members(std::string_view input, const std::filesystem::path &path) {
@@ -60,7 +55,7 @@ void write_members(std::string_view input, const std::filesystem::path &path) {
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t *data, std::size_t size) {
   using namespace kiln;
   static const tree::Flat like = tree::flatten(fuzz::model_template());
-  static const std::filesystem::path path = scratch_file();
+  static const std::filesystem::path path = kiln::fuzz::scratch_file("checkpoint.npz");
   const std::string_view input(reinterpret_cast<const char *>(data), size);
   if (input.starts_with(kMembersMagic)) {
     std::filesystem::remove(path);

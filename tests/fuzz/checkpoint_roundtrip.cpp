@@ -57,17 +57,12 @@ kiln::Array make_array(kiln::DType dtype, kiln::Shape shape, std::string_view fi
   return kiln::Array(dtype, std::move(shape), std::move(buf));
 }
 
-std::filesystem::path scratch_file() {
-  std::filesystem::path dir = "/dev/shm";
-  if (!std::filesystem::is_directory(dir)) dir = std::filesystem::temp_directory_path();
-  return dir / ("kiln-fuzz-roundtrip-" + std::to_string(::getpid()) + ".npz");
-}
 
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using namespace kiln;
-  static const std::filesystem::path path = scratch_file();
+  static const std::filesystem::path path = kiln::fuzz::scratch_file("roundtrip.npz");
   Input in{std::string_view(reinterpret_cast<const char*>(data), size)};
   const unsigned char flags = in.byte();
   SaveOptions options;

@@ -10,7 +10,11 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <span>
+#include <string>
+
+#include <unistd.h>
 
 #include "kiln/runtime/error.hpp"
 
@@ -24,6 +28,14 @@ int run(Fn &&fn) {
     // Bad input, reported the way kiln promises.
   }
   return 0;
+}
+
+// A file for readers that take a path (minizip, read_safetensors): in
+// /dev/shm when there is one, else $TMPDIR; one per process and `name`.
+inline std::filesystem::path scratch_file(const std::string &name) {
+  std::filesystem::path dir = "/dev/shm";
+  if (!std::filesystem::is_directory(dir)) dir = std::filesystem::temp_directory_path();
+  return dir / ("kiln-fuzz-" + std::to_string(::getpid()) + "-" + name);
 }
 
 // A property a target checks on input the reader accepted.

@@ -13,18 +13,8 @@
 #include "fuzz.hpp"
 #include "kiln/runtime/weights.hpp"
 
-namespace {
-
-std::filesystem::path scratch_file() {
-  std::filesystem::path dir = "/dev/shm";
-  if (!std::filesystem::is_directory(dir)) dir = std::filesystem::temp_directory_path();
-  return dir / ("kiln-fuzz-safetensors-" + std::to_string(::getpid()) + ".safetensors");
-}
-
-}  // namespace
-
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t *data, std::size_t size) {
-  static const std::filesystem::path path = scratch_file();
+  static const std::filesystem::path path = kiln::fuzz::scratch_file("weights.safetensors");
   {
     std::ofstream out(path, std::ios::binary | std::ios::trunc);
     out.write(reinterpret_cast<const char *>(data), static_cast<std::streamsize>(size));
