@@ -370,14 +370,34 @@ struct MathDef<Prim::kSign> {
 
 namespace detail::math {
 
+// A product as the compiler must leave it: rounded, never fused with the add
+// that follows into an fma. GCC contracts a * b + c by default where the SIMD
+// level has fmas (x86-64-v3/v4), which gave erfinv other bits there than the
+// unfused DSL ops, jax.lax.erf_inv's steps (random::normal's) and Vulkan's
+// NoContraction lowering; the empty asm hides the product from the contraction.
+template <class B>
+B rounded(const B& x) {
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+  if constexpr (requires { x.data; }) {
+    auto r = x.data;
+    __asm__("" : "+v"(r));
+    return B(r);
+  } else {
+    return x;
+  }
+#else
+  return x;
+#endif
+}
+
 // Horner's rule over c[0] (the highest degree) .. c[K], p = c[i] + p * w, on
-// xsimd batches.
+// xsimd batches, each product rounded apart.
 template <std::size_t K, class C, class W>
 auto horner_upto(const C& c, const W& w) {
   if constexpr (K == 1) {
-    return c[1] + c[0] * w;
+    return c[1] + rounded(W(c[0] * w));
   } else {
-    return c[K] + horner_upto<K - 1>(c, w) * w;
+    return c[K] + rounded(W(horner_upto<K - 1>(c, w) * w));
   }
 }
 template <class C, class W>
