@@ -1,7 +1,8 @@
-// kiln's own f32 transcendentals, written once over a lane type and
-// instantiated for every place they run: the Vulkan lowering (SPIR-V, through
-// backends/vulkan/lanes.hpp), the CPU's SIMD kernels (xsimd batches,
-// backends/cpu/lanes.hpp) and plain floats (ScalarLanes below: the tests).
+// kiln's own f32 transcendentals, written once over a lane type: the Vulkan
+// lowering instantiates them on SPIR-V values (backends/vulkan/lanes.hpp), and
+// tests/test_math_sweep.cpp on plain floats (ScalarLanes below), where each
+// is held to the bound and lavapipe's results to its bits. (The CPU keeps
+// xsimd's kernels, held to the same bound by the same sweep.)
 //
 // Why: Vulkan leaves the precision of GLSL.std.450's transcendentals to the
 // driver (sin without range reduction, log1p(1e-8) = 0 on lavapipe, 2^-11

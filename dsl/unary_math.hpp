@@ -143,8 +143,11 @@ B sigmoid_full(const B& x) {
 template <>
 struct MathDef<Prim::kSin> {
   static auto cpu(const auto& x) { return sin(x); }
+  // kiln's own f32 sin (dsl/f32_math.hpp), on any lane type: SPIR-V below,
+  // plain floats in tests/test_math_sweep.cpp.
+  static auto own(const auto& k, const auto& x) { return detail::f32m::sin(k, x); }
   static auto vulkan(auto& b, const auto& x) {
-    return detail::math::own_f32(b, x, "sin", [](const auto& k, const auto& v) { return detail::f32m::sin(k, v); });
+    return detail::math::own_f32(b, x, "sin", [](const auto& k, const auto& v) { return own(k, v); });
   }
   static Array vjp(const Array& x, const Array&, const Array& g) { return g * cos(x); }
   static double reference(double x) { return std::sin(x); }
@@ -155,8 +158,11 @@ struct MathDef<Prim::kSin> {
 template <>
 struct MathDef<Prim::kCos> {
   static auto cpu(const auto& x) { return cos(x); }
+  // kiln's own f32 cos (dsl/f32_math.hpp), on any lane type: SPIR-V below,
+  // plain floats in tests/test_math_sweep.cpp.
+  static auto own(const auto& k, const auto& x) { return detail::f32m::cos(k, x); }
   static auto vulkan(auto& b, const auto& x) {
-    return detail::math::own_f32(b, x, "cos", [](const auto& k, const auto& v) { return detail::f32m::cos(k, v); });
+    return detail::math::own_f32(b, x, "cos", [](const auto& k, const auto& v) { return own(k, v); });
   }
   static Array vjp(const Array& x, const Array&, const Array& g) { return -(g * sin(x)); }
   static double reference(double x) { return std::cos(x); }
@@ -167,8 +173,11 @@ struct MathDef<Prim::kCos> {
 template <>
 struct MathDef<Prim::kTan> {
   static auto cpu(const auto& x) { return tan(x); }
+  // kiln's own f32 tan (dsl/f32_math.hpp), on any lane type: SPIR-V below,
+  // plain floats in tests/test_math_sweep.cpp.
+  static auto own(const auto& k, const auto& x) { return detail::f32m::tan(k, x); }
   static auto vulkan(auto& b, const auto& x) {
-    return detail::math::own_f32(b, x, "tan", [](const auto& k, const auto& v) { return detail::f32m::tan(k, v); });
+    return detail::math::own_f32(b, x, "tan", [](const auto& k, const auto& v) { return own(k, v); });
   }
   static Array vjp(const Array&, const Array& y, const Array& g) { return g * (1.0 + y * y); }
   static double reference(double x) { return std::tan(x); }
@@ -180,8 +189,11 @@ struct MathDef<Prim::kTan> {
 template <>
 struct MathDef<Prim::kAsin> {
   static auto cpu(const auto& x) { return asin(x); }
+  // kiln's own f32 asin (dsl/f32_math.hpp), on any lane type: SPIR-V below,
+  // plain floats in tests/test_math_sweep.cpp.
+  static auto own(const auto& k, const auto& x) { return detail::f32m::asin(k, x); }
   static auto vulkan(auto& b, const auto& x) {
-    return detail::math::own_f32(b, x, "asin", [](const auto& k, const auto& v) { return detail::f32m::asin(k, v); });
+    return detail::math::own_f32(b, x, "asin", [](const auto& k, const auto& v) { return own(k, v); });
   }
 
   static Array vjp(const Array& x, const Array&, const Array& g) { return g * rsqrt(1.0 - x * x); }
@@ -193,8 +205,11 @@ struct MathDef<Prim::kAsin> {
 template <>
 struct MathDef<Prim::kAcos> {
   static auto cpu(const auto& x) { return acos(x); }
+  // kiln's own f32 acos (dsl/f32_math.hpp), on any lane type: SPIR-V below,
+  // plain floats in tests/test_math_sweep.cpp.
+  static auto own(const auto& k, const auto& x) { return detail::f32m::acos(k, x); }
   static auto vulkan(auto& b, const auto& x) {
-    return detail::math::own_f32(b, x, "acos", [](const auto& k, const auto& v) { return detail::f32m::acos(k, v); });
+    return detail::math::own_f32(b, x, "acos", [](const auto& k, const auto& v) { return own(k, v); });
   }
 
   static Array vjp(const Array& x, const Array&, const Array& g) {
@@ -208,8 +223,11 @@ struct MathDef<Prim::kAcos> {
 template <>
 struct MathDef<Prim::kAtan> {
   static auto cpu(const auto& x) { return atan(x); }
+  // kiln's own f32 atan (dsl/f32_math.hpp), on any lane type: SPIR-V below,
+  // plain floats in tests/test_math_sweep.cpp.
+  static auto own(const auto& k, const auto& x) { return detail::f32m::atan(k, x); }
   static auto vulkan(auto& b, const auto& x) {
-    return detail::math::own_f32(b, x, "atan", [](const auto& k, const auto& v) { return detail::f32m::atan(k, v); });
+    return detail::math::own_f32(b, x, "atan", [](const auto& k, const auto& v) { return own(k, v); });
   }
   static Array vjp(const Array& x, const Array&, const Array& g) { return g / (1.0 + x * x); }
   static double reference(double x) { return std::atan(x); }
@@ -220,8 +238,11 @@ struct MathDef<Prim::kAtan> {
 template <>
 struct MathDef<Prim::kSinh> {
   static auto cpu(const auto& x) { return sinh(x); }
+  // kiln's own f32 sinh (dsl/f32_math.hpp), on any lane type: SPIR-V below,
+  // plain floats in tests/test_math_sweep.cpp.
+  static auto own(const auto& k, const auto& x) { return detail::f32m::sinh(k, x); }
   static auto vulkan(auto& b, const auto& x) {
-    return detail::math::own_f32(b, x, "sinh", [](const auto& k, const auto& v) { return detail::f32m::sinh(k, v); });
+    return detail::math::own_f32(b, x, "sinh", [](const auto& k, const auto& v) { return own(k, v); });
   }
   static Array vjp(const Array& x, const Array&, const Array& g) { return g * cosh(x); }
   static double reference(double x) { return std::sinh(x); }
@@ -232,8 +253,11 @@ struct MathDef<Prim::kSinh> {
 template <>
 struct MathDef<Prim::kCosh> {
   static auto cpu(const auto& x) { return cosh(x); }
+  // kiln's own f32 cosh (dsl/f32_math.hpp), on any lane type: SPIR-V below,
+  // plain floats in tests/test_math_sweep.cpp.
+  static auto own(const auto& k, const auto& x) { return detail::f32m::cosh(k, x); }
   static auto vulkan(auto& b, const auto& x) {
-    return detail::math::own_f32(b, x, "cosh", [](const auto& k, const auto& v) { return detail::f32m::cosh(k, v); });
+    return detail::math::own_f32(b, x, "cosh", [](const auto& k, const auto& v) { return own(k, v); });
   }
   static Array vjp(const Array& x, const Array&, const Array& g) { return g * sinh(x); }
   static double reference(double x) { return std::cosh(x); }
@@ -244,8 +268,11 @@ struct MathDef<Prim::kCosh> {
 template <>
 struct MathDef<Prim::kLog2> {
   static auto cpu(const auto& x) { return log2(x); }
+  // kiln's own f32 log2 (dsl/f32_math.hpp), on any lane type: SPIR-V below,
+  // plain floats in tests/test_math_sweep.cpp.
+  static auto own(const auto& k, const auto& x) { return detail::f32m::log2(k, x); }
   static auto vulkan(auto& b, const auto& x) {
-    return detail::math::own_f32(b, x, "log2", [](const auto& k, const auto& v) { return detail::f32m::log2(k, v); });
+    return detail::math::own_f32(b, x, "log2", [](const auto& k, const auto& v) { return own(k, v); });
   }
 
   static Array vjp(const Array& x, const Array&, const Array& g) {
@@ -259,8 +286,11 @@ struct MathDef<Prim::kLog2> {
 template <>
 struct MathDef<Prim::kExp2> {
   static auto cpu(const auto& x) { return detail::math::exp2_full(x); }
+  // kiln's own f32 exp2 (dsl/f32_math.hpp), on any lane type: SPIR-V below,
+  // plain floats in tests/test_math_sweep.cpp.
+  static auto own(const auto& k, const auto& x) { return detail::f32m::exp2(k, x); }
   static auto vulkan(auto& b, const auto& x) {
-    return detail::math::own_f32(b, x, "exp2", [](const auto& k, const auto& v) { return detail::f32m::exp2(k, v); });
+    return detail::math::own_f32(b, x, "exp2", [](const auto& k, const auto& v) { return own(k, v); });
   }
   static Array vjp(const Array&, const Array& y, const Array& g) {
     return g * y * std::numbers::ln2;
@@ -277,8 +307,11 @@ struct MathDef<Prim::kLog1p> {
     using T = detail::math::Elem<decltype(x)>;
     return select(x == T(0), x, log1p(x));
   }
+  // kiln's own f32 log1p (dsl/f32_math.hpp), on any lane type: SPIR-V below,
+  // plain floats in tests/test_math_sweep.cpp.
+  static auto own(const auto& k, const auto& x) { return detail::f32m::log1p(k, x); }
   static auto vulkan(auto& b, const auto& x) {
-    return detail::math::own_f32(b, x, "log1p", [](const auto& k, const auto& v) { return detail::f32m::log1p(k, v); });
+    return detail::math::own_f32(b, x, "log1p", [](const auto& k, const auto& v) { return own(k, v); });
   }
 
   static Array vjp(const Array& x, const Array&, const Array& g) { return g / (1.0 + x); }
@@ -294,8 +327,11 @@ struct MathDef<Prim::kExpm1> {
     using T = detail::math::Elem<decltype(x)>;
     return select(x == T(0), x, detail::math::expm1_full(x));
   }
+  // kiln's own f32 expm1 (dsl/f32_math.hpp), on any lane type: SPIR-V below,
+  // plain floats in tests/test_math_sweep.cpp.
+  static auto own(const auto& k, const auto& x) { return detail::f32m::expm1(k, x); }
   static auto vulkan(auto& b, const auto& x) {
-    return detail::math::own_f32(b, x, "expm1", [](const auto& k, const auto& v) { return detail::f32m::expm1(k, v); });
+    return detail::math::own_f32(b, x, "expm1", [](const auto& k, const auto& v) { return own(k, v); });
   }
 
   static Array vjp(const Array&, const Array& y, const Array& g) { return g * (y + 1.0); }
@@ -428,8 +464,11 @@ V horner(B& b, const C& c, const V& w) {
 template <>
 struct MathDef<Prim::kErf> {
   static auto cpu(const auto& x) { return erf(x); }
+  // kiln's own f32 erf (dsl/f32_math.hpp), on any lane type: SPIR-V below,
+  // plain floats in tests/test_math_sweep.cpp.
+  static auto own(const auto& k, const auto& x) { return detail::f32m::erf(k, x); }
   static auto vulkan(auto& b, const auto& x) {
-    return detail::math::own_f32(b, x, "erf", [](const auto& k, const auto& v) { return detail::f32m::erf(k, v); });
+    return detail::math::own_f32(b, x, "erf", [](const auto& k, const auto& v) { return own(k, v); });
   }
 
   static Array vjp(const Array& x, const Array&, const Array& g) {
