@@ -44,9 +44,6 @@ bool matches(const JitEntry& e, const JitCall& call, std::size_t hash, Device de
   return true;
 }
 
-std::string aval_text(const Aval& a) {
-  return str_cat(name(a.dtype), "[", join(a.shape, ","), "]");
-}
 
 // What a call's donated arguments gave up: each array (now reading as
 // donated) and its buffer, held so that a call that throws can give it back.
@@ -389,8 +386,8 @@ std::string JitState::explain_miss(const JitCall& call, Device device) const {
           const char* what = was.dtype == now.dtype   ? "shape"
                              : was.shape == now.shape ? "dtype"
                                                       : "dtype and shape";
-          lines.push_back(str_cat(paths[k], ": ", what, " changed, ", aval_text(was), " -> ",
-                                  aval_text(now)));
+          lines.push_back(str_cat(paths[k], ": ", what, " changed, ", to_string(was), " -> ",
+                                  to_string(now)));
         }
       }
     }

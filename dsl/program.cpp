@@ -36,16 +36,13 @@ std::string value_name(ValueId v) {
   return s;
 }
 
-std::string aval_string(const Aval& a) {
-  return detail::str_cat(name(a.dtype), "[", detail::join(a.shape, ","), "]");
-}
 
 
 }  // namespace
 
 std::string to_string(const Program& p) {
   std::ostringstream os;
-  auto decl = [&](ValueId v) { return value_name(v) + ":" + aval_string(p.avals[v]); };
+  auto decl = [&](ValueId v) { return value_name(v) + ":" + to_string(p.avals[v]); };
   os << "{ lambda";
   for (std::size_t i = 0; i < p.constants.size(); ++i) {
     os << " " << decl(p.constants[i]);
@@ -84,11 +81,11 @@ std::vector<Array> eval_all(const Program& p, std::span<const Array> inputs) {
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     const Aval& want = p.avals[p.inputs[i]];
     if (inputs[i].is_null() || inputs[i].aval() != want) {
-      const std::string got = inputs[i].is_null() ? "None" : aval_string(inputs[i].aval());
+      const std::string got = inputs[i].is_null() ? "None" : to_string(inputs[i].aval());
       const std::string label = i < p.input_names.size() && !p.input_names[i].empty()
                                     ? p.input_names[i]
                                     : detail::str_cat("input ", i);
-      throw ValueError(detail::str_cat("[eval] ", label, ": expected ", aval_string(want),
+      throw ValueError(detail::str_cat("[eval] ", label, ": expected ", to_string(want),
                                        ", got ", got));
     }
     env[p.inputs[i]] = inputs[i];

@@ -5,6 +5,11 @@
 #include "kiln/runtime/strings.hpp"
 
 namespace kiln {
+
+std::string to_string(const Aval& a) {
+  return detail::str_cat(name(a.dtype), "[", detail::join(a.shape, ","), "]");
+}
+std::ostream& operator<<(std::ostream& os, const Aval& a) { return os << to_string(a); }
 namespace detail {
 
 void check_data_size(std::size_t n, const Shape& shape) {

@@ -46,6 +46,9 @@ struct Aval {
     return H::combine(std::move(h), a.dtype, a.shape);
   }
 };
+// "f32[2,3]", "i32[]": how programs and retrace explanations print an aval.
+std::string to_string(const Aval& a);
+std::ostream& operator<<(std::ostream& os, const Aval& a);
 
 struct ArrayImpl {
   Aval aval;

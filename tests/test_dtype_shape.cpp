@@ -38,6 +38,9 @@ TEST_CASE("shapes print like numpy tuples") {
   std::ostringstream os;
   os << Shape{2, 3} << " " << Shape{} << " " << zeros({4, 1}).shape();
   CHECK(os.str() == "(2, 3) () (4, 1)");
+  std::ostringstream avals;  // as programs and retrace explanations print them
+  avals << Aval{f32, {2, 3}} << " " << Aval{i32, {}} << " " << f16;
+  CHECK(avals.str() == "f32[2,3] i32[] f16");
   const Axes axes = Shape{1, 2};
   const Shape back = axes;
   CHECK(back == Shape{1, 2});
