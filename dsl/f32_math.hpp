@@ -476,8 +476,8 @@ typename K::F atan(const K& k, const typename K::F& x) {
   return k.sel(k.isnan(x), x, with_sign_of(k, r, x));
 }
 
-// The angle of (x, y) away from the special cases (zeros, infinities, NaN),
-// which the caller selects: atan of min/max, then the octant.
+// The angle of (x, y) away from the special cases (zeros, infinities, NaN):
+// atan of min/max, then the octant.
 template <class K>
 typename K::F atan2_finite(const K& k, const typename K::F& y, const typename K::F& x) {
   const typename K::F ay = abs(k, y), ax = abs(k, x);
@@ -486,6 +486,25 @@ typename K::F atan2_finite(const K& k, const typename K::F& y, const typename K:
   a = k.sel(swap, k.f(kPio2Hi) + (k.f(kPio2Lo) - a), a);
   a = k.sel(sign_bit(k, x), k.f(kPiHi) + (k.f(kPiLo) - a), a);
   return with_sign_of(k, a, y);
+}
+
+// atan2(y, x) with C's special values: NaN in, NaN out; y = +-0 gives y for
+// x >= +0 and +-pi for x <= -0; y = +-inf gives +-pi/2, or +-pi/4 / +-3pi/4
+// with x infinite too; x = +inf gives +-0 and x = -inf +-pi for finite y.
+template <class K>
+typename K::F atan2(const K& k, const typename K::F& y, const typename K::F& x) {
+  using F = typename K::F;
+  const double pi = std::numbers::pi;
+  const auto with_y_sign = [&](double v) { return with_sign_of(k, k.f(v), y); };
+  const F inf = k.f(std::numeric_limits<double>::infinity());
+  const typename K::M xneg = sign_bit(k, x);
+  const typename K::M xinf = abs(k, x) == inf;
+  F r = atan2_finite(k, y, x);
+  r = k.sel(xinf, k.sel(xneg, with_y_sign(pi), with_y_sign(0.0)), r);
+  const F corner = k.sel(xneg, with_y_sign(0.75 * pi), with_y_sign(0.25 * pi));
+  r = k.sel(abs(k, y) == inf, k.sel(xinf, corner, with_y_sign(0.5 * pi)), r);
+  r = k.sel(y == k.f(0), k.sel(xneg, with_y_sign(pi), y), r);
+  return k.sel(k.either(k.isnan(x), k.isnan(y)), k.f(std::numeric_limits<double>::quiet_NaN()), r);
 }
 
 // ---- hyperbolic ----

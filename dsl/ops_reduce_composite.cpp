@@ -92,17 +92,17 @@ Array count_nonzero(const Array& a, AxisArg axes, bool keepdims) {
 
 Array norm(const Array& a, double ord, AxisArg axes, bool keepdims) {
   check_floating("norm", a);
+  if (std::isnan(ord)) throw ValueError("[norm] ord is NaN; give 2, 1, inf, -inf, 0 or another number");
   const Axes ax = resolve_axes("norm", a, axes);
-  const Array m = abs(a);
   if (ord == 2.0) return sqrt(sum(a * a, ax, keepdims));
+  if (ord == 0.0) return sum(astype(a != scalar_like(a, 0.0, "norm"), a.dtype()), ax, keepdims);
+  const Array m = abs(a);
   if (ord == 1.0) return sum(m, ax, keepdims);
   if (std::isinf(ord) && ord > 0) {  // jnp's amax(|x|, initial=0): a tie with 0 splits with it
     const Array top = max(m, ax, keepdims);
     return maximum(top, scalar_like(top, 0.0, "norm"));
   }
   if (std::isinf(ord)) return min(m, ax, keepdims);
-  if (ord == 0.0) return sum(astype(a != scalar_like(a, 0.0, "norm"), a.dtype()), ax, keepdims);
-  if (std::isnan(ord)) throw ValueError("[norm] ord is NaN; give 2, 1, inf, -inf, 0 or another number");
   const Array p = scalar_like(m, ord, "norm");
   return power(sum(power(m, p), ax, keepdims), scalar_like(m, 1.0 / ord, "norm"));
 }

@@ -54,12 +54,6 @@ struct MathDef;  // one specialisation per kMath row
 
 namespace detail::math {
 
-// Vulkan leaves NaN inputs (and arguments outside a function's domain) to the
-// driver; kiln's ops give NaN there on every device, as IEEE and the CPU do.
-template <class B, class V>
-V nan_where(B& b, const V& bad, const V& r) {
-  return b.select(bad, b.constant(r.ty, std::numeric_limits<double>::quiet_NaN()), r);
-}
 template <class V>
 void refuse_f64_on_vulkan(const V& x, std::string_view op, std::string_view why) {
   using Ty = decltype(x.ty);
@@ -442,7 +436,7 @@ auto horner(const C& c, const W& w) {
 }
 
 // The same in SPIR-V, each product and sum kept apart (no fma), as the CPU
-// (x86-64-v2 has none) and the unfused DSL ops compute it.
+// (rounded above) and the unfused DSL ops compute it.
 template <class B, class V, class C>
 V horner(B& b, const C& c, const V& w) {
   const auto t = w.ty;
@@ -547,7 +541,7 @@ struct MathDef<Prim::kErfinv> {
   }
   static auto vulkan(auto& b, const auto& x) {
     using Ty = decltype(x.ty);
-    detail::math::refuse_f64_on_vulkan(x, "erfinv", "GLSL.std.450 Log takes 32-bit floats");
+    detail::math::refuse_f64_on_vulkan(x, "erfinv", "kiln's own log1p is f32's");
     const Ty t = x.ty;
     auto x2 = b.op("OpFMul", t, {x, x});
     b.no_contraction(x2);
@@ -591,11 +585,8 @@ struct MathDef<Prim::kErfinv> {
 // giving both cotangents (autodiff sums them over broadcast axes), reference(a,
 // b), kLo/kHi for a and kLoB/kHiB for b, kSpecial as (a, b) pairs.
 
-// atan2(a, b): the angle of the point (b, a) (numpy.arctan2). Vulkan: GLSL
-// Atan2 leaves a == b == 0 undefined and drivers differ at infinities, so
-// those are selected explicitly, with C's signs: a = +-0 gives +-0 for b >= +0
-// and +-pi for b <= -0; a = +-inf gives +-pi/2, or +-pi/4 / +-3pi/4 when b is
-// infinite too; b = +inf gives +-0 and b = -inf +-pi for finite a.
+// atan2(a, b): the angle of the point (b, a) (numpy.arctan2), with C's values
+// at zeros and infinities (dsl/f32_math.hpp's atan2 selects them on Vulkan).
 template <>
 struct MathDef<Prim::kAtan2> {
   // Scalar (the C library's, right at zeros and infinities; xsimd's batch
@@ -604,38 +595,12 @@ struct MathDef<Prim::kAtan2> {
   static T cpu(T a, T b) {
     return std::atan2(a, b);
   }
+  // kiln's own f32 atan2, on any lane type: SPIR-V below, plain floats in
+  // tests/test_math_sweep.cpp.
+  static auto own(const auto& k, const auto& a, const auto& b) { return detail::f32m::atan2(k, a, b); }
   static auto vulkan(auto& bld, const auto& y, const auto& x) {
-    using Ty = decltype(y.ty);
-    const Ty t = y.ty;
-    if (t == Ty::kF64) {
-      throw DTypeError("[atan2] f64 is not supported on vulkan (GLSL.std.450 Atan2 takes "
-                       "32-bit floats); use f32");
-    }
-    const auto negative = [&](const auto& v) {  // the sign bit: -0 too
-      return bld.op("OpSLessThan", Ty::kBool, {bld.bitcast(v, Ty::kI32), bld.constant(Ty::kI32, 0)});
-    };
-    const auto with_sign_of_y = [&](double v) {
-      return bld.select(negative(y), bld.constant(t, -v), bld.constant(t, v));
-    };
-    const auto is = [&](const char* op, const auto& v) { return bld.op(op, Ty::kBool, {v}); };
-    const auto any = [&](const auto& p, const auto& q) { return bld.op("OpLogicalOr", Ty::kBool, {p, q}); };
-    constexpr double pi = std::numbers::pi;
-    auto r = f32_lanes(bld, y, x, [](const auto& k, const auto& a, const auto& c) {
-      return detail::f32m::atan2_finite(k, a, c);
-    });
-    const auto xneg = negative(x);
-    // b infinite (a finite): +-0 or +-pi.
-    r = bld.select(is("OpIsInf", x),
-                   bld.select(xneg, with_sign_of_y(pi), bld.select(negative(y), bld.constant(t, -0.0),
-                                                                   bld.constant(t, 0.0))),
-                   r);
-    // a infinite: +-pi/2, or +-pi/4 / +-3pi/4 with b infinite.
-    const auto corner = bld.select(xneg, with_sign_of_y(0.75 * pi), with_sign_of_y(0.25 * pi));
-    r = bld.select(is("OpIsInf", y), bld.select(is("OpIsInf", x), corner, with_sign_of_y(0.5 * pi)), r);
-    // a zero: a itself (+-0) or +-pi.
-    const auto y0 = bld.op("OpFOrdEqual", Ty::kBool, {y, bld.constant(t, 0)});
-    r = bld.select(y0, bld.select(xneg, with_sign_of_y(pi), y), r);
-    return detail::math::nan_where(bld, any(is("OpIsNan", y), is("OpIsNan", x)), r);
+    detail::math::refuse_f64_on_vulkan(y, "atan2", "kiln's own transcendentals are f32's");
+    return f32_lanes(bld, y, x, [](const auto& k, const auto& u, const auto& v) { return own(k, u, v); });
   }
   static std::pair<Array, Array> vjp(const Array& a, const Array& b, const Array&, const Array& g) {
     const Array r2 = a * a + b * b;

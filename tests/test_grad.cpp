@@ -269,7 +269,7 @@ TEST_CASE("gradients of the composite ops (clip, reciprocal, logaddexp) match fi
   check_fd([](const std::vector<Array>& v) { return weighted(clip(v[0], -1.0, 1.0)); }, {x});
   check_fd([](const std::vector<Array>& v) { return weighted(reciprocal(v[0])); },
            {random_array({3, 2}, -2, 2, 0.3)});
-  // In f64, which Vulkan's log1p does not take (GLSL.std.450 Log is 32-bit):
+  // In f64, which Vulkan's log1p does not take (kiln's own is f32's):
   // there the backend-ops harness checks log1p's vjp in f32.
   if (default_device() == Device::cpu()) {
     check_fd([](const std::vector<Array>& v) { return weighted(logaddexp(v[0], v[1])); },

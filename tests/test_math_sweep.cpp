@@ -319,7 +319,7 @@ TEST_CASE("every primitive of float math: within its ulp bound of f64 over f32's
 // and sqrt correctly rounded, like the CPU) Vulkan's SPIR-V gives their bits,
 // so the lowering is the definition and not an approximation of it (inputs
 // and results in the subnormal range aside: the driver's).
-TEST_CASE("every primitive with kiln's own f32 math: the definition meets the bound, and lavapipe gives its bits") {
+TEST_CASE("every primitive with kiln's own f32 math: the definition meets the bound, and lavapipe gives its bits") {  // unary, then binary
   const std::vector<float> xs = unary_inputs();
   const Array x = array(xs, Shape{static_cast<std::int64_t>(xs.size())});
   bool exact_device = default_device() == Device::cpu();
@@ -358,5 +358,40 @@ TEST_CASE("every primitive with kiln's own f32 math: the definition meets the bo
       }
     });
   }
-  CHECK(checked >= 13);  // sin ... erf today
+  // The binary rows with their own function (atan2) over the binary pairs.
+  const auto [as, bs] = binary_inputs();
+  const Array a = array(as, Shape{static_cast<std::int64_t>(as.size())});
+  const Array b = array(bs, Shape{static_cast<std::int64_t>(bs.size())});
+  for (const PrimInfo& info : all_prims()) {
+    visit_prim(info.prim, [&]<Prim P>(PrimC<P>) {
+      if constexpr (has_trait(P, PrimTrait::kMath) && family(P) == PrimFamily::kBinary &&
+                    requires { MathDef<P>::own(detail::f32m::ScalarLanes{}, 0.0f, 0.0f); }) {
+        CAPTURE(name(P));
+        const detail::f32m::ScalarLanes k;
+        std::vector<float> want(as.size());
+        for (std::size_t i = 0; i < as.size(); ++i) want[i] = MathDef<P>::own(k, as[i], bs[i]);
+        if (default_device() == Device::cpu()) {
+          std::size_t over = 0;
+          for (std::size_t i = 0; i < as.size(); ++i) {
+            over += ulp_error(want[i], MathDef<P>::reference(as[i], bs[i])) > kMaxUlp ? 1 : 0;
+          }
+          CHECK(over == 0);
+        } else if (exact_device) {
+          const std::vector<Array> in{a, b};
+          const std::vector<float> got = detail::bind(P, Params{}, in, a.aval()).template to_vector<float>();
+          std::size_t differ = 0;
+          for (std::size_t i = 0; i < as.size(); ++i) {
+            if (subnormal(as[i]) || subnormal(bs[i]) || subnormal(want[i]) ||
+                (std::isnan(got[i]) && std::isnan(want[i]))) {
+              continue;
+            }
+            differ += std::bit_cast<std::uint32_t>(got[i]) != std::bit_cast<std::uint32_t>(want[i]) ? 1 : 0;
+          }
+          CHECK(differ == 0);
+        }
+        ++checked;
+      }
+    });
+  }
+  CHECK(checked >= 14);  // sin ... erf, atan2 today
 }

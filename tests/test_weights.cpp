@@ -126,6 +126,11 @@ TEST_CASE("write_safetensors round-trips every dtype, and load_weights fills a m
   CHECK(raw.substr(8, n).find("\"__metadata__\":{\"framework\":\"kiln\"}") != std::string::npos);
   CHECK_THROWS_WITH_AS(write_safetensors(path, {{"x", all[0].array}, {"x", all[1].array}}),
                        doctest::Contains("two arrays are named \"x\""), ValueError);
+  CHECK_THROWS_WITH_AS(write_safetensors(path, {{"__metadata__", all[0].array}}),
+                       doctest::Contains(": the name __metadata__ is reserved"), ValueError);
+  CHECK_THROWS_WITH_AS(write_safetensors(path, {{"w", Array()}}), doctest::Contains(": \"w\" is None"),
+                       ValueError);
+  CHECK(read_safetensors(path).size() == all.size());  // the refused writes left the file
 
   // A module from named arrays (renamed), and back.
   TwoLayers like{zeros({2, 3}, f32), zeros({3}, f32), zeros({3, 1}, bf16), {zeros({2}, i32)}};
